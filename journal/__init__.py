@@ -1,0 +1,43 @@
+"""The event-sourced core of sessiontemp: events, their store and the reducer.
+
+It knows nothing about directories' contents, only about the lifecycle that
+the events describe; :mod:`sessiontemp` puts it to work on a real root.
+"""
+
+from journal.errors import (
+    JournalBusy,
+    JournalCorrupt,
+    JournalError,
+    JournalFull,
+    JournalReadOnly,
+    JournalVersionError,
+    RuleViolation,
+    SessionTempError,
+)
+from journal.events import KINDS, Event, Record, decode, encode
+from journal.reducer import EMPTY, GenerationState, ManagerState, State, apply, replay
+from journal.store import SCHEMA_VERSION, Store
+
+__all__ = [
+    "EMPTY",
+    "KINDS",
+    "SCHEMA_VERSION",
+    "Event",
+    "GenerationState",
+    "JournalBusy",
+    "JournalCorrupt",
+    "JournalError",
+    "JournalFull",
+    "JournalReadOnly",
+    "JournalVersionError",
+    "ManagerState",
+    "Record",
+    "RuleViolation",
+    "SessionTempError",
+    "State",
+    "Store",
+    "apply",
+    "decode",
+    "encode",
+    "replay",
+]

@@ -1,0 +1,95 @@
+"""The one error tree of the project.
+
+Every error the library raises derives from :class:`SessionTempError` and
+from the builtin it is nearest to, so callers can catch either.  Each keeps
+its context as attributes and says in its message what to do next.
+
+It lives in :mod:`journal` because both packages raise it and ``journal``
+must not import ``sessiontemp``; ``sessiontemp`` re-exports all of it.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = [
+    "JournalBusy",
+    "JournalCorrupt",
+    "JournalError",
+    "JournalFull",
+    "JournalReadOnly",
+    "JournalVersionError",
+    "RuleViolation",
+    "SessionTempError",
+    "Unavailable",
+    "UnsafeRoot",
+]
+
+
+class SessionTempError(Exception):
+    """Base of every error raised by sessiontemp."""
+
+
+class UnsafeRoot(SessionTempError, PermissionError):
+    """The root directory cannot be trusted: a symlink, someone else's, or open to others."""
+
+    def __init__(self, path: os.PathLike[str] | str, reason: str, fix: str) -> None:
+        self.path = os.fspath(path)
+        self.reason = reason
+        self.fix = fix
+        super().__init__(f"{self.path} {reason}. {fix}")
+
+
+class Unavailable(SessionTempError, RuntimeError):
+    """No private directory can be handed out; the caller must not run the command.
+
+    Never fall back to the public temporary directory on this error: that is
+    exactly the leak and the exposure this library exists to prevent.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class JournalError(SessionTempError, OSError):
+    """The journal cannot be opened, read or appended to."""
+
+    def __init__(self, path: os.PathLike[str] | str, reason: str, fix: str) -> None:
+        self.path = os.fspath(path)
+        self.reason = reason
+        self.fix = fix
+        super().__init__(f"journal {self.path}: {reason}. {fix}")
+
+
+class JournalCorrupt(JournalError):
+    """The file is not a sessiontemp journal, or its contents are damaged."""
+
+
+class JournalVersionError(JournalError):
+    """The journal was written by a newer version of sessiontemp."""
+
+
+class JournalBusy(JournalError, TimeoutError):
+    """Another process held the journal's write lock for longer than the wait allows."""
+
+
+class JournalReadOnly(JournalError, PermissionError):
+    """The journal or its file system does not accept writes."""
+
+
+class JournalFull(JournalError):
+    """The file system holding the journal is full."""
+
+
+class RuleViolation(SessionTempError, ValueError):
+    """An event breaks the lifecycle rules, so the journal holding it cannot be trusted.
+
+    The reducer raises it without knowing where the event came from; code that
+    reads a journal re-raises it as :class:`JournalCorrupt` naming the file.
+    """
+
+    def __init__(self, seq: int, reason: str) -> None:
+        self.seq = seq
+        self.reason = reason
+        super().__init__(f"event {seq} {reason}")

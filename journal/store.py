@@ -1,0 +1,327 @@
+"""The append-only SQLite file that holds the events.
+
+One table, ``events``, ordered by a global, gap-free sequence number.  The
+database itself refuses UPDATE and DELETE (triggers), so nothing written is
+ever rewritten.  Each record carries a digest chained over its predecessor's,
+so a changed, removed or reordered record is detected by :meth:`Store.verify`.
+
+Durability: WAL with ``synchronous=FULL`` makes every commit one fdatasync of
+the -wal file, durable across power loss; :meth:`Store.append` returns only
+after that commit.  (A rollback journal with FULL is not durable across power
+loss, because SQLite does not sync the directory after unlinking it.)
+
+Several processes may append at once: each append is one ``BEGIN IMMEDIATE``
+transaction, so writers queue on SQLite's lock (with a bounded wait) and the
+sequence numbers they get never interleave or repeat.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Final
+
+import sqlite_utils
+
+from journal.errors import (
+    JournalBusy,
+    JournalCorrupt,
+    JournalError,
+    JournalFull,
+    JournalReadOnly,
+    JournalVersionError,
+    RuleViolation,
+)
+from journal.events import Event, Record, decode, encode
+
+__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "Store"]
+
+SCHEMA_VERSION: Final = 1
+# "STMP": marks the file as a sessiontemp journal in SQLite's header.
+APPLICATION_ID: Final = 0x53544D50
+_GENESIS: Final = bytes(16)
+_SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+_MOVE_ASIDE: Final = "Move it aside (the manager then starts a new journal) or pass another root"
+
+
+def chain(previous: bytes, seq: int, time: float, kind: str, payload: str) -> bytes:
+    """The digest of one record, linking it to the digest of the one before."""
+    h = hashlib.blake2b(previous, digest_size=16)
+    h.update(f"{seq}\x1f{time!r}\x1f{kind}\x1f{payload}".encode())
+    return h.digest()
+
+
+class Store:
+    """An open journal file.
+
+    ``readonly=True`` opens without taking any lock or writing anything, so
+    it can inspect a journal that live managers are appending to, or a copy
+    without its -wal file.  ``busy_timeout`` bounds how long an append waits
+    for another process's write, in seconds.
+    """
+
+    def __init__(
+        self,
+        path: os.PathLike[str] | str,
+        *,
+        readonly: bool = False,
+        busy_timeout: float = 30.0,
+    ) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        # One connection shared by the threads of one manager; appends are
+        # serialised here because a sqlite3 connection is not re-entrant.
+        self._lock = threading.Lock()
+        self._check_header()
+        self._conn = self._connect(busy_timeout)
+        try:
+            self._prepare()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    # -- opening -------------------------------------------------------------
+
+    def _check_header(self) -> None:
+        # Looking at the bytes first means a foreign file is refused before
+        # SQLite can touch it (or create a -wal beside it).
+        try:
+            with open(self.path, "rb") as f:
+                head = f.read(len(_SQLITE_MAGIC))
+        except FileNotFoundError:
+            if self.readonly:
+                raise JournalError(
+                    self.path, "does not exist", "Check the path, or pass --root for a root"
+                ) from None
+            return
+        except IsADirectoryError:
+            raise JournalCorrupt(self.path, "is a directory", _MOVE_ASIDE) from None
+        except PermissionError as e:
+            raise JournalReadOnly(
+                self.path, f"cannot be read ({e.strerror})", "Fix its permissions and try again"
+            ) from None
+        if head and head != _SQLITE_MAGIC:
+            raise JournalCorrupt(self.path, "is not a SQLite database", _MOVE_ASIDE)
+
+    def _connect(self, busy_timeout: float) -> sqlite3.Connection:
+        try:
+            if self.readonly:
+                conn = sqlite3.connect(
+                    f"file:{self.path}?mode=ro", uri=True, isolation_level=None,
+                    check_same_thread=False,
+                )
+            else:
+                # isolation_level=None: no implicit transactions; every write
+                # below opens its own BEGIN IMMEDIATE.
+                conn = sqlite3.connect(
+                    self.path, isolation_level=None, check_same_thread=False,
+                    timeout=busy_timeout,
+                )
+        except sqlite3.Error as e:
+            raise self._translate(e, "open") from e
+        return conn
+
+    def _prepare(self) -> None:
+        try:
+            app_id, version = self._header()
+            if version > SCHEMA_VERSION:
+                raise JournalVersionError(
+                    self.path,
+                    f"has schema version {version}, newer than the {SCHEMA_VERSION} this "
+                    "version of sessiontemp reads",
+                    "Upgrade sessiontemp, or pass another root",
+                )
+            if version and app_id != APPLICATION_ID:
+                raise JournalCorrupt(self.path, "is a SQLite database of another program",
+                                     _MOVE_ASIDE)
+            if self.readonly:
+                if version == 0:
+                    raise JournalCorrupt(self.path, "holds no sessiontemp journal", _MOVE_ASIDE)
+                return
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")
+            if version == 0:
+                self._create_schema()
+        except sqlite3.Error as e:
+            raise self._translate(e, "open") from e
+
+    def _header(self) -> tuple[int, int]:
+        app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
+        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        return int(app_id), int(version)
+
+    def _create_schema(self) -> None:
+        # Two processes may open a new root at once: the schema is created
+        # inside one immediate transaction, and the loser finds it done.
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            _app_id, version = self._header()
+            if version == 0:
+                if self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                    raise JournalCorrupt(
+                        self.path, "is a SQLite database of another program", _MOVE_ASIDE
+                    )
+                db = sqlite_utils.Database(self._conn)
+                db.table("events").create(
+                    {"seq": int, "time": float, "kind": str, "payload": str, "digest": bytes},
+                    pk="seq",
+                    not_null={"time", "kind", "payload", "digest"},
+                )
+                for action in ("UPDATE", "DELETE"):
+                    self._conn.execute(
+                        f"CREATE TRIGGER events_no_{action.lower()} BEFORE {action} ON events "
+                        "BEGIN SELECT RAISE(ABORT, 'sessiontemp events are append-only'); END"
+                    )
+                self._conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+                self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+
+    # -- writing -------------------------------------------------------------
+
+    def append(self, events: Sequence[Event], *, time: float) -> list[Record]:
+        """Commit *events* as one transaction and return them as records.
+
+        Returns only once the commit is durable.  Either all of *events* are
+        committed, in order and with consecutive sequence numbers, or none is
+        and a :class:`JournalError` says why.
+        """
+        rows = [encode(event) for event in events]
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    last = self._conn.execute(
+                        "SELECT seq, digest FROM events ORDER BY seq DESC LIMIT 1"
+                    ).fetchone()
+                    seq, digest = (0, _GENESIS) if last is None else (last[0], last[1])
+                    records = []
+                    for event, (kind, payload) in zip(events, rows, strict=True):
+                        seq += 1
+                        digest = chain(digest, seq, time, kind, payload)
+                        self._conn.execute(
+                            "INSERT INTO events (seq, time, kind, payload, digest) "
+                            "VALUES (?, ?, ?, ?, ?)",
+                            (seq, time, kind, payload, digest),
+                        )
+                        records.append(Record(seq, time, event))
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    if self._conn.in_transaction:
+                        self._conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as e:
+                raise self._translate(e, "append to") from e
+        return records
+
+    # -- reading -------------------------------------------------------------
+
+    def rows(self, *, after: int = 0) -> Iterator[tuple[int, float, str, str, bytes]]:
+        """Raw ``(seq, time, kind, payload, digest)`` rows after sequence number *after*."""
+        with self._lock:
+            try:
+                cursor = self._conn.execute(
+                    "SELECT seq, time, kind, payload, digest FROM events WHERE seq > ? "
+                    "ORDER BY seq",
+                    (after,),
+                )
+                batch = cursor.fetchall()
+            except sqlite3.Error as e:
+                raise self._translate(e, "read") from e
+        yield from batch
+
+    def records(self, *, after: int = 0) -> Iterator[Record]:
+        """Decoded records after sequence number *after*, in order."""
+        for seq, time, kind, payload, _ in self.rows(after=after):
+            try:
+                event = decode(seq, kind, payload)
+            except RuleViolation as e:
+                raise self.corrupt(e) from e
+            yield Record(seq, time, event)
+
+    def last_seq(self) -> int:
+        """The sequence number of the newest committed event, 0 when empty."""
+        with self._lock:
+            try:
+                row = self._conn.execute("SELECT max(seq) FROM events").fetchone()
+            except sqlite3.Error as e:
+                raise self._translate(e, "read") from e
+        return int(row[0] or 0)
+
+    def verify(self) -> list[str]:
+        """Check SQLite's integrity, the sequence and the digest chain; return the problems."""
+        problems: list[str] = []
+        with self._lock:
+            try:
+                for (line,) in self._conn.execute("PRAGMA integrity_check"):
+                    if line != "ok":
+                        problems.append(f"integrity: {line}")
+            except sqlite3.Error as e:
+                raise self._translate(e, "read") from e
+        expected_seq, digest = 1, _GENESIS
+        for seq, time, kind, payload, stored in self.rows():
+            if seq != expected_seq:
+                problems.append(f"sequence: expected event {expected_seq}, found {seq}")
+            digest = chain(digest, seq, time, kind, payload)
+            if stored != digest:
+                problems.append(f"event {seq}: digest does not match its predecessors")
+                digest = stored
+            expected_seq = seq + 1
+        return problems
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    # -- errors --------------------------------------------------------------
+
+    def corrupt(self, error: RuleViolation) -> JournalCorrupt:
+        """Name this file in a rule violation found while reading it."""
+        return JournalCorrupt(
+            self.path,
+            f"event {error.seq} {error.reason}",
+            "It was changed by something other than sessiontemp, or by a newer version; "
+            "run `journal-inspect verify` on it, then move it aside to start afresh",
+        )
+
+    def _translate(self, e: sqlite3.Error, doing: str) -> JournalError:
+        code = getattr(e, "sqlite_errorcode", None)
+        message = str(e)
+        if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in message:
+            return JournalBusy(
+                self.path,
+                f"could not {doing} it: another process held its write lock for too long",
+                "Find the process with `fuser` on the file, or retry later",
+            )
+        if code == sqlite3.SQLITE_FULL or "full" in message:
+            return JournalFull(
+                self.path,
+                f"could not {doing} it: the file system is full ({message})",
+                "Free space on it; nothing already committed was lost",
+            )
+        if code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_CANTOPEN) or (
+            "readonly" in message
+        ):
+            return JournalReadOnly(
+                self.path,
+                f"could not {doing} it: it or its file system does not accept writes ({message})",
+                "Make it writable, or pass a root on a writable file system",
+            )
+        if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or (isinstance(
+            e, sqlite3.DatabaseError
+        ) and ("malformed" in message or "not a database" in message)):
+            return JournalCorrupt(self.path, f"is damaged ({message})", _MOVE_ASIDE)
+        if code == sqlite3.SQLITE_IOERR:
+            return JournalError(
+                self.path,
+                f"could not {doing} it: I/O error ({message})",
+                f"Check the disk holding it ({os.strerror(errno.EIO)})",
+            )
+        return JournalError(self.path, f"could not {doing} it ({message})", _MOVE_ASIDE)

@@ -1,0 +1,273 @@
+"""Recovery: after any crash, remove what nobody can use any more, and nothing else.
+
+A pass runs on every Manager open and from :func:`recover`, one at a time
+per root (``ROOT/recovery.lock``).  It replays the journal, then:
+
+1. declares dead every manager whose liveness lock is free, journaling it;
+2. removes every generation of a closed or dead manager, and finishes every
+   removal that was started, unless the generation's own lock is still held
+   (a command started by a lease outlived its manager): that one is skipped
+   and the next pass looks again;
+3. sweeps entries with the generation or trash prefix that the journal does
+   not know (a lost journal's leftovers): trash at once, generations once
+   their mtime is older than *stale_after*; never one whose lock is held.
+
+A live manager's generations are never touched: they are its own business.
+Each removal is journaled; one entry that cannot be handled is logged,
+reported as skipped and does not stop the pass.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import attrs
+import filelock
+
+from journal.errors import RuleViolation
+from journal.events import Event, ManagerDied, RecoveryStarted, RemovalFinished, RemovalStarted
+from journal.reducer import GenerationState, State, replay
+from journal.store import Store
+from sessiontemp.locks import probe_manager
+from sessiontemp.log import logger
+from sessiontemp.removal import finish, remove_generation, seize
+from sessiontemp.root import (
+    TRASH_PREFIX,
+    Root,
+    generation_id_of,
+    generation_name,
+    trash_name,
+)
+from sessiontemp.steps import StepHook, Steps
+
+__all__ = ["Removed", "Report", "Skipped", "recover", "run"]
+
+
+@attrs.frozen
+class Removed:
+    """A generation or stray entry a pass removed: its original path, and why."""
+
+    path: Path
+    generation: str
+    reason: str
+
+
+@attrs.frozen
+class Skipped:
+    """An entry a pass had to leave, and why; the next pass tries again."""
+
+    path: Path
+    reason: str
+
+
+@attrs.frozen
+class Report:
+    """What one recovery pass did.  ``ran`` is False when another pass held the root."""
+
+    removed: tuple[Removed, ...] = ()
+    skipped: tuple[Skipped, ...] = ()
+    dead: tuple[str, ...] = ()
+    ran: bool = True
+
+
+def recover(
+    root: os.PathLike[str] | str | None = None,
+    *,
+    stale_after: float = 86400.0,
+    clock: Callable[[], float] = time.time,
+    busy_timeout: float = 30.0,
+    step_hook: StepHook | None = None,
+) -> Report:
+    """Run one recovery pass on *root* (None: the per-user default), waiting for any other."""
+    opened = Root.open(root)
+    try:
+        opened.check_journal()
+        store = Store(opened.journal_path, busy_timeout=busy_timeout)
+        try:
+            return run(opened, store, stale_after=stale_after, clock=clock,
+                       steps=Steps(step_hook), wait=True)
+        finally:
+            store.close()
+    finally:
+        opened.close()
+
+
+def run(
+    root: Root,
+    store: Store,
+    *,
+    stale_after: float,
+    clock: Callable[[], float],
+    steps: Steps,
+    wait: bool,
+) -> Report:
+    """One pass over an open root and journal; with *wait* False, skip if another runs."""
+    lock = filelock.FileLock(
+        root.recovery_lock_path, timeout=-1 if wait else 0,
+        thread_local=False, fallback_to_soft=False,
+    )
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        logger.info("recovery.skipped", path=str(root.path), reason="another pass is running")
+        return Report(ran=False)
+    try:
+        return _Pass(root, store, stale_after=stale_after, clock=clock, steps=steps).run()
+    finally:
+        lock.release()
+
+
+class _Pass:
+    def __init__(
+        self, root: Root, store: Store, *, stale_after: float, clock: Callable[[], float],
+        steps: Steps,
+    ) -> None:
+        self.root = root
+        self.store = store
+        self.stale_after = stale_after
+        self.clock = clock
+        self.steps = steps
+        self.id = secrets.token_hex(8)
+        self.state = State()
+        self.started = False
+        self.removed: list[Removed] = []
+        self.skipped: list[Skipped] = []
+        self.dead: list[str] = []
+
+    def run(self) -> Report:
+        self.refresh()
+        self.bury_dead_managers()
+        for generation in list(self.state.generations.values()):
+            if self.orphaned(generation):
+                self.remove_known(generation)
+        self.sweep_unknown()
+        if self.started:
+            logger.info("recovery.finished", recovery=self.id, removed=len(self.removed),
+                        skipped=len(self.skipped), dead=len(self.dead))
+        return Report(tuple(self.removed), tuple(self.skipped), tuple(self.dead))
+
+    def refresh(self) -> None:
+        """Bring the state up to the journal's end, through events others appended."""
+        try:
+            self.state = replay(self.store.records(after=self.state.seq), self.state)
+        except RuleViolation as e:
+            raise self.store.corrupt(e) from e
+
+    def append(self, events: Sequence[Event]) -> None:
+        if not self.started:
+            # Named lazily: a pass with nothing to do leaves no trace.
+            events = [RecoveryStarted(self.id, os.getpid()), *events]
+            self.started = True
+        self.steps.before("journal", ",".join(e.kind for e in events))
+        self.store.append(events, time=self.clock())
+        # Events of others may sit between ours: catch up with all of them.
+        self.refresh()
+
+    def bury_dead_managers(self) -> None:
+        for manager in list(self.state.managers.values()):
+            if manager.ended is not None:
+                continue
+            lock_path = self.root.manager_lock_path(manager.id)
+            lock = probe_manager(lock_path)
+            if lock is None:
+                continue
+            try:
+                # The lock came free either by death or by close(); close
+                # journals before letting go, so re-reading tells them apart.
+                self.refresh()
+                if self.state.managers[manager.id].ended is None:
+                    self.append([ManagerDied(manager.id, self.id)])
+                    self.dead.append(manager.id)
+                    logger.warning("manager.dead", manager=manager.id, pid=manager.pid,
+                                   recovery=self.id, seq=self.state.seq)
+                lock_path.unlink(missing_ok=True)
+            finally:
+                lock.release()
+
+    def orphaned(self, generation: GenerationState) -> bool:
+        if generation.removal == "finished":
+            return False
+        if generation.manager is None:
+            # A stray whose removal a crashed pass began.
+            return True
+        return self.state.managers[generation.manager].ended is not None
+
+    def remove_known(self, generation: GenerationState) -> None:
+        path = self.root.path / generation_name(generation.id)
+        manager = self.state.managers.get(generation.manager or "")
+        if generation.removal == "started":
+            reason = generation.removal_reason or "its removal was interrupted"
+        elif manager is not None and manager.ended == "dead":
+            reason = f"manager {manager.id} (pid {manager.pid}) died"
+        else:
+            reason = f"manager {generation.manager} closed while it was held"
+        try:
+            outcome = remove_generation(
+                self.root.fd, generation, by=self.id, reason=reason, append=self.append,
+                steps=self.steps,
+            )
+        except OSError as e:
+            self.skip(path, f"removal failed: {e}", generation.id)
+            return
+        if outcome == "busy":
+            self.skip(path, "a running command still holds it", generation.id)
+        elif outcome == "refused":
+            self.skip(path, "it was replaced by something else; left alone", generation.id)
+        else:
+            self.removed.append(Removed(path, generation.id, reason))
+            logger.info(f"generation.{outcome}", recovery=self.id, generation=generation.id,
+                        path=str(path), reason=reason)
+
+    def sweep_unknown(self) -> None:
+        names = os.listdir(self.root.fd)
+        # Listed first, read second: a generation is journaled before its
+        # mkdir, so every directory just listed is known to this refresh.
+        self.refresh()
+        for name in sorted(names):
+            generation = generation_id_of(name)
+            if generation is None or generation in self.state.generations:
+                continue
+            try:
+                self.remove_stray(name, generation)
+            except OSError as e:
+                self.skip(self.root.path / name, f"removal failed: {e}", generation)
+
+    def remove_stray(self, name: str, generation: str) -> None:
+        path = self.root.path / name
+        is_trash = name.startswith(TRASH_PREFIX)
+        if not is_trash:
+            st = os.stat(name, dir_fd=self.root.fd, follow_symlinks=False)
+            age = self.clock() - st.st_mtime
+            if age < self.stale_after:
+                return
+        found = seize(self.root.fd, (name,), steps=self.steps)
+        if found.status == "busy":
+            self.skip(path, "unknown to the journal and locked by someone", generation)
+            return
+        if found.status == "refused":
+            self.skip(path, f"unknown to the journal and {found.reason}; left alone", generation)
+            return
+        if found.status == "absent":
+            return
+        reason = ("unknown to the journal, left in the trash" if is_trash else
+                  f"unknown to the journal and older than {self.stale_after:g} s")
+        try:
+            self.append([RemovalStarted(generation, self.id, reason)])
+        except BaseException:
+            found.abandon()
+            raise
+        finish(self.root.fd, found, trash_name(generation),
+               steps=self.steps)
+        self.append([RemovalFinished(generation, self.id, "removed")])
+        self.removed.append(Removed(path, generation, reason))
+        logger.info("generation.removed", recovery=self.id, generation=generation,
+                    path=str(path), reason=reason)
+
+    def skip(self, path: Path, reason: str, generation: str) -> None:
+        self.skipped.append(Skipped(path, reason))
+        logger.warning("generation.skipped", recovery=self.id, generation=generation,
+                       path=str(path), reason=reason)

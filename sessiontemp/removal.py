@@ -1,0 +1,238 @@
+"""Removing a generation without ever following a link out of it.
+
+Removal is two calls, so the caller can journal in between:
+
+1. :func:`seize` finds the entry under its generation or trash name and takes
+   an exclusive lock on it.  The lock fails while any lease or command still
+   holds its shared lock, and then nothing is touched.
+2. :func:`finish` renames it to its trash name (claiming it: a crash from
+   here on leaves a name the sweep recognises even without a journal), then
+   empties and removes it through directory descriptors.
+
+Nothing is ever resolved by path: each directory is opened relative to its
+parent's descriptor with O_NOFOLLOW, so a symlink planted inside a generation
+is unlinked, never followed, and a hard link is unlinked, never truncated.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Callable, Iterable, Sequence
+from typing import Final, Literal, TypeAlias
+
+import attrs
+
+from journal.events import Event, RemovalFinished, RemovalStarted
+from journal.reducer import GenerationState
+from sessiontemp.locks import try_exclusive
+from sessiontemp.root import generation_name, trash_name
+from sessiontemp.steps import Steps
+
+__all__ = ["Found", "Outcome", "finish", "remove_generation", "seize"]
+
+Outcome: TypeAlias = Literal["removed", "absent", "busy", "refused"]
+
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+@attrs.frozen
+class Found:
+    """What :func:`seize` found at a generation's names.
+
+    ``status`` is "seized" (``fd`` holds the exclusive lock, or ``symlink``
+    is set), "absent", "busy" (someone holds its lock) or "refused" (not
+    ours to remove; ``reason`` says why).
+    """
+
+    status: Literal["seized", "absent", "busy", "refused"]
+    name: str | None = None
+    fd: int | None = None
+    symlink: bool = False
+    reason: str = ""
+
+    def abandon(self) -> None:
+        """Give up a seized entry without removing it."""
+        if self.fd is not None:
+            os.close(self.fd)
+
+
+def seize(
+    root_fd: int,
+    names: Iterable[str],
+    *,
+    identity: tuple[int, int] | None = None,
+    steps: Steps,
+) -> Found:
+    """Find the first of *names* present under *root_fd* and lock it exclusively.
+
+    *identity* is the (device, inode) recorded when the generation was made;
+    a directory with another identity under that name was put there by
+    someone else and is refused.
+    """
+    for name in names:
+        try:
+            fd = os.open(name, _DIR_FLAGS, dir_fd=root_fd)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            st = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                return Found("seized", name=name, symlink=True)
+            return Found("refused", name=name,
+                         reason=f"it is a {_kind(st.st_mode)}, not a directory")
+        try:
+            st = os.fstat(fd)
+            if identity is not None and (st.st_dev, st.st_ino) != identity:
+                os.close(fd)
+                return Found("refused", name=name,
+                             reason="it was replaced by another directory since it was made")
+            steps.before("lock", name)
+            if not try_exclusive(fd):
+                os.close(fd)
+                return Found("busy", name=name)
+        except BaseException:
+            os.close(fd)
+            raise
+        return Found("seized", name=name, fd=fd)
+    return Found("absent")
+
+
+def finish(root_fd: int, found: Found, trash: str, *, steps: Steps) -> None:
+    """Remove what :func:`seize` locked: claim it under *trash*, empty it, remove it.
+
+    Raises OSError when something inside cannot be removed; what is left
+    stays under the trash name for the next recovery.
+    """
+    assert found.status == "seized"
+    assert found.name is not None
+    if found.symlink:
+        steps.before("unlink", found.name)
+        os.unlink(found.name, dir_fd=root_fd)
+        return
+    assert found.fd is not None
+    try:
+        if found.name != trash:
+            steps.before("rename", f"{found.name} -> {trash}")
+            os.rename(found.name, trash, src_dir_fd=root_fd, dst_dir_fd=root_fd)
+        _empty(found.fd, steps)
+        steps.before("rmdir", trash)
+        os.rmdir(trash, dir_fd=root_fd)
+    finally:
+        steps.before("unlock", trash)
+        os.close(found.fd)
+
+
+def _empty(top: int, steps: Steps) -> None:
+    """Remove everything inside the directory open as *top*, without recursion.
+
+    An explicit stack instead of recursion: a command can leave a tree
+    thousands of levels deep, and Python's recursion limit would stop a
+    recursive walk half-way.
+    """
+    # Each frame: (descriptor, its name in the parent, names still to visit).
+    stack: list[tuple[int, str, list[str]]] = [(top, "", os.listdir(top))]
+    try:
+        while stack:
+            fd, name, pending = stack[-1]
+            if not pending:
+                stack.pop()
+                if stack:
+                    os.close(fd)
+                    steps.before("rmdir", name)
+                    os.rmdir(name, dir_fd=stack[-1][0])
+                continue
+            entry = pending.pop()
+            child = _open_child(fd, entry)
+            if child is None:
+                # Anything but a directory, symlinks included: unlinking
+                # removes the name only, never the target's contents.
+                steps.before("unlink", entry)
+                os.unlink(entry, dir_fd=fd)
+            else:
+                stack.append((child, entry, os.listdir(child)))
+    finally:
+        for fd, _, _ in stack[1:]:
+            os.close(fd)
+
+
+def _open_child(parent: int, name: str) -> int | None:
+    """Open *name* as a directory without following links; None for a non-directory."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            return None
+        if e.errno != errno.EACCES:
+            raise
+    # A directory its owner made unreadable (chmod 0): make it ours to read
+    # again.  It is opened as a path first, without following links, and the
+    # mode is changed through /proc on that very inode, so a symlink swapped
+    # in meanwhile cannot redirect the chmod.
+    path_fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC,
+                      dir_fd=parent)
+    try:
+        os.chmod(f"/proc/self/fd/{path_fd}", 0o700)
+    finally:
+        os.close(path_fd)
+    return os.open(name, _DIR_FLAGS, dir_fd=parent)
+
+
+def _kind(mode: int) -> str:
+    for test, word in (
+        (stat.S_ISREG, "regular file"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+    ):
+        if test(mode):
+            return word
+    return "non-directory"
+
+
+def remove_generation(
+    root_fd: int,
+    generation: GenerationState,
+    *,
+    by: str,
+    reason: str,
+    append: Callable[[Sequence[Event]], object],
+    steps: Steps,
+) -> Outcome:
+    """Journal and carry out the removal of a generation the journal knows.
+
+    The journal hears of the removal after the exclusive lock is taken (so a
+    busy generation leaves no trace) and before anything is renamed or
+    deleted (so a crash from there on is finished by recovery).  A removal
+    started earlier, by a process that then died, is finished without being
+    journaled twice.  OSError from the removal itself propagates; what is
+    left stays for the next recovery.
+    """
+    gid = generation.id
+    identity = (
+        (generation.device, generation.inode)
+        if generation.device is not None and generation.inode is not None
+        else None
+    )
+    found = seize(root_fd, (generation_name(gid), trash_name(gid)), identity=identity, steps=steps)
+    if found.status == "busy":
+        return "busy"
+    started: list[Event] = (
+        [] if generation.removal == "started" else [RemovalStarted(gid, by, reason)]
+    )
+    if found.status == "absent":
+        append([*started, RemovalFinished(gid, by, "absent")])
+        return "absent"
+    if found.status == "refused":
+        append([*started, RemovalFinished(gid, by, f"refused: {found.reason}")])
+        return "refused"
+    try:
+        if started:
+            append(started)
+    except BaseException:
+        found.abandon()
+        raise
+    finish(root_fd, found, trash_name(gid), steps=steps)
+    append([RemovalFinished(gid, by, "removed")])
+    return "removed"

@@ -1,0 +1,167 @@
+"""The root directory: where a journal and its generations live, and why it can be trusted.
+
+A root is created 0700 for the current user and refused when it is a
+symbolic link, someone else's, or writable by group or others: anyone who
+can write to the root can rename or swap a generation under a running
+command.  Once checked, the root is held open as a directory descriptor and
+every create, rename, lock and removal of a generation is done relative to
+that descriptor, never by re-resolving the path.
+
+Layout::
+
+    ROOT/journal.sqlite3            the event journal (+ -wal, -shm)
+    ROOT/recovery.lock              serialises recovery passes
+    ROOT/managers/<id>.lock         one liveness lock per live manager
+    ROOT/sessiontemp-gen-<id>/      a generation directory
+    ROOT/sessiontemp-trash-<id>/    a generation being removed
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import errno
+import os
+import secrets
+import stat
+import tempfile
+from pathlib import Path
+from typing import Final
+
+import attrs
+
+from journal.errors import UnsafeRoot
+
+__all__ = [
+    "GENERATION_PREFIX",
+    "JOURNAL_NAME",
+    "TRASH_PREFIX",
+    "Root",
+    "default_root",
+    "generation_id_of",
+    "generation_name",
+    "new_generation_id",
+    "trash_name",
+]
+
+GENERATION_PREFIX: Final = "sessiontemp-gen-"
+TRASH_PREFIX: Final = "sessiontemp-trash-"
+JOURNAL_NAME: Final = "journal.sqlite3"
+MANAGERS_DIR: Final = "managers"
+RECOVERY_LOCK: Final = "recovery.lock"
+
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def default_root() -> Path:
+    """The per-user root under the system temporary directory."""
+    return Path(tempfile.gettempdir()) / f"sessiontemp-{os.getuid()}"
+
+
+def new_generation_id() -> str:
+    """An unpredictable id: 80 random bits in lower-case base32 (16 characters)."""
+    # base32 in lower case stays one name on case-insensitive file systems.
+    return base64.b32encode(secrets.token_bytes(10)).decode("ascii").lower()
+
+
+def generation_name(generation: str) -> str:
+    return GENERATION_PREFIX + generation
+
+
+def trash_name(generation: str) -> str:
+    return TRASH_PREFIX + generation
+
+
+def generation_id_of(name: str) -> str | None:
+    """The generation id in a generation or trash name, None for any other name."""
+    for prefix in (GENERATION_PREFIX, TRASH_PREFIX):
+        if name.startswith(prefix) and len(name) > len(prefix):
+            return name[len(prefix):]
+    return None
+
+
+@attrs.define
+class Root:
+    """An open, checked root directory."""
+
+    path: Path
+    fd: int
+    device: int
+    inode: int
+
+    @classmethod
+    def open(cls, path: os.PathLike[str] | str | None = None) -> Root:
+        """Create *path* if missing (0700), check it, and hold it open.
+
+        Raises :class:`UnsafeRoot` naming the path, what is wrong and the fix.
+        """
+        root = Path(os.path.abspath(default_root() if path is None else path))
+        root.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(root, 0o700)
+        try:
+            # O_NOFOLLOW: a root pre-created as a symlink by another user
+            # would otherwise send every generation to a place they chose.
+            fd = os.open(root, _DIR_FLAGS)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise UnsafeRoot(root, "is a symbolic link",
+                                 "Remove it or pass another root") from None
+            if e.errno == errno.ENOTDIR:
+                raise UnsafeRoot(root, "is not a directory",
+                                 "Remove it or pass another root") from None
+            raise UnsafeRoot(root, f"cannot be opened ({e.strerror})",
+                             "Fix its permissions or pass another root") from None
+        try:
+            st = os.fstat(fd)
+            check_owned_private(root, st)
+            os.mkdir(MANAGERS_DIR, 0o700, dir_fd=fd)
+        except FileExistsError:
+            pass
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(path=root, fd=fd, device=st.st_dev, inode=st.st_ino)
+
+    @property
+    def journal_path(self) -> Path:
+        return self.path / JOURNAL_NAME
+
+    def manager_lock_path(self, manager: str) -> Path:
+        return self.path / MANAGERS_DIR / f"{manager}.lock"
+
+    @property
+    def recovery_lock_path(self) -> Path:
+        return self.path / RECOVERY_LOCK
+
+    def check_journal(self) -> None:
+        """Refuse a journal that is a symlink: SQLite would follow it out of the root."""
+        try:
+            st = os.stat(JOURNAL_NAME, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(st.st_mode):
+            raise UnsafeRoot(self.journal_path, "is a symbolic link",
+                             "Remove it or pass another root")
+        if st.st_uid != os.getuid():
+            raise UnsafeRoot(self.journal_path, f"is owned by uid {st.st_uid}, not you "
+                             f"(uid {os.getuid()})", "Remove it or pass another root")
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def check_owned_private(path: Path, st: os.stat_result) -> None:
+    """Refuse a directory that is not ours alone to write."""
+    uid = os.getuid()
+    if st.st_uid != uid:
+        raise UnsafeRoot(path, f"is owned by uid {st.st_uid}, not you (uid {uid})",
+                         "Remove it or pass another root")
+    if st.st_mode & 0o022:
+        raise UnsafeRoot(
+            path,
+            f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})",
+            f"Run `chmod 700 {path}` or pass another root",
+        )
