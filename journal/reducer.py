@@ -73,7 +73,8 @@ class GenerationState:
 
     ``manager`` is None for a stray: an entry with the generation prefix that
     recovery found on disk without any record of it.  ``removal`` is None,
-    then "started", then "finished".
+    then "started", then "finished"; ``removal_outcome`` says how it ended:
+    "removed", "absent" or "refused: <why>".
     """
 
     id: str
@@ -90,6 +91,7 @@ class GenerationState:
     removal_seq: int | None = None
     removal_by: str | None = None
     removal_reason: str | None = None
+    removal_outcome: str | None = None
 
 
 @attrs.frozen
@@ -144,8 +146,11 @@ class _Draft:
         return State(managers=self.managers, generations=self.generations, seq=self.seq)
 
     def step(self, record: Record) -> None:
-        if record.seq != self.seq + 1:
-            raise RuleViolation(record.seq, f"follows event {self.seq}: the sequence has a gap")
+        # Increasing, not consecutive: a manager folds only the events it
+        # appended, which other writers interleave.  That the whole journal
+        # has no gap is the store's promise, checked where it is read.
+        if record.seq <= self.seq:
+            raise RuleViolation(record.seq, f"follows event {self.seq}: out of order")
         self.seq = record.seq
         _RULES[type(record.event)](self, record, record.event)
 
@@ -332,7 +337,9 @@ def _removal_finished(d: _Draft, r: Record, e: RemovalFinished) -> None:
     if generation.removal != "started":
         raise RuleViolation(r.seq, f"finishes removing generation {e.generation}, "
                             "whose removal was not started")
-    d.generations[e.generation] = attrs.evolve(generation, removal="finished")
+    d.generations[e.generation] = attrs.evolve(
+        generation, removal="finished", removal_outcome=e.outcome
+    )
     if generation.manager is not None:
         manager = d.managers[generation.manager]
         d.managers[manager.id] = attrs.evolve(

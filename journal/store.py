@@ -238,12 +238,20 @@ class Store:
         yield from batch
 
     def records(self, *, after: int = 0) -> Iterator[Record]:
-        """Decoded records after sequence number *after*, in order."""
+        """Decoded records after sequence number *after*, in order.
+
+        Raises :class:`JournalCorrupt` at a gap in the sequence or a record
+        that does not decode: nothing after such a point is trusted.
+        """
+        expected = after + 1
         for seq, time, kind, payload, _ in self.rows(after=after):
             try:
+                if seq != expected:
+                    raise RuleViolation(seq, f"follows event {expected - 1}: a gap")
                 event = decode(seq, kind, payload)
             except RuleViolation as e:
                 raise self.corrupt(e) from e
+            expected = seq + 1
             yield Record(seq, time, event)
 
     def last_seq(self) -> int:

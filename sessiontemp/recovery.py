@@ -229,7 +229,17 @@ class _Pass:
         self.refresh()
         for name in sorted(names):
             generation = generation_id_of(name)
-            if generation is None or generation in self.state.generations:
+            if generation is None:
+                continue
+            known = self.state.generations.get(generation)
+            if known is not None:
+                if known.removal == "finished":
+                    # Journaled as gone, yet here: the directory operations
+                    # are not fsynced, so a power loss can undo a removal; or
+                    # it was refused as not ours.  Either way a person decides.
+                    self.skip(self.root.path / name, f"the journal says its removal ended "
+                              f"({known.removal_outcome}), yet it is on disk; check it and "
+                              "remove it by hand", generation)
                 continue
             try:
                 self.remove_stray(name, generation)

@@ -1,0 +1,87 @@
+"""Shared fixtures: a fresh root per test, managers checked against the journal.
+
+Every manager a test opens through ``open_manager`` is checked at teardown:
+replaying its journal from scratch must give exactly the state the manager
+holds.  Hypothesis profiles: ``ci`` (the default), ``dev`` (quick) and
+``long``; choose with HYPOTHESIS_PROFILE.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from journal import State, Store, replay
+from sessiontemp import Manager
+
+settings.register_profile(
+    "ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "dev", max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "long", max_examples=5000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def journal_state(root: Path) -> State:
+    """The state replayed from scratch from the journal under *root*, read-only."""
+    store = Store(root / "journal.sqlite3", readonly=True)
+    try:
+        return replay(store.records())
+    finally:
+        store.close()
+
+
+def own_view(state: State, manager_id: str) -> tuple[object, dict[str, object]]:
+    """One manager's part of *state*: its record and its generations."""
+    return state.managers[manager_id], {
+        gid: g for gid, g in state.generations.items() if g.manager == manager_id
+    }
+
+
+def assert_replay_matches(manager: Manager) -> None:
+    """Replaying the journal from scratch gives exactly what *manager* holds."""
+    assert own_view(journal_state(manager.root), manager.id) == own_view(
+        manager.state, manager.id
+    )
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "root"
+
+
+@pytest.fixture
+def open_manager(root: Path) -> Iterator[Callable[..., Manager]]:
+    """Open managers on ``root`` (or another root); each is checked and closed at teardown."""
+    opened: list[Manager] = []
+
+    def factory(at: Path | None = None, **kwargs: Any) -> Manager:
+        manager = Manager(root if at is None else at, **kwargs)
+        opened.append(manager)
+        return manager
+
+    yield factory
+    for manager in opened:
+        if not manager.closed:
+            assert_replay_matches(manager)
+            manager.close()
+        assert own_view(journal_state(manager.root), manager.id) == own_view(
+            manager.state, manager.id
+        )
+
+
+@pytest.fixture
+def manager(open_manager: Callable[..., Manager]) -> Manager:
+    """A manager with one owner, on a fresh root."""
+    m = open_manager()
+    m.retain()
+    return m
