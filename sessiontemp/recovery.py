@@ -172,6 +172,13 @@ class _Pass:
             if manager.ended is not None:
                 continue
             lock_path = self.root.manager_lock_path(manager.id)
+            if not lock_path.exists():
+                # Probing would create a new file and always win its lock,
+                # declaring dead a manager that may well be alive.
+                self.skip(lock_path, f"the liveness lock of manager {manager.id} is missing, "
+                          "so whether it lives cannot be told; its generations are left alone",
+                          "")
+                continue
             lock = probe_manager(lock_path)
             if lock is None:
                 continue
