@@ -143,6 +143,11 @@ class Store:
                 if version == 0:
                     raise JournalCorrupt(self.path, "holds no sessiontemp journal", _MOVE_ASIDE)
                 return
+            if version == 0 and self._foreign():
+                raise JournalCorrupt(self.path, "is a SQLite database of another program",
+                                     _MOVE_ASIDE)
+            # Only now, with the file known to be empty or ours: WAL mode
+            # rewrites the header.
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=FULL")
             if version == 0:
@@ -155,6 +160,10 @@ class Store:
         version = self._conn.execute("PRAGMA user_version").fetchone()[0]
         return int(app_id), int(version)
 
+    def _foreign(self) -> bool:
+        """Whether a database without our schema version already holds tables."""
+        return bool(self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0])
+
     def _create_schema(self) -> None:
         # Two processes may open a new root at once: the schema is created
         # inside one immediate transaction, and the loser finds it done.
@@ -162,10 +171,6 @@ class Store:
         try:
             _app_id, version = self._header()
             if version == 0:
-                if self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
-                    raise JournalCorrupt(
-                        self.path, "is a SQLite database of another program", _MOVE_ASIDE
-                    )
                 db = sqlite_utils.Database(self._conn)
                 db.table("events").create(
                     {"seq": int, "time": float, "kind": str, "payload": str, "digest": bytes},

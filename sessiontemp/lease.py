@@ -61,7 +61,8 @@ class Lease:
         given, replaces ``os.environ`` as the base the temporary variables are
         set on, and ``pass_fds`` is extended, not replaced.
         """
-        base: Mapping[str, str] = kwargs.pop("env", None) or os.environ
+        given: Mapping[str, str] | None = kwargs.pop("env", None)
+        base = os.environ if given is None else given
         env = {**base, **self.env()}
         with self._lock:
             if self._fd is None:

@@ -104,12 +104,10 @@ class Root:
             # would otherwise send every generation to a place they chose.
             fd = os.open(root, _DIR_FLAGS)
         except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise UnsafeRoot(root, "is a symbolic link",
-                                 "Remove it or pass another root") from None
-            if e.errno == errno.ENOTDIR:
-                raise UnsafeRoot(root, "is not a directory",
-                                 "Remove it or pass another root") from None
+            if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                # With O_DIRECTORY, Linux reports a symlink as ENOTDIR, not ELOOP.
+                what = "is a symbolic link" if root.is_symlink() else "is not a directory"
+                raise UnsafeRoot(root, what, "Remove it or pass another root") from None
             raise UnsafeRoot(root, f"cannot be opened ({e.strerror})",
                              "Fix its permissions or pass another root") from None
         try:
