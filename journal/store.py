@@ -21,6 +21,7 @@ import errno
 import hashlib
 import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -45,7 +46,6 @@ SCHEMA_VERSION: Final = 1
 # "STMP": marks the file as a sessiontemp journal in SQLite's header.
 APPLICATION_ID: Final = 0x53544D50
 _GENESIS: Final = bytes(16)
-_SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 _MOVE_ASIDE: Final = "Move it aside (the manager then starts a new journal) or pass another root"
 
 
@@ -88,25 +88,23 @@ class Store:
     # -- opening -------------------------------------------------------------
 
     def _check_header(self) -> None:
-        # Looking at the bytes first means a foreign file is refused before
-        # SQLite can touch it (or create a -wal beside it).
+        # Never open() the file here: closing any descriptor of it drops
+        # every POSIX lock this process holds on it, including the read lock
+        # of a connection already open, and the next process to close the
+        # journal would then checkpoint and delete a -wal still in use.  A
+        # stat is safe; SQLite itself tells a foreign file by its header.
         try:
-            with open(self.path, "rb") as f:
-                head = f.read(len(_SQLITE_MAGIC))
+            st = os.stat(self.path)
         except FileNotFoundError:
             if self.readonly:
                 raise JournalError(
                     self.path, "does not exist", "Check the path, or pass --root for a root"
                 ) from None
             return
-        except IsADirectoryError:
-            raise JournalCorrupt(self.path, "is a directory", _MOVE_ASIDE) from None
-        except PermissionError as e:
-            raise JournalReadOnly(
-                self.path, f"cannot be read ({e.strerror})", "Fix its permissions and try again"
-            ) from None
-        if head and head != _SQLITE_MAGIC:
-            raise JournalCorrupt(self.path, "is not a SQLite database", _MOVE_ASIDE)
+        if stat.S_ISDIR(st.st_mode):
+            raise JournalCorrupt(self.path, "is a directory", _MOVE_ASIDE)
+        if not stat.S_ISREG(st.st_mode):
+            raise JournalCorrupt(self.path, "is not a regular file", _MOVE_ASIDE)
 
     def _connect(self, busy_timeout: float) -> sqlite3.Connection:
         try:
@@ -327,9 +325,9 @@ class Store:
                 f"could not {doing} it: it or its file system does not accept writes ({message})",
                 "Make it writable, or pass a root on a writable file system",
             )
-        if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or (isinstance(
-            e, sqlite3.DatabaseError
-        ) and ("malformed" in message or "not a database" in message)):
+        if code == sqlite3.SQLITE_NOTADB or "not a database" in message:
+            return JournalCorrupt(self.path, "is not a SQLite database", _MOVE_ASIDE)
+        if code == sqlite3.SQLITE_CORRUPT or "malformed" in message:
             return JournalCorrupt(self.path, f"is damaged ({message})", _MOVE_ASIDE)
         if code == sqlite3.SQLITE_IOERR:
             return JournalError(

@@ -28,7 +28,7 @@ from pathlib import Path
 import attrs
 import filelock
 
-from journal.errors import RuleViolation
+from journal.errors import JournalError, RuleViolation
 from journal.events import Event, ManagerDied, RecoveryStarted, RemovalFinished, RemovalStarted
 from journal.reducer import GenerationState, State, replay
 from journal.store import Store
@@ -36,6 +36,7 @@ from sessiontemp.locks import probe_manager
 from sessiontemp.log import logger
 from sessiontemp.removal import finish, remove_generation, seize
 from sessiontemp.root import (
+    MANAGERS_DIR,
     TRASH_PREFIX,
     Root,
     generation_id_of,
@@ -45,6 +46,9 @@ from sessiontemp.root import (
 from sessiontemp.steps import StepHook, Steps
 
 __all__ = ["Removed", "Report", "Skipped", "recover", "run"]
+
+# How old an unknown liveness lock file must be before it counts as litter.
+_LOCK_GRACE = 60.0
 
 
 @attrs.frozen
@@ -137,14 +141,21 @@ class _Pass:
         self.removed: list[Removed] = []
         self.skipped: list[Skipped] = []
         self.dead: list[str] = []
+        self.finished_closing: set[str] = set()
 
     def run(self) -> Report:
         self.refresh()
         self.bury_dead_managers()
-        for generation in list(self.state.generations.values()):
+        candidates = [g.id for g in self.state.generations.values() if self.orphaned(g)]
+        for generation_id in candidates:
+            # Re-read first: the state may have moved on since the list was
+            # made (a manager finishing its close removes its own).
+            self.refresh()
+            generation = self.state.generations[generation_id]
             if self.orphaned(generation):
                 self.remove_known(generation)
         self.sweep_unknown()
+        self.sweep_lock_files()
         if self.started:
             logger.info("recovery.finished", recovery=self.id, removed=len(self.removed),
                         skipped=len(self.skipped), dead=len(self.dead))
@@ -196,12 +207,36 @@ class _Pass:
                 lock.release()
 
     def orphaned(self, generation: GenerationState) -> bool:
+        """Whether *generation* is recovery's to remove: nobody else will ever do it.
+
+        Each generation has one writer at a time, which is what keeps the
+        journal consistent without cross-checking appends: its manager while
+        that lives, then the recovery passes, one at a time.
+        """
         if generation.removal == "finished":
             return False
         if generation.manager is None:
             # A stray whose removal a crashed pass began.
             return True
-        return self.state.managers[generation.manager].ended is not None
+        manager = self.state.managers[generation.manager]
+        if manager.ended == "dead":
+            return True
+        # A closed manager may still be inside close(), removing its own
+        # generations, until it lets its liveness lock go.
+        return manager.ended == "closed" and self.let_go(manager.id)
+
+    def let_go(self, manager_id: str) -> bool:
+        """Whether a closed manager has given up its liveness lock."""
+        if manager_id not in self.finished_closing:
+            lock_path = self.root.manager_lock_path(manager_id)
+            if lock_path.exists():
+                lock = probe_manager(lock_path)
+                if lock is None:
+                    return False
+                lock.release()
+            # Once let go, never taken again: remember it for this pass.
+            self.finished_closing.add(manager_id)
+        return True
 
     def remove_known(self, generation: GenerationState) -> None:
         path = self.root.path / generation_name(generation.id)
@@ -217,6 +252,9 @@ class _Pass:
                 self.root.fd, generation, by=self.id, reason=reason, append=self.append,
                 steps=self.steps,
             )
+        except JournalError:
+            # Not a bad entry but a journal that cannot be written: stop.
+            raise
         except OSError as e:
             self.skip(path, f"removal failed: {e}", generation.id)
             return
@@ -250,6 +288,10 @@ class _Pass:
                 continue
             try:
                 self.remove_stray(name, generation)
+            except JournalError:
+                raise
+            except FileNotFoundError:
+                continue
             except OSError as e:
                 self.skip(self.root.path / name, f"removal failed: {e}", generation)
 
@@ -283,6 +325,35 @@ class _Pass:
         self.removed.append(Removed(path, generation, reason))
         logger.info("generation.removed", recovery=self.id, generation=generation,
                     path=str(path), reason=reason)
+
+    def sweep_lock_files(self) -> None:
+        """Remove liveness lock files that no manager will use again.
+
+        A closed manager's file is left when it was killed right after its
+        close was journaled; an unknown one when a manager was killed after
+        taking its lock and before the journal named it.  An unknown file is
+        only touched once older than a minute: a manager being opened right
+        now creates its file a moment before it locks it.
+        """
+        lock_dir = self.root.path / MANAGERS_DIR
+        for name in sorted(os.listdir(lock_dir)):
+            manager_id = name.removesuffix(".lock")
+            known = self.state.managers.get(manager_id)
+            if known is not None and known.ended is None:
+                continue
+            path = lock_dir / name
+            try:
+                if known is None and self.clock() - path.stat().st_mtime < _LOCK_GRACE:
+                    continue
+                lock = probe_manager(path)
+                if lock is None:
+                    continue
+                try:
+                    path.unlink(missing_ok=True)
+                finally:
+                    lock.release()
+            except FileNotFoundError:
+                continue
 
     def skip(self, path: Path, reason: str, generation: str) -> None:
         self.skipped.append(Skipped(path, reason))

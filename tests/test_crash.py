@@ -677,8 +677,16 @@ def test_a_manager_killed_while_opening_leaves_no_liveness_lock_behind(
     # Killed with its liveness lock taken, before the journal names it.
     opener = lab.child("--armed", "--at", "journal", "--detail", "manager.opened")
     assert opener.crash is not None
+    (litter,) = (root / "managers").iterdir()
 
-    recover_by_opening(root, live=())
+    # Right away the file could be a manager opening at this moment: kept.
+    sessiontemp.recover(root, busy_timeout=TIMEOUT)
+    assert litter.exists()
+
+    # A minute on (the clock is passed in) it can only be litter.
+    sessiontemp.recover(root, busy_timeout=TIMEOUT, clock=lambda: time.time() + 120)
+    assert not litter.exists()
+    assert_only_live_left(root, live=())
 
 
 # -- recovery beside a manager that is closing --------------------------------------
