@@ -23,6 +23,7 @@ import os
 import sqlite3
 import stat
 import threading
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
@@ -46,7 +47,13 @@ SCHEMA_VERSION: Final = 1
 # "STMP": marks the file as a sessiontemp journal in SQLite's header.
 APPLICATION_ID: Final = 0x53544D50
 _GENESIS: Final = bytes(16)
+_SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 _MOVE_ASIDE: Final = "Move it aside (the manager then starts a new journal) or pass another root"
+
+
+# The journal files this process has connections to, by (device, inode).
+_OPEN: Final[Counter[tuple[int, int]]] = Counter()
+_OPEN_LOCK: Final = threading.Lock()
 
 
 def chain(previous: bytes, seq: int, time: float, kind: str, payload: str) -> bytes:
@@ -77,22 +84,22 @@ class Store:
         # One connection shared by the threads of one manager; appends are
         # serialised here because a sqlite3 connection is not re-entrant.
         self._lock = threading.Lock()
-        self._check_header()
-        self._conn = self._connect(busy_timeout)
-        try:
-            self._prepare()
-        except BaseException:
-            self._conn.close()
-            raise
+        self._identity: tuple[int, int] | None = None
+        with _OPEN_LOCK:
+            self._check_header()
+            self._conn = self._connect(busy_timeout)
+            try:
+                self._prepare()
+                st = os.stat(self.path)
+            except BaseException:
+                self._conn.close()
+                raise
+            self._identity = (st.st_dev, st.st_ino)
+            _OPEN[self._identity] += 1
 
     # -- opening -------------------------------------------------------------
 
     def _check_header(self) -> None:
-        # Never open() the file here: closing any descriptor of it drops
-        # every POSIX lock this process holds on it, including the read lock
-        # of a connection already open, and the next process to close the
-        # journal would then checkpoint and delete a -wal still in use.  A
-        # stat is safe; SQLite itself tells a foreign file by its header.
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -105,6 +112,24 @@ class Store:
             raise JournalCorrupt(self.path, "is a directory", _MOVE_ASIDE)
         if not stat.S_ISREG(st.st_mode):
             raise JournalCorrupt(self.path, "is not a regular file", _MOVE_ASIDE)
+        if st.st_size == 0 or _OPEN[(st.st_dev, st.st_ino)]:
+            return
+        # SQLite takes a short file for an empty database and would write
+        # its schema over it, so the header is checked here first.  This
+        # process has no connection to the file yet (checked above, under
+        # _OPEN_LOCK): closing a descriptor of it would otherwise drop every
+        # POSIX lock the process holds on it, including a live connection's
+        # read lock, and another process would then checkpoint and delete a
+        # -wal still in use.
+        try:
+            with open(self.path, "rb") as f:
+                head = f.read(len(_SQLITE_MAGIC))
+        except PermissionError as e:
+            raise JournalReadOnly(
+                self.path, f"cannot be read ({e.strerror})", "Fix its permissions and try again"
+            ) from None
+        if head != _SQLITE_MAGIC:
+            raise JournalCorrupt(self.path, "is not a SQLite database", _MOVE_ASIDE)
 
     def _connect(self, busy_timeout: float) -> sqlite3.Connection:
         try:
@@ -180,6 +205,15 @@ class Store:
                         f"CREATE TRIGGER events_no_{action.lower()} BEFORE {action} ON events "
                         "BEGIN SELECT RAISE(ABORT, 'sessiontemp events are append-only'); END"
                     )
+                # REPLACE deletes without firing DELETE triggers, and a
+                # hand-made seq could leave a gap: the next event must be
+                # exactly the one after the last.
+                self._conn.execute(
+                    "CREATE TRIGGER events_in_sequence BEFORE INSERT ON events "
+                    "WHEN NEW.seq IS NOT (SELECT coalesce(max(seq), 0) + 1 FROM events) "
+                    "BEGIN SELECT RAISE(ABORT, 'sessiontemp events are append-only, each one right "
+                    "after the last'); END"
+                )
                 self._conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
                 self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._conn.execute("COMMIT")
@@ -197,6 +231,9 @@ class Store:
         and a :class:`JournalError` says why.
         """
         rows = [encode(event) for event in events]
+        # The digest covers the time as SQLite gives it back: a float, and
+        # never -0.0, which a REAL column returns as 0.0.
+        time = float(time) + 0.0
         with self._lock:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
@@ -288,8 +325,11 @@ class Store:
         return problems
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        with _OPEN_LOCK, self._lock:
+            if self._identity is not None:
+                _OPEN[self._identity] -= 1
+                self._identity = None
+                self._conn.close()
 
     # -- errors --------------------------------------------------------------
 
