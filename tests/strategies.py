@@ -1,0 +1,625 @@
+"""Hypothesis strategies for the journal: the one place for strategies in this project.
+
+What is here, and how to reuse it:
+
+* Single events.  :func:`events_of` draws one event of a given class with
+  arbitrary field values (any text, any integer); :func:`events` draws an
+  event of any kind, the kinds evenly spread.  :data:`FIELD_VALUES` maps a
+  field's type to the strategy of its values, :func:`wrong_values_for` to
+  JSON values of every other type (a bool where an int belongs, an int where
+  a str belongs, floats, null, lists, objects).
+* Records.  :func:`records` numbers a list of events 1, 2, 3, ... the way the
+  store does; :func:`times` draws wall-clock times.
+* Legal histories.  :class:`Lifecycle` is a small, independent model of
+  what managers and recovery passes write: each of its methods appends the
+  events a correct :class:`sessiontemp.Manager` (or recovery) writes for one
+  step, in that order, and keeps its own idea of the resulting lifecycle in
+  :attr:`Lifecycle.managers` and :attr:`Lifecycle.generations`, with a
+  :class:`Snapshot` after every event.  :func:`lifecycles` drives one
+  through random legal steps (open managers, retain/release/rotate,
+  create+ready generations, acquire and release leases, abandoned
+  generations, removals begun and finished, strays, close and death);
+  :func:`legal_records` gives just the records.  A test can keep driving
+  the model it drew by hand, then add one event of its own with
+  :meth:`Lifecycle.next_record`, which numbers it without changing the model.
+* Budgets.  :func:`scaled` gives settings with a fraction of the active
+  profile's examples (``ci``, ``dev`` or ``long``, see ``conftest.py``), for
+  tests whose examples are expensive, so every profile keeps its proportions.
+* Reducer states.  :func:`generation_states` draws any
+  :class:`journal.GenerationState` (for :func:`journal.reducer.removal_due`);
+  :func:`snapshot_of` projects a reducer :class:`journal.State` onto the
+  model's :class:`Snapshot`, so the two can be compared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+from hypothesis import settings
+from hypothesis import strategies as st
+
+from journal import KINDS, Event, GenerationState, Record, State
+from journal.events import (
+    GenerationCreated,
+    GenerationReady,
+    LeaseAcquired,
+    LeaseReleased,
+    ManagerClosed,
+    ManagerDied,
+    ManagerOpened,
+    RecoveryStarted,
+    Released,
+    RemovalFinished,
+    RemovalStarted,
+    Retained,
+    Rotated,
+)
+
+__all__ = [
+    "EVENT_CLASSES",
+    "FIELD_VALUES",
+    "MANAGER_EVENT_CLASSES",
+    "Lifecycle",
+    "ModelGeneration",
+    "ModelManager",
+    "Snapshot",
+    "event_fields",
+    "events",
+    "events_of",
+    "generation_states",
+    "ids",
+    "legal_records",
+    "lifecycles",
+    "records",
+    "scaled",
+    "snapshot_of",
+    "times",
+    "wrong_values_for",
+]
+
+# -- budgets --------------------------------------------------------------------------
+
+
+def scaled(fraction: float, *, minimum: int = 10) -> settings:
+    """Settings running *fraction* of the active profile's ``max_examples`` (at least *minimum*)."""
+    return settings(max_examples=max(minimum, round(settings().max_examples * fraction)))
+
+
+# -- single events --------------------------------------------------------------
+
+EVENT_CLASSES: Final[tuple[type[Event], ...]] = tuple(KINDS.values())
+
+# The kinds whose ``manager`` field names the manager they act on.
+MANAGER_EVENT_CLASSES: Final[tuple[type[Event], ...]] = tuple(
+    cls for cls in EVENT_CLASSES if "manager" in {a.name for a in attrs.fields(cls)}
+)
+
+FIELD_VALUES: Final[Mapping[type, st.SearchStrategy[Any]]] = {
+    str: st.text(),
+    int: st.integers(),
+}
+
+
+def event_fields(cls: type[Event]) -> dict[str, type]:
+    """The field names of *cls* and the Python type of each (``str`` or ``int``)."""
+    fields: dict[str, type] = {}
+    for a in attrs.fields(cls):
+        # The event modules use postponed annotations: the type is its name.
+        name = a.type if isinstance(a.type, str) else getattr(a.type, "__name__", "")
+        fields[a.name] = {"str": str, "int": int}[name]
+    return fields
+
+
+def events_of(cls: type[Event]) -> st.SearchStrategy[Event]:
+    """One event of class *cls*, every field drawn from :data:`FIELD_VALUES`."""
+    return st.builds(
+        cls, **{name: FIELD_VALUES[typ] for name, typ in event_fields(cls).items()}
+    )
+
+
+def events() -> st.SearchStrategy[Event]:
+    """One event of any kind; each kind is equally likely."""
+    return st.sampled_from(EVENT_CLASSES).flatmap(events_of)
+
+
+_JSON_SCALARS: Final[Mapping[str, st.SearchStrategy[Any]]] = {
+    "bool": st.booleans(),
+    "int": st.integers(),
+    "float": st.floats(allow_nan=False, allow_infinity=False),
+    "str": st.text(max_size=8),
+    "null": st.none(),
+}
+
+
+def wrong_values_for(typ: type) -> st.SearchStrategy[Any]:
+    """JSON values that are not of type *typ*: every other scalar, and lists and objects.
+
+    For ``int`` this includes bools (an int to Python, never to the schema);
+    for ``str`` it includes ints.
+    """
+    own = {int: "int", str: "str"}[typ]
+    scalars = [s for name, s in _JSON_SCALARS.items() if name != own]
+    return st.one_of(
+        *scalars,
+        st.lists(st.integers(), max_size=2),
+        st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    )
+
+
+# -- records ----------------------------------------------------------------------
+
+
+def times() -> st.SearchStrategy[float]:
+    """A wall-clock time as a clock gives it: a non-negative float, integral or not."""
+    return st.floats(min_value=0.0, max_value=4e9, allow_nan=False, allow_infinity=False)
+
+
+def records(
+    event_strategy: st.SearchStrategy[Event] | None = None,
+    *,
+    min_size: int = 0,
+    max_size: int = 20,
+) -> st.SearchStrategy[list[Record]]:
+    """Events numbered 1, 2, 3, ... with non-decreasing times; any events, legal or not."""
+
+    @st.composite
+    def build(draw: st.DrawFn) -> list[Record]:
+        drawn = draw(
+            st.lists(event_strategy or events(), min_size=min_size, max_size=max_size)
+        )
+        start = draw(times())
+        return [Record(seq, start + seq, event) for seq, event in enumerate(drawn, start=1)]
+
+    return build()
+
+
+def ids() -> st.SearchStrategy[str]:
+    """An id as the library makes them: short, printable, never empty."""
+    return st.text(alphabet="abcdefghijklmnopqrstuvwxyz234567", min_size=1, max_size=16)
+
+
+# -- the lifecycle model ------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelManager:
+    """What the model expects the reducer to know of one manager."""
+
+    id: str
+    owners: int = 0
+    sealed: bool = False
+    ended: str | None = None
+    current: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelGeneration:
+    """What the model expects the reducer to know of one generation (or stray)."""
+
+    id: str
+    manager: str | None
+    ready: bool = False
+    retired: bool = False
+    leases: frozenset[str] = frozenset()
+    removal: str | None = None
+    removal_outcome: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """The model's whole expectation after some event."""
+
+    managers: Mapping[str, ModelManager]
+    generations: Mapping[str, ModelGeneration]
+
+
+def snapshot_of(state: State) -> Snapshot:
+    """The part of a reducer state that the model predicts."""
+    return Snapshot(
+        managers={
+            m.id: ModelManager(m.id, m.owners, m.sealed, m.ended, m.current)
+            for m in state.managers.values()
+        },
+        generations={
+            g.id: ModelGeneration(
+                g.id, g.manager, g.ready, g.retired, g.leases, g.removal, g.removal_outcome
+            )
+            for g in state.generations.values()
+        },
+    )
+
+
+def _require(allowed: bool, subject: object) -> None:
+    if not allowed:
+        raise ValueError(f"the model was asked for a step the library never takes: {subject!r}")
+
+
+class Lifecycle:
+    """A model of managers and recovery passes that writes only legal histories.
+
+    Each step method appends, in order, the events the library writes for
+    that step and updates the model.  The methods assert their own
+    preconditions (the ones the manager checks before it writes anything) and
+    raise ValueError when asked for a step the library never takes: call them
+    only when the step is allowed, which the query methods tell.
+    """
+
+    def __init__(self, start_time: float = 1_700_000_000.0) -> None:
+        self.records: list[Record] = []
+        self.snapshots: list[Snapshot] = []
+        self.managers: dict[str, ModelManager] = {}
+        self.generations: dict[str, ModelGeneration] = {}
+        self._start_time = start_time
+        self._counter = itertools.count()
+
+    def __repr__(self) -> str:
+        lines = [f"  {r.seq}: {r.event!r}" for r in self.records]
+        return "Lifecycle(\n" + "\n".join(lines) + "\n)"
+
+    # -- numbering ---------------------------------------------------------------
+
+    def next_record(self, event: Event) -> Record:
+        """*event* as the next record of this history; the model is not changed."""
+        seq = len(self.records) + 1
+        return Record(seq, self._start_time + seq, event)
+
+    def _emit(self, event: Event) -> None:
+        self.records.append(self.next_record(event))
+        self.snapshots.append(Snapshot(dict(self.managers), dict(self.generations)))
+
+    def new_id(self, prefix: str) -> str:
+        """An id no event of this history uses yet."""
+        return f"{prefix}{next(self._counter)}"
+
+    # -- queries -----------------------------------------------------------------
+
+    def live_managers(self) -> list[str]:
+        return [m.id for m in self.managers.values() if m.ended is None]
+
+    def sealed_live_managers(self) -> list[str]:
+        return [m.id for m in self.managers.values() if m.ended is None and m.sealed]
+
+    def ended_managers(self) -> list[str]:
+        return [m.id for m in self.managers.values() if m.ended is not None]
+
+    def leasing_managers(self) -> list[str]:
+        """Live managers that may hand out a lease: not sealed, with an owner."""
+        return [
+            m.id for m in self.managers.values()
+            if m.ended is None and not m.sealed and m.owners > 0
+        ]
+
+    def held_leases(self) -> list[tuple[str, str]]:
+        """Every ``(generation, lease)`` pair currently held."""
+        return [
+            (g.id, lease)
+            for g in self.generations.values()
+            for lease in sorted(g.leases)
+        ]
+
+    def due_generations(self) -> list[str]:
+        """Generations that may be removed now: retired, lease-free, removal not begun."""
+        return [
+            g.id for g in self.generations.values()
+            if g.retired and not g.leases and g.removal is None
+        ]
+
+    def started_removals(self) -> list[str]:
+        return [g.id for g in self.generations.values() if g.removal == "started"]
+
+    def generations_of(self, manager: str) -> list[str]:
+        return [g.id for g in self.generations.values() if g.manager == manager]
+
+    # -- owners ------------------------------------------------------------------
+
+    def open_manager(self, pid: int = 4242) -> str:
+        manager = self.new_id("m")
+        self.managers[manager] = ModelManager(manager)
+        self._emit(ManagerOpened(manager, pid))
+        return manager
+
+    def retain(self, manager: str) -> None:
+        m = self._live(manager)
+        if not m.sealed:
+            self.managers[manager] = dataclasses.replace(m, owners=m.owners + 1)
+        self._emit(Retained(manager))
+
+    def release(self, manager: str) -> None:
+        m = self._live(manager)
+        owners = max(m.owners - 1, 0)
+        if owners == 0:
+            self._retire_current(m)
+            m = dataclasses.replace(m, sealed=True, current=None)
+        self.managers[manager] = dataclasses.replace(m, owners=owners)
+        self._emit(Released(manager))
+
+    def rotate(self, manager: str) -> None:
+        m = self._live(manager)
+        if not m.sealed:
+            self._retire_current(m)
+            self.managers[manager] = dataclasses.replace(m, current=None)
+        self._emit(Rotated(manager))
+
+    def _retire_current(self, m: ModelManager) -> None:
+        if m.current is not None:
+            g = self.generations[m.current]
+            self.generations[g.id] = dataclasses.replace(g, retired=True)
+
+    # -- generations and leases ----------------------------------------------------
+
+    def create_generation(self, manager: str) -> str:
+        """Only ``generation.created``: the step before ``mkdir``."""
+        m = self._live(manager)
+        _require(not m.sealed and m.owners > 0 and m.current is None, m)
+        generation = self.new_id("g")
+        self.generations[generation] = ModelGeneration(generation, manager)
+        self.managers[manager] = dataclasses.replace(m, current=generation)
+        self._emit(GenerationCreated(manager, generation))
+        return generation
+
+    def ready_generation(self, manager: str, generation: str) -> None:
+        g = self.generations[generation]
+        _require(g.manager == manager and not g.ready and g.removal is None, g)
+        self.generations[generation] = dataclasses.replace(g, ready=True)
+        inode = 1000 + len(self.records)
+        self._emit(GenerationReady(manager, generation, 64769, inode))
+
+    def make_generation(self, manager: str) -> str:
+        """Created, then ready: a generation made without a hitch."""
+        generation = self.create_generation(manager)
+        self.ready_generation(manager, generation)
+        return generation
+
+    def acquire(self, manager: str) -> tuple[str, str]:
+        """A lease on the current generation, made first when there is none."""
+        m = self._live(manager)
+        _require(not m.sealed and m.owners > 0, m)
+        generation = m.current if m.current is not None else self.make_generation(manager)
+        lease = self.new_id("l")
+        g = self.generations[generation]
+        _require(g.ready, g)
+        self.generations[generation] = dataclasses.replace(g, leases=g.leases | {lease})
+        self._emit(LeaseAcquired(manager, generation, lease))
+        return generation, lease
+
+    def abandon_generation(self, manager: str) -> str:
+        """A generation whose ``mkdir`` failed: created, then removed at once."""
+        generation = self.create_generation(manager)
+        self.start_removal(generation, by=manager, reason="could not be made")
+        self.finish_removal(generation, by=manager, outcome="absent")
+        return generation
+
+    def release_lease(self, generation: str, lease: str) -> None:
+        g = self.generations[generation]
+        _require(lease in g.leases, (g, lease))
+        assert g.manager is not None
+        self._live(g.manager)
+        self.generations[generation] = dataclasses.replace(g, leases=g.leases - {lease})
+        self._emit(LeaseReleased(g.manager, generation, lease))
+
+    # -- removal -----------------------------------------------------------------
+
+    def start_removal(
+        self, generation: str, *, by: str, reason: str = "retired and no lease left"
+    ) -> None:
+        """``removal.started``; for an id the history never named, a stray."""
+        g = self.generations.get(generation)
+        if g is None:
+            self.generations[generation] = ModelGeneration(
+                generation, None, retired=True, removal="started"
+            )
+        else:
+            _require(g.removal is None and not g.leases, g)
+            if g.manager is not None:
+                m = self.managers[g.manager]
+                if m.current == generation:
+                    _require(not g.ready, g)
+                    self.managers[m.id] = dataclasses.replace(m, current=None)
+            self.generations[generation] = dataclasses.replace(
+                g, retired=True, removal="started"
+            )
+        self._emit(RemovalStarted(generation, by, reason))
+
+    def finish_removal(self, generation: str, *, by: str, outcome: str = "removed") -> None:
+        g = self.generations[generation]
+        _require(g.removal == "started", g)
+        self.generations[generation] = dataclasses.replace(
+            g, removal="finished", removal_outcome=outcome
+        )
+        self._emit(RemovalFinished(generation, by, outcome))
+
+    def remove_stray(self, *, by: str, finish: bool = True) -> str:
+        """A recovery pass removing an entry the journal never named."""
+        generation = self.new_id("s")
+        self.start_removal(generation, by=by, reason="unknown to the journal")
+        if finish:
+            self.finish_removal(generation, by=by)
+        return generation
+
+    # -- the end -----------------------------------------------------------------
+
+    def start_recovery(self, pid: int = 4343) -> str:
+        recovery = self.new_id("r")
+        self._emit(RecoveryStarted(recovery, pid))
+        return recovery
+
+    def close(self, manager: str) -> None:
+        self._end(manager, "closed")
+        self._emit(ManagerClosed(manager))
+
+    def die(self, manager: str, recovery: str) -> None:
+        self._end(manager, "dead")
+        self._emit(ManagerDied(manager, recovery))
+
+    def _end(self, manager: str, how: str) -> None:
+        m = self._live(manager)
+        for g in list(self.generations.values()):
+            if g.manager == manager and g.removal != "finished":
+                self.generations[g.id] = dataclasses.replace(
+                    g, retired=True, leases=frozenset()
+                )
+        self.managers[manager] = dataclasses.replace(m, sealed=True, ended=how, current=None)
+
+    def _live(self, manager: str) -> ModelManager:
+        m = self.managers[manager]
+        _require(m.ended is None, m)
+        return m
+
+
+# -- driving the model at random ------------------------------------------------------
+
+_Step = Callable[[st.DrawFn, Lifecycle], None]
+
+
+def _pick(draw: st.DrawFn, options: Sequence[str]) -> str:
+    return draw(st.sampled_from(sorted(options)))
+
+
+def _remover(lc: Lifecycle, generation: str) -> str:
+    """Who removes *generation*: its live manager, or else a recovery pass."""
+    owner = lc.generations[generation].manager if generation in lc.generations else None
+    if owner is not None and owner in lc.live_managers():
+        return owner
+    return lc.start_recovery()
+
+
+def _remove(draw: st.DrawFn, lc: Lifecycle) -> None:
+    generation = _pick(draw, lc.due_generations())
+    by = _remover(lc, generation)
+    lc.start_removal(generation, by=by)
+    # Mostly finished at once; sometimes left half-done, as after a crash.
+    if draw(st.integers(0, 3)):
+        lc.finish_removal(generation, by=by)
+
+
+def _finish(draw: st.DrawFn, lc: Lifecycle) -> None:
+    generation = _pick(draw, lc.started_removals())
+    outcome = draw(st.sampled_from(["removed", "absent", "refused: replaced"]))
+    lc.finish_removal(generation, by=lc.start_recovery(), outcome=outcome)
+
+
+def _die(draw: st.DrawFn, lc: Lifecycle) -> None:
+    manager = _pick(draw, lc.live_managers())
+    lc.die(manager, lc.start_recovery())
+
+
+def _release_lease(draw: st.DrawFn, lc: Lifecycle) -> None:
+    generation, lease = draw(st.sampled_from(lc.held_leases()))
+    lc.release_lease(generation, lease)
+
+
+def _open(draw: st.DrawFn, lc: Lifecycle) -> None:
+    lc.open_manager(draw(st.integers(1, 2**22)))
+
+
+def _retain(draw: st.DrawFn, lc: Lifecycle) -> None:
+    lc.retain(_pick(draw, lc.live_managers()))
+
+
+def _release(draw: st.DrawFn, lc: Lifecycle) -> None:
+    lc.release(_pick(draw, lc.live_managers()))
+
+
+def _rotate(draw: st.DrawFn, lc: Lifecycle) -> None:
+    lc.rotate(_pick(draw, lc.live_managers()))
+
+
+def _close(draw: st.DrawFn, lc: Lifecycle) -> None:
+    lc.close(_pick(draw, lc.live_managers()))
+
+
+def _acquire(draw: st.DrawFn, lc: Lifecycle) -> None:
+    lc.acquire(_pick(draw, lc.leasing_managers()))
+
+
+def _idle(lc: Lifecycle) -> list[str]:
+    """Managers that may make a generation now: leasing, with none current."""
+    return [m for m in lc.leasing_managers() if lc.managers[m].current is None]
+
+
+def _fail_generation(draw: st.DrawFn, lc: Lifecycle) -> None:
+    """A generation that never became ready: mkdir failed, or the process died."""
+    manager = _pick(draw, _idle(lc))
+    if draw(st.booleans()):
+        lc.abandon_generation(manager)
+    else:
+        lc.create_generation(manager)
+        lc.die(manager, lc.start_recovery())
+
+
+def _recovery(draw: st.DrawFn, lc: Lifecycle) -> None:
+    """A recovery pass that finds only a stray entry, or nothing at all to do."""
+    recovery = lc.start_recovery()
+    if draw(st.booleans()):
+        lc.remove_stray(by=recovery, finish=draw(st.booleans()))
+
+
+def _enabled(lc: Lifecycle, max_live: int) -> list[_Step]:
+    """The steps allowed now, repeated by weight so leases and removals are common."""
+    steps: list[_Step] = []
+    if len(lc.live_managers()) < max_live:
+        steps += [_open] * 2
+    if lc.live_managers():
+        steps += [_retain] * 3 + [_release] * 2 + [_rotate] * 2 + [_close, _die]
+    if lc.leasing_managers():
+        steps += [_acquire] * 4
+    if _idle(lc):
+        steps.append(_fail_generation)
+    if lc.held_leases():
+        steps += [_release_lease] * 3
+    if lc.due_generations():
+        steps += [_remove] * 3
+    if lc.started_removals():
+        steps += [_finish] * 2
+    steps.append(_recovery)
+    return steps
+
+
+def lifecycles(*, max_steps: int = 40, max_live: int = 3) -> st.SearchStrategy[Lifecycle]:
+    """A :class:`Lifecycle` driven through up to *max_steps* random legal steps.
+
+    At most *max_live* managers live at once; ended ones may be followed by new ones.
+    Each step is one operation of a manager or a recovery pass, so one step
+    may write several events (acquiring on an idle manager writes three).
+    """
+
+    @st.composite
+    def build(draw: st.DrawFn) -> Lifecycle:
+        lc = Lifecycle(start_time=draw(times()))
+        for _ in range(draw(st.integers(0, max_steps))):
+            step = draw(st.sampled_from(_enabled(lc, max_live)))
+            step(draw, lc)
+        return lc
+
+    return build()
+
+
+def legal_records(*, max_steps: int = 40, max_live: int = 3) -> st.SearchStrategy[list[Record]]:
+    """The records of a random legal history (see :func:`lifecycles`)."""
+    return lifecycles(max_steps=max_steps, max_live=max_live).map(
+        lambda lc: list(lc.records)
+    )
+
+
+# -- reducer states ---------------------------------------------------------------------
+
+
+def generation_states() -> st.SearchStrategy[GenerationState]:
+    """Any generation state, consistent or not: every flag drawn independently."""
+    removal = st.sampled_from([None, "started", "finished"])
+    return st.builds(
+        GenerationState,
+        id=ids(),
+        manager=st.none() | ids(),
+        created_seq=st.integers(1, 10**6),
+        created_at=times(),
+        ready=st.booleans(),
+        leases=st.frozensets(ids(), max_size=3),
+        retired=st.booleans(),
+        removal=removal,
+        removal_outcome=st.none() | st.sampled_from(["removed", "absent", "refused: moved"]),
+    )
