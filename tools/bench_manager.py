@@ -57,7 +57,8 @@ def run(root: Path, rounds: int) -> list[tuple[str, float]]:
                  median_us(rounds, rotate_cycle)))
     rows.append(("`true` through lease.popen, with acquire and release",
                  median_us(rounds, popen_cycle)))
-    rows.append(("`true` through plain subprocess.Popen (baseline)", median_us(rounds, plain_popen)))
+    rows.append(("`true` through plain subprocess.Popen (baseline)",
+                 median_us(rounds, plain_popen)))
     manager.release()
     manager.close()
 
