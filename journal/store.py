@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
+from urllib.request import pathname2url
 
 import sqlite_utils
 
@@ -49,6 +50,8 @@ APPLICATION_ID: Final = 0x53544D50
 _GENESIS: Final = bytes(16)
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 _MOVE_ASIDE: Final = "Move it aside (the manager then starts a new journal) or pass another root"
+# How journal.events.decode ends the reason for a kind it does not know.
+_UNKNOWN_KIND: Final = "which this version does not know"
 
 
 # The journal files this process has connections to, by (device, inode).
@@ -70,6 +73,13 @@ class Store:
     it can inspect a journal that live managers are appending to, or a copy
     without its -wal file.  ``busy_timeout`` bounds how long an append waits
     for another process's write, in seconds.
+
+    A read-only open falls back to ``immutable`` reading when SQLite cannot
+    open the file with its locks (a copy on a read-only medium, or in a
+    directory where its -shm file cannot be made); ``immutable=True`` asks
+    for that at once.  Immutable reading sees only what is in the main
+    file (a -wal beside it is ignored) and must not be used on a journal
+    that is being written.
     """
 
     def __init__(
@@ -77,10 +87,14 @@ class Store:
         path: os.PathLike[str] | str,
         *,
         readonly: bool = False,
+        immutable: bool = False,
         busy_timeout: float = 30.0,
     ) -> None:
         self.path = Path(path)
-        self.readonly = readonly
+        # immutable: read the file as it is, without any lock or -shm file;
+        # only for a copy that nothing else writes.  Implies readonly.
+        self.readonly = readonly or immutable
+        self.immutable = immutable
         # One connection shared by the threads of one manager; appends are
         # serialised here because a sqlite3 connection is not re-entrant.
         self._lock = threading.Lock()
@@ -134,10 +148,30 @@ class Store:
     def _connect(self, busy_timeout: float) -> sqlite3.Connection:
         try:
             if self.readonly:
-                conn = sqlite3.connect(
-                    f"file:{self.path}?mode=ro", uri=True, isolation_level=None,
-                    check_same_thread=False,
-                )
+                uri = "file:" + pathname2url(os.path.abspath(self.path))
+                conn = None
+                if not self.immutable:
+                    conn = sqlite3.connect(
+                        uri + "?mode=ro", uri=True, isolation_level=None,
+                        check_same_thread=False,
+                    )
+                    try:
+                        # Opening is lazy: the first read finds out whether
+                        # the locks and the -shm file could be had.
+                        conn.execute("PRAGMA schema_version").fetchone()
+                    except sqlite3.OperationalError as e:
+                        if getattr(e, "sqlite_errorcode", None) in (
+                            sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT
+                        ):
+                            raise
+                        conn.close()
+                        conn = None
+                        self.immutable = True
+                if conn is None:
+                    conn = sqlite3.connect(
+                        uri + "?mode=ro&immutable=1", uri=True, isolation_level=None,
+                        check_same_thread=False,
+                    )
             else:
                 # isolation_level=None: no implicit transactions; every write
                 # below opens its own BEGIN IMMEDIATE.
@@ -277,6 +311,37 @@ class Store:
                 raise self._translate(e, "read") from e
         yield from batch
 
+    def stream(
+        self, *, after: int = 0, until: int | None = None, batch: int = 20_000
+    ) -> Iterator[tuple[int, float, str, str]]:
+        """Raw ``(seq, time, kind, payload)`` rows after *after* (up to *until*), in batches.
+
+        Unlike :meth:`rows`, it never holds the whole journal in memory: rows
+        are fetched *batch* at a time, all from one read snapshot.
+        """
+        sql = "SELECT seq, time, kind, payload FROM events WHERE seq > ?"
+        params: tuple[int, ...] = (after,)
+        if until is not None:
+            sql += " AND seq <= ?"
+            params = (after, until)
+        with self._lock:
+            try:
+                cursor = self._conn.execute(sql + " ORDER BY seq", params)
+            except sqlite3.Error as e:
+                raise self._translate(e, "read") from e
+        try:
+            while True:
+                with self._lock:
+                    try:
+                        chunk = cursor.fetchmany(batch)
+                    except sqlite3.Error as e:
+                        raise self._translate(e, "read") from e
+                if not chunk:
+                    return
+                yield from chunk
+        finally:
+            cursor.close()
+
     def records(self, *, after: int = 0) -> Iterator[Record]:
         """Decoded records after sequence number *after*, in order.
 
@@ -335,6 +400,15 @@ class Store:
 
     def corrupt(self, error: RuleViolation) -> JournalCorrupt:
         """Name this file in a rule violation found while reading it."""
+        if error.reason.endswith(_UNKNOWN_KIND):
+            # The one violation a newer sessiontemp makes on purpose: moving
+            # the journal aside would lose its history, upgrading keeps it.
+            return JournalCorrupt(
+                self.path,
+                f"event {error.seq} {error.reason}",
+                "It was written by a newer sessiontemp: upgrade sessiontemp to read it "
+                "(nothing in it was changed or lost)",
+            )
         return JournalCorrupt(
             self.path,
             f"event {error.seq} {error.reason}",
