@@ -1,0 +1,325 @@
+"""``journal-inspect``: replay a sessiontemp journal to explain what happened.
+
+    journal-inspect [PATH] [--root DIR] [SUBCOMMAND] [options] [--json]
+
+PATH names a journal file; otherwise ``--root DIR`` (default: the per-user
+root) names the root holding ``journal.sqlite3``.  Each subcommand calls one
+function of :mod:`sessiontemp.inspect` and formats its result.  Exit status:
+0 ok, 1 problems found (verify, fsck), 2 bad input (a missing, corrupt or
+foreign journal; a bad argument).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sqlite3
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Final, TextIO
+
+from journal.errors import SessionTempError
+from sessiontemp import inspect
+
+__all__ = ["main"]
+
+SUBCOMMANDS: Final = ("summary", "events", "state", "explain", "verify", "fsck")
+
+
+def _when(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return dt.datetime.fromtimestamp(t).astimezone().isoformat(timespec="milliseconds")
+
+
+def _emit(obj: object, out: TextIO) -> None:
+    out.write(json.dumps(obj, sort_keys=True) + "\n")
+
+
+def _table(rows: Sequence[Sequence[object]], out: TextIO) -> None:
+    cells = [[str(c) for c in row] for row in rows]
+    if not cells:
+        return
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    for row in cells:
+        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
+
+
+class _Progress:
+    """Progress of a long replay on stderr, only when it is a terminal."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.shown = False
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if done < total and now - self.last < 0.2:
+            return
+        self.last = now
+        percent = 100 * done // total if total else 100
+        sys.stderr.write(f"\r{self.label}: {percent:3d}% ({done:,} / {total:,} events)")
+        self.shown = True
+        if done >= total:
+            sys.stderr.write("\r\x1b[K")
+        sys.stderr.flush()
+
+
+def _progress(args: argparse.Namespace, label: str) -> inspect.Progress | None:
+    return _Progress(label) if sys.stderr.isatty() and not args.no_progress else None
+
+
+# -- subcommands ------------------------------------------------------------------
+
+
+def cmd_summary(args: argparse.Namespace, out: TextIO) -> int:
+    where = inspect.locate(args.path, args.root)
+    s = inspect.summary(where.journal, where.root)
+    if args.json:
+        _emit(inspect.as_json(s), out)
+        return 0
+    out.write(f"journal      {s.journal}{' (read as immutable)' if s.immutable else ''}\n")
+    out.write(f"size         {s.size_bytes:,} bytes\n")
+    out.write(f"events       {s.events:,} (seq {s.first_seq or '-'} to {s.last_seq or '-'})\n")
+    out.write(f"first event  {_when(s.first_time)}\nlast event   {_when(s.last_time)}\n")
+    m, g = s.managers, s.generations
+    out.write(f"managers     {m['opened']} opened, {m['closed']} closed, {m['dead']} dead, "
+              f"{m['running']} not ended ({m['live']} live, {m['gone']} gone, "
+              f"{m['unknown']} liveness unknown; {m['sealed']} sealed, {m['owners']} owners)\n")
+    out.write(f"generations  {g['total']} in all: {g['live']} live, {g['retired']} retired, "
+              f"{g['removal_pending']} removal pending, {g['removed']} removed; "
+              f"{g['leases_held']} leases held\n")
+    verdict = "passes" if s.verify.ok else f"FAILS ({len(s.verify.problems)} problems)"
+    out.write(f"verify       quick check {verdict}; run `journal-inspect verify` for all checks\n")
+    if s.running:
+        out.write("\n")
+        _table([("manager", "pid", "opened", "owners", "sealed", "current", "liveness"),
+                *[(r.id, r.pid, _when(r.opened_at), r.owners, "yes" if r.sealed else "no",
+                   r.current or "-", r.liveness) for r in s.running]], out)
+    for p in s.verify.problems:
+        out.write(f"problem: {p.message}\n")
+    return 0
+
+
+def _fields_text(fields: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in fields.items())
+
+
+def cmd_events(args: argparse.Namespace, out: TextIO) -> int:
+    where = inspect.locate(args.path, args.root)
+    since = None if args.since is None else inspect.parse_moment(args.since)
+    until = None if args.until is None else inspect.parse_moment(args.until)
+    selection = inspect.EventFilter(
+        manager=args.manager,
+        generation=None if args.generation is None else inspect.generation_of(args.generation),
+        kinds=tuple(args.kind or ()),
+        since_seq=since if isinstance(since, int) else None,
+        since_time=since if isinstance(since, float) else None,
+        until_seq=until if isinstance(until, int) else None,
+        until_time=until if isinstance(until, float) else None,
+        limit=args.limit,
+    )
+    if not args.json:
+        out.write(f"{'seq':>8}  {'time':<29}  {'kind':<18}  fields\n")
+    for row in inspect.events(where.journal, selection, follow=args.follow):
+        if args.json:
+            _emit(inspect.as_json(row), out)
+        else:
+            out.write(f"{row.seq:>8}  {_when(row.time):<29}  {row.kind:<18}  "
+                      f"{_fields_text(dict(row.fields))}\n")
+        if args.follow:
+            out.flush()
+    return 0
+
+
+def cmd_state(args: argparse.Namespace, out: TextIO) -> int:
+    where = inspect.locate(args.path, args.root)
+    at = None if args.at is None else inspect.parse_moment(args.at)
+    result = inspect.state_at(where.journal, at, progress=_progress(args, "replaying"))
+    if args.json:
+        _emit(inspect.as_json(result), out)
+        return 0
+    out.write(f"state right after event {result.seq} ({_when(result.time)})\n\nmanagers\n")
+    _table([("manager", "pid", "owners", "sealed", "ended", "current", "generations"),
+            *[(m.id, m.pid, m.owners, "yes" if m.sealed else "no", m.ended or "-",
+               m.current or "-", len(m.generations))
+              for m in sorted(result.state.managers.values(), key=lambda m: m.opened_seq)]], out)
+    out.write("\ngenerations\n")
+    _table([("generation", "manager", "ready", "leases", "retired", "removal"),
+            *[(g.id, g.manager or "(stray)", "yes" if g.ready else "no", len(g.leases),
+               "-" if g.retired_seq is None else f"at {g.retired_seq}",
+               g.removal if g.removal_outcome is None else f"{g.removal} ({g.removal_outcome})")
+              for g in sorted(result.state.generations.values(), key=lambda g: g.created_seq)]],
+           out)
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace, out: TextIO) -> int:
+    where = inspect.locate(args.path, args.root)
+    story = inspect.explain(where.journal, args.target, where.root,
+                            progress=_progress(args, "replaying"))
+    if args.json:
+        _emit(inspect.as_json(story), out)
+        return 0
+    if story.status == "unknown":
+        out.write(f"The journal {story.journal} never names generation {story.generation}.\n")
+        return 0
+    out.write(f"Generation {story.generation} ({story.status}):\n")
+    for s in story.sentences:
+        out.write(f"  [{s.seq}] {s.text}\n")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
+    where = inspect.locate(args.path, args.root)
+    result = inspect.verify(where.journal, progress=_progress(args, "verifying"))
+    if args.json:
+        _emit(inspect.as_json(result), out)
+    elif result.ok:
+        out.write(f"{result.journal}: {result.events:,} events, all checks pass\n")
+    else:
+        out.write(f"{result.journal}: {len(result.problems)} problems\n")
+        for p in result.problems:
+            out.write(f"  [{p.check}] {p.message}\n")
+    return 0 if result.ok else 1
+
+
+def cmd_fsck(args: argparse.Namespace, out: TextIO) -> int:
+    if args.path is not None and args.root is None:
+        raise SystemExit(_usage_error("fsck compares a journal with its root: pass --root DIR"))
+    where = inspect.locate(None, args.root)
+    assert where.root is not None
+    result = inspect.fsck(where.root, repair=args.repair, progress=_progress(args, "replaying"))
+    if args.json:
+        _emit(inspect.as_json(result), out)
+        return 0 if result.ok else 1
+    if result.repair is not None:
+        r = result.repair
+        if not r.ran:
+            out.write("repair: another recovery pass was running; nothing done\n")
+        for m in r.dead:
+            out.write(f"repair: declared manager {m} dead\n")
+        for path, _gid, reason in r.removed:
+            out.write(f"repair: removed {path}: {reason}\n")
+        for path, reason in r.skipped:
+            out.write(f"repair: left {path}: {reason}\n")
+    for f in result.findings:
+        out.write(f"[{f.check}] {f.path}: {f.message}\n")
+    out.write(f"{result.root}: {'clean' if result.ok else f'{len(result.findings)} problems'}\n")
+    return 0 if result.ok else 1
+
+
+# -- parsing ------------------------------------------------------------------------
+
+
+def _usage_error(message: str) -> int:
+    sys.stderr.write(f"journal-inspect: {message}\n")
+    return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--root", type=Path, default=None,
+                        help="the root holding journal.sqlite3 (default: the per-user root)")
+    common.add_argument("--json", action="store_true",
+                        help="print the documented JSON form (one object per line)")
+    common.add_argument("--no-progress", action="store_true",
+                        help="never show progress, even on a terminal")
+    parser = argparse.ArgumentParser(
+        prog="journal-inspect",
+        usage="journal-inspect [PATH] [--root DIR] [SUBCOMMAND] [options]",
+        description="Replay a sessiontemp journal to explain what happened. PATH names a "
+        "journal file; without it, --root DIR (default: the per-user root). Exit status: "
+        "0 ok, 1 problems found, 2 bad input.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND")
+
+    def add(name: str, run: Callable[[argparse.Namespace, TextIO], int], text: str
+            ) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=text, description=text)
+        p.set_defaults(run=run)
+        return p
+
+    add("summary", cmd_summary, "managers, generations, events and a quick check (the default)")
+    events = add("events", cmd_events, "the event log, filtered; --follow for new events")
+    events.add_argument("--manager", help="events naming this manager (or made by it)")
+    events.add_argument("--generation", help="events naming this generation (an id or a path)")
+    events.add_argument("--kind", action="append",
+                        help="events of this kind (repeat for several)")
+    events.add_argument("--since", help="from this sequence number or time (ISO 8601, or "
+                        "epoch seconds with a decimal point)")
+    events.add_argument("--until", help="up to this sequence number or time")
+    events.add_argument("--limit", type=int, help="at most this many events")
+    events.add_argument("--follow", action="store_true",
+                        help="keep printing events as other processes append them")
+    state = add("state", cmd_state, "the full derived state right after an event or moment")
+    state.add_argument("--at", help="a sequence number or a time (default: the end)")
+    explain = add("explain", cmd_explain, "one directory's life story in plain sentences")
+    explain.add_argument("target", metavar="PATH|GENERATION")
+    add("verify", cmd_verify, "every structural check and the reducer's invariants")
+    fsck = add("fsck", cmd_fsck, "the journal against the disk of its root")
+    fsck.add_argument("--repair", action="store_true",
+                      help="run recovery (writes the journal, removes directories) and report")
+    return parser
+
+
+def _arrange(argv: list[str]) -> tuple[str | None, list[str]]:
+    """Split off the optional journal PATH and put the subcommand first (summary if none)."""
+    path = None
+    if argv and not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS:
+        path, argv = argv[0], argv[1:]
+    if argv and argv[0] in ("-h", "--help"):
+        return path, argv
+    for i, word in enumerate(argv):
+        if word in SUBCOMMANDS:
+            return path, [word, *argv[:i], *argv[i + 1:]]
+    return path, ["summary", *argv]
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    stream = sys.stdout if out is None else out
+    path, words = _arrange(list(sys.argv[1:] if argv is None else argv))
+    args = build_parser().parse_args(words)
+    args.path = path
+    try:
+        code: int = args.run(args, stream)
+        stream.flush()
+        return code
+    except BrokenPipeError:
+        raise
+    except (SessionTempError, OSError) as e:
+        # JournalError names the file, what is wrong and the fix.
+        reason = str(e) if isinstance(e, SessionTempError) else (
+            f"{getattr(e, 'filename', None) or ''}: {e.strerror or e}")
+        return _usage_error(reason)
+    except sqlite3.Error as e:
+        where = inspect.locate(path, args.root).journal
+        return _usage_error(f"journal {where}: cannot be read ({e}). Check that it is a "
+                            "sessiontemp journal")
+    except ValueError as e:
+        return _usage_error(str(e))
+    except KeyboardInterrupt:
+        return 130
+
+
+def run() -> None:
+    """The console script's entry point."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Piped into `head`: the reader left; say nothing more, and keep the
+        # interpreter's own flush at exit from failing again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        code = 0
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    run()

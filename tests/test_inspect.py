@@ -1,0 +1,181 @@
+"""The library behind journal-inspect: fast paths agree with a full replay; reading is read-only."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+
+from journal.events import Record
+from journal.reducer import State, replay
+from journal.store import Store
+from sessiontemp import Manager, inspect
+from tests.strategies import legal_records, scaled
+
+_SETTINGS = scaled(0.25)
+
+
+def write_journal(path: Path, records: list[Record]) -> None:
+    store = Store(path)
+    try:
+        for record in records:
+            store.append([record.event], time=record.time)
+    finally:
+        store.close()
+
+
+def replayed(path: Path) -> State:
+    store = Store(path, readonly=True)
+    try:
+        return replay(store.records())
+    finally:
+        store.close()
+
+
+def counts_by_full_replay(state: State) -> tuple[dict[str, int], dict[str, int]]:
+    """What summary reports, computed the slow and obvious way."""
+    managers = state.managers.values()
+    running = [m for m in managers if m.ended is None]
+    generations = state.generations.values()
+    return {
+        "opened": len(managers),
+        "closed": sum(m.ended == "closed" for m in managers),
+        "dead": sum(m.ended == "dead" for m in managers),
+        "running": len(running),
+        "live": 0, "gone": 0, "unknown": len(running),
+        "sealed": sum(m.sealed for m in running),
+        "owners": sum(m.owners for m in running),
+    }, {
+        "total": len(generations),
+        "live": sum(not g.retired and g.removal is None for g in generations),
+        "retired": sum(g.retired and g.removal is None for g in generations),
+        "removal_pending": sum(g.removal == "started" for g in generations),
+        "removed": sum(g.removal == "finished" for g in generations),
+        "leases_held": sum(len(g.leases) for g in generations if g.removal is None),
+    }
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("journals")
+
+
+counter = iter(range(10**9))
+
+
+@_SETTINGS
+@given(records=legal_records(max_steps=30))
+def test_summary_without_a_full_replay_counts_what_a_full_replay_finds(
+    scratch: Path, records: list[Record],
+) -> None:
+    path = scratch / f"j{next(counter)}.sqlite3"
+    write_journal(path, records)
+    summary = inspect.summary(path)
+    managers, generations = counts_by_full_replay(replayed(path))
+    assert (dict(summary.managers), dict(summary.generations)) == (managers, generations)
+    assert summary.verify.ok
+    assert summary.events == len(records)
+
+
+@_SETTINGS
+@given(records=legal_records(max_steps=30))
+def test_a_legal_history_verifies_clean_and_its_state_at_the_end_is_the_replay(
+    scratch: Path, records: list[Record],
+) -> None:
+    path = scratch / f"j{next(counter)}.sqlite3"
+    write_journal(path, records)
+    assert inspect.verify(path).problems == ()
+    assert inspect.state_at(path).state == replay(records)
+    if records:
+        middle = len(records) // 2
+        assert inspect.state_at(path, middle).state == replay(records[:middle])
+
+
+def test_stream_gives_the_rows_of_rows_in_batches(tmp_path: Path) -> None:
+    with Manager(tmp_path / "root") as manager:
+        for _ in range(5):
+            manager.retain()
+        store = Store(tmp_path / "root" / "journal.sqlite3", readonly=True)
+        try:
+            rows = [row[:4] for row in store.rows()]
+            assert list(store.stream(batch=2)) == rows
+            assert list(store.stream(after=2, until=4, batch=1)) == rows[2:4]
+        finally:
+            store.close()
+
+
+def test_an_immutable_open_reads_the_same_records(tmp_path: Path) -> None:
+    with Manager(tmp_path / "root") as manager:
+        manager.retain()
+    path = tmp_path / "root" / "journal.sqlite3"
+    plain, immutable = Store(path, readonly=True), Store(path, immutable=True)
+    try:
+        assert immutable.readonly
+        assert immutable.immutable
+        assert list(immutable.records()) == list(plain.records())
+    finally:
+        plain.close()
+        immutable.close()
+
+
+def test_a_read_only_open_that_sqlite_refuses_falls_back_to_immutable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with Manager(tmp_path / "root") as manager:
+        manager.retain()
+    real_connect = sqlite3.connect
+
+    class Refusing:
+        def execute(self, *_: Any) -> Any:
+            raise sqlite3.OperationalError("unable to open database file")
+
+        def close(self) -> None:
+            pass
+
+    def connect(database: str, *args: Any, **kwargs: Any) -> Any:
+        if "immutable=1" in database:
+            return real_connect(database, *args, **kwargs)
+        return Refusing()
+
+    monkeypatch.setattr("journal.store.sqlite3.connect", connect)
+    store = Store(tmp_path / "root" / "journal.sqlite3", readonly=True)
+    try:
+        assert store.immutable
+        assert store.last_seq() > 0
+    finally:
+        store.close()
+
+
+def test_probing_liveness_creates_nothing_and_holds_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    with Manager(root) as manager:
+        assert inspect.probe_liveness(root, manager.id) == "live"
+        assert inspect.probe_liveness(root, "nobody") == "unknown"
+        assert not (root / "managers" / "nobody.lock").exists()
+        lock = root / "managers" / f"{manager.id}.lock"
+    # Closed: its lock file is gone or free, and a probe leaves it free.
+    assert inspect.probe_liveness(root, manager.id) in ("gone", "unknown")
+    if lock.exists():
+        assert inspect.probe_liveness(root, manager.id) == "gone"
+
+
+@pytest.mark.parametrize(("text", "moment"), [
+    ("0", 0), ("1200", 1200), ("1700000000.5", 1700000000.5),
+    ("2026-11-30T10:00:00+00:00", 1796032800.0),
+])
+def test_a_moment_is_a_sequence_number_or_a_time(text: str, moment: float) -> None:
+    assert inspect.parse_moment(text) == moment
+
+
+def test_a_moment_that_is_neither_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="yesterday"):
+        inspect.parse_moment("yesterday")
+
+
+def test_a_generation_is_named_by_its_path_its_trash_name_or_its_id() -> None:
+    assert inspect.generation_of("/r/sessiontemp-gen-abc/") == "abc"
+    assert inspect.generation_of("sessiontemp-trash-abc") == "abc"
+    assert inspect.generation_of("abc") == "abc"
