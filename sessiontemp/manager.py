@@ -15,6 +15,7 @@ reads top to bottom: check the state, append, apply, act on the file system.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import threading
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from journal.errors import JournalError, SessionTempError, Unavailable
+from journal.errors import JournalError, SessionTempError, Unavailable, UnsafeRoot
 from journal.events import (
     Event,
     GenerationCreated,
@@ -44,7 +45,7 @@ from sessiontemp.lease import Lease
 from sessiontemp.locks import hold_manager, lock_shared
 from sessiontemp.log import logger
 from sessiontemp.removal import remove_generation
-from sessiontemp.root import Root, generation_name, new_generation_id
+from sessiontemp.root import MANAGERS_DIR, Root, generation_name, new_generation_id
 from sessiontemp.steps import StepHook, Steps
 
 __all__ = ["Manager"]
@@ -101,6 +102,8 @@ class Manager:
                 # The liveness lock is taken before the journal names this
                 # manager, so a recovery that sees the name finds the lock.
                 self._steps.before("lock", f"manager {self.id}")
+                # The liveness lock file is opened by path, through the root's name.
+                self._root.check_identity()
                 self._liveness = hold_manager(self._root.manager_lock_path(self.id))
                 try:
                     self._append(ManagerOpened(self.id, os.getpid()))
@@ -204,6 +207,12 @@ class Manager:
                                   "Open a new Manager for a new session")
             if me.owners == 0:
                 raise Unavailable(f"manager {self.id} has no owner; call retain() first")
+            try:
+                # The lease hands out a path through the root's name: it must
+                # still name the directory the generation is made in.
+                self._root.check_identity()
+            except UnsafeRoot as e:
+                raise Unavailable(f"no lease: {e}") from e
             try:
                 self._settle()
                 return self._lease()
@@ -326,7 +335,10 @@ class Manager:
             self._steps.before("unlock", f"manager {self.id}")
             # The lock file goes first: once the lock is free, a recovery
             # may take it and would otherwise race our unlink.
-            self._root.manager_lock_path(self.id).unlink(missing_ok=True)
+            # Relative to the descriptor: if the root's name was swapped, the
+            # file to unlink is still ours, not one in the replacement.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{MANAGERS_DIR}/{self.id}.lock", dir_fd=self._root.fd)
             self._liveness.release()
             self._store.close()
             self._root.close()

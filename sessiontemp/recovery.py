@@ -109,7 +109,12 @@ def run(
     steps: Steps,
     wait: bool,
 ) -> Report:
-    """One pass over an open root and journal; with *wait* False, skip if another runs."""
+    """One pass over an open root and journal; with *wait* False, skip if another runs.
+
+    Raises :class:`UnsafeRoot` when the root's path no longer names the
+    directory *root* holds: the lock file is opened by path.
+    """
+    root.check_identity()
     lock = filelock.FileLock(
         root.recovery_lock_path, timeout=-1 if wait else 0,
         thread_local=False, fallback_to_soft=False,
@@ -120,6 +125,9 @@ def run(
         logger.info("recovery.skipped", path=str(root.path), reason="another pass is running")
         return Report(ran=False)
     try:
+        # Again once the lock is held, however long the wait: the pass acts
+        # on what the descriptor holds and reports paths under the name.
+        root.check_identity()
         return _Pass(root, store, stale_after=stale_after, clock=clock, steps=steps).run()
     finally:
         lock.release()

@@ -35,6 +35,8 @@ __all__ = ["Found", "Outcome", "finish", "remove_generation", "seize"]
 Outcome: TypeAlias = Literal["removed", "absent", "busy", "refused"]
 
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+# Descriptors a removal holds at most, whatever the depth of the tree.
+_MAX_HELD: Final = 32
 
 
 @attrs.frozen
@@ -116,6 +118,7 @@ def finish(root_fd: int, found: Found, trash: str, *, steps: Steps) -> None:
     assert found.fd is not None
     try:
         if found.name != trash:
+            _clear_trash_name(root_fd, trash, steps)
             steps.before("rename", f"{found.name} -> {trash}")
             os.rename(found.name, trash, src_dir_fd=root_fd, dst_dir_fd=root_fd)
         _empty(found.fd, steps)
@@ -126,37 +129,104 @@ def finish(root_fd: int, found: Found, trash: str, *, steps: Steps) -> None:
         os.close(found.fd)
 
 
+@attrs.define
+class _Frame:
+    """One directory on the walk's path: its descriptor (-1 while let go), name, identity."""
+
+    fd: int
+    name: str
+    pending: list[str]
+    identity: tuple[int, int]
+
+
+def _clear_trash_name(root_fd: int, trash: str, steps: Steps) -> None:
+    """Unlink a non-directory planted at the generation's trash name.
+
+    rename() of a directory onto a symlink or file fails (ENOTDIR), so a
+    link planted there would block the removal on every pass forever.  The
+    name is ours (its prefix says so); unlinking removes the link itself,
+    never what it points to.
+    """
+    try:
+        st = os.stat(trash, dir_fd=root_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        steps.before("unlink", trash)
+        os.unlink(trash, dir_fd=root_fd)
+
+
 def _empty(top: int, steps: Steps) -> None:
     """Remove everything inside the directory open as *top*, without recursion.
 
     An explicit stack instead of recursion: a command can leave a tree
     thousands of levels deep, and Python's recursion limit would stop a
-    recursive walk half-way.
+    recursive walk half-way.  Nor does the walk hold a descriptor per level,
+    which would run out under a low RLIMIT_NOFILE: past _MAX_HELD levels the
+    shallowest descriptors are let go, and on the way back up each parent is
+    re-opened as ".." of the child still held, then checked against the
+    identity it had on the way down.
     """
-    # Each frame: (descriptor, its name in the parent, names still to visit).
-    stack: list[tuple[int, str, list[str]]] = [(top, "", os.listdir(top))]
+    st = os.fstat(top)
+    stack = [_Frame(top, "", os.listdir(top), (st.st_dev, st.st_ino))]
+    # Frames 1..let_go are closed (always the shallowest: they are the ones
+    # given up first, and re-opened last); frame 0 is the caller's.
+    let_go = 0
     try:
         while stack:
-            fd, name, pending = stack[-1]
-            if not pending:
+            frame = stack[-1]
+            if not frame.pending:
                 stack.pop()
-                if stack:
-                    os.close(fd)
-                    steps.before("rmdir", name)
-                    os.rmdir(name, dir_fd=stack[-1][0])
+                if not stack:
+                    break
+                parent = stack[-1]
+                if parent.fd < 0:
+                    parent.fd = _reopen_parent(frame.fd, parent)
+                    let_go -= 1
+                os.close(frame.fd)
+                frame.fd = -1
+                steps.before("rmdir", frame.name)
+                os.rmdir(frame.name, dir_fd=parent.fd)
                 continue
-            entry = pending.pop()
-            child = _open_child(fd, entry)
+            entry = frame.pending.pop()
+            child = _open_child(frame.fd, entry)
             if child is None:
                 # Anything but a directory, symlinks included: unlinking
                 # removes the name only, never the target's contents.
                 steps.before("unlink", entry)
-                os.unlink(entry, dir_fd=fd)
-            else:
-                stack.append((child, entry, os.listdir(child)))
+                os.unlink(entry, dir_fd=frame.fd)
+                continue
+            try:
+                cst = os.fstat(child)
+                stack.append(_Frame(child, entry, os.listdir(child), (cst.st_dev, cst.st_ino)))
+            except BaseException:
+                os.close(child)
+                raise
+            if len(stack) - 1 - let_go > _MAX_HELD:
+                let_go += 1
+                os.close(stack[let_go].fd)
+                stack[let_go].fd = -1
     finally:
-        for fd, _, _ in stack[1:]:
-            os.close(fd)
+        for frame in stack[1:]:
+            if frame.fd >= 0:
+                os.close(frame.fd)
+
+
+def _reopen_parent(child: int, parent: _Frame) -> int:
+    """Open the parent of the directory held as *child* again, if it is still *parent*.
+
+    ".." is resolved by the kernel from the directory held, not from a path
+    that could be re-pointed; and the identity check refuses a child that
+    was moved elsewhere meanwhile, whose ".." is no longer the directory it
+    came from: removing it there would rmdir in a place nobody chose.
+    """
+    fd = os.open("..", _DIR_FLAGS, dir_fd=child)
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) != parent.identity:
+        os.close(fd)
+        raise OSError(errno.ESTALE, "a directory was moved while it was being removed; "
+                      "what is left stays for the next recovery", parent.name)
+    return fd
 
 
 def _open_child(parent: int, name: str) -> int | None:

@@ -113,13 +113,45 @@ class Root:
         try:
             st = os.fstat(fd)
             check_owned_private(root, st)
-            os.mkdir(MANAGERS_DIR, 0o700, dir_fd=fd)
-        except FileExistsError:
-            pass
+            opened = cls(path=root, fd=fd, device=st.st_dev, inode=st.st_ino)
+            # The descriptor was checked, not the name: someone who swapped
+            # the name between our open and now would get the journal and
+            # the lock files, which are opened by path, into their directory.
+            opened.check_identity()
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(MANAGERS_DIR, 0o700, dir_fd=fd)
         except BaseException:
             os.close(fd)
             raise
-        return cls(path=root, fd=fd, device=st.st_dev, inode=st.st_ino)
+        return opened
+
+    def check_identity(self) -> None:
+        """Refuse a root whose path no longer names the directory held open, or gone unsafe.
+
+        Everything done through the descriptor stays in the directory that
+        was checked, but SQLite and filelock take paths: if the path were
+        renamed and replaced after the open, the journal and the lock files
+        would be opened in the replacement (someone else's choice) while the
+        generations stay in the original.  The mode and owner are re-read
+        from the descriptor, so a root opened to others after it was checked
+        is refused too.  A cheap lstat and fstat, done before every use of
+        the path and before each recovery pass acts.
+        """
+        try:
+            # follow_symlinks=False: a symlink put in place of the root, even
+            # one to the very directory we hold, would pass a following stat
+            # and could be pointed elsewhere a moment later.
+            named = os.stat(self.path, follow_symlinks=False)
+        except OSError as e:
+            raise UnsafeRoot(self.path, f"was replaced after it was opened: it is gone "
+                             f"({e.strerror})",
+                             "Find out who moved it; then open the root again") from None
+        if (named.st_dev, named.st_ino) != (self.device, self.inode):
+            raise UnsafeRoot(self.path, "was replaced after it was opened: the path now "
+                             "names another " + ("symbolic link" if stat.S_ISLNK(named.st_mode)
+                                                 else "entry"),
+                             "Find out who moved it; then open the root again")
+        check_owned_private(self.path, os.fstat(self.fd))
 
     @property
     def journal_path(self) -> Path:
@@ -133,7 +165,12 @@ class Root:
         return self.path / RECOVERY_LOCK
 
     def check_journal(self) -> None:
-        """Refuse a journal that is a symlink: SQLite would follow it out of the root."""
+        """Refuse a journal that is a symlink: SQLite would follow it out of the root.
+
+        The root's identity is checked first: SQLite opens the journal by
+        path, through the root's name.
+        """
+        self.check_identity()
         try:
             st = os.stat(JOURNAL_NAME, dir_fd=self.fd, follow_symlinks=False)
         except FileNotFoundError:
