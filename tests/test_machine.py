@@ -38,7 +38,7 @@ from hypothesis.stateful import (
 
 from sessiontemp import Manager
 from sessiontemp.root import generation_name
-from tests.model import World
+from tests.model import SCRATCH, World
 
 EXAMPLES = {"ci": 1000, "dev": 100, "long": 10_000}
 MAX_MANAGERS = 3
@@ -64,7 +64,7 @@ class SessionMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.world = World(Path(tempfile.mkdtemp(prefix="sessiontemp-machine-")) / "w",
+        self.world = World(Path(tempfile.mkdtemp(prefix="sessiontemp-machine-", dir=SCRATCH)) / "w",
                            manager_class=self.manager_class)
 
     def manager(self, i: int) -> str:
@@ -170,6 +170,6 @@ def test_the_machine_finds_a_generation_removed_one_lease_too_early() -> None:
         run_state_machine_as_test(
             MachineWithTheEarlyRemoval,
             # Finding it is the point; shrinking it would only cost time.
-            settings=settings(machine_settings(300), database=None, print_blob=False,
+            settings=settings(machine_settings(1000), database=None, print_blob=False,
                               phases=[Phase.generate]),
         )
