@@ -6,14 +6,17 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
+from journal import reducer
 from journal.events import Record
-from journal.reducer import State, replay
+from journal.reducer import GenerationState, ManagerState, State, replay
 from journal.store import Store
 from sessiontemp import Manager, inspect
-from tests.strategies import legal_records, scaled
+from tests.strategies import ids, legal_records, scaled, times
 
 _SETTINGS = scaled(0.25)
 
@@ -179,3 +182,58 @@ def test_a_generation_is_named_by_its_path_its_trash_name_or_its_id() -> None:
     assert inspect.generation_of("/r/sessiontemp-gen-abc/") == "abc"
     assert inspect.generation_of("sessiontemp-trash-abc") == "abc"
     assert inspect.generation_of("abc") == "abc"
+
+
+# -- the reducer's fast paths are attrs.evolve, only faster -------------------------------
+
+
+def full_generation_states() -> st.SearchStrategy[GenerationState]:
+    """Generation states with every field drawn, so a field out of place shows."""
+    maybe_int = st.none() | st.integers(0, 10**6)
+    maybe_text = st.none() | ids()
+    return st.builds(
+        GenerationState, id=ids(), manager=maybe_text, created_seq=st.integers(1, 10**6),
+        created_at=times(), ready=st.booleans(), device=maybe_int, inode=maybe_int,
+        leases=st.frozensets(ids(), max_size=3), retired=st.booleans(),
+        retired_seq=maybe_int, removal=maybe_text, removal_seq=maybe_int,
+        removal_by=maybe_text, removal_reason=maybe_text, removal_outcome=maybe_text,
+    )
+
+
+def manager_states() -> st.SearchStrategy[ManagerState]:
+    return st.builds(
+        ManagerState, id=ids(), pid=st.integers(1, 10**6), opened_seq=st.integers(1, 10**6),
+        opened_at=times(), owners=st.integers(0, 5), sealed=st.booleans(),
+        current=st.none() | ids(), generations=st.frozensets(ids(), max_size=3),
+        ended=st.none() | st.sampled_from(["closed", "dead"]),
+        ended_seq=st.none() | st.integers(1, 10**6),
+    )
+
+
+@_SETTINGS
+@given(generation=full_generation_states(), leases=st.frozensets(ids(), max_size=3))
+def test_replacing_a_generations_leases_directly_is_attrs_evolve(
+    generation: GenerationState, leases: frozenset[str],
+) -> None:
+    assert reducer._with_leases(generation, leases) == attrs.evolve(generation, leases=leases)
+
+
+@_SETTINGS
+@given(manager=manager_states(), owners=st.integers(0, 5))
+def test_replacing_a_managers_owners_directly_is_attrs_evolve(
+    manager: ManagerState, owners: int,
+) -> None:
+    assert reducer._with_owners(manager, owners) == attrs.evolve(manager, owners=owners)
+
+
+def test_the_fast_paths_name_every_field_of_the_states() -> None:
+    # The direct constructors pass every field by position, in this order.
+    assert [a.name for a in attrs.fields(GenerationState)] == [
+        "id", "manager", "created_seq", "created_at", "ready", "device", "inode", "leases",
+        "retired", "retired_seq", "removal", "removal_seq", "removal_by", "removal_reason",
+        "removal_outcome",
+    ]
+    assert [a.name for a in attrs.fields(ManagerState)] == [
+        "id", "pid", "opened_seq", "opened_at", "owners", "sealed", "current", "generations",
+        "ended", "ended_seq",
+    ]
