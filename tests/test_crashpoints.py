@@ -23,6 +23,8 @@ Recovery itself is crashed twice over: at every step of one pass, then at
 every step of the next pass on what the first left, then a clean pass.
 
 The counts are printed (``pytest -s``) and written down in TESTING.md.
+Last, the short version of ``tools/torture.py`` (real processes, real
+SIGKILL) runs here; its long version is marked slow.
 """
 
 from __future__ import annotations
@@ -30,8 +32,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -395,3 +400,33 @@ def test_an_operation_with_nothing_to_do_can_still_be_stopped_at_each_step(op: O
                         op, tally)
     assert tally.crash_points >= 1
     assert tally.failures == []
+
+
+# -- real kills: the torture script's short version ---------------------------------------------
+
+TORTURE = Path(__file__).parent.parent / "tools" / "torture.py"
+
+
+def run_torture(*options: str, timeout: float) -> dict[str, object]:
+    done = subprocess.run([sys.executable, str(TORTURE), *options], capture_output=True,
+                          text=True, timeout=timeout, check=False)
+    figures: dict[str, object] = json.loads(done.stdout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return figures
+
+
+def test_workers_killed_at_random_leak_nothing_and_lose_no_directory_in_use() -> None:
+    figures = run_torture("--processes", "3", "--kills", "15", "--seconds", "40",
+                          timeout=120)
+    assert figures["kills"] == 15
+    assert (figures["leaks"], figures["wrongful_removals"]) == (0, 0)
+    assert figures["journal_problems"] == []
+    assert figures["failed_workers"] == 0
+
+
+@pytest.mark.slow
+def test_the_long_torture_survives_two_hundred_kills_across_four_processes() -> None:
+    figures = run_torture("--processes", "4", "--kills", "200", "--seconds", "600",
+                          timeout=900)
+    assert figures["kills"] == 200
+    assert (figures["leaks"], figures["wrongful_removals"]) == (0, 0)
