@@ -165,21 +165,27 @@ def _replay(
     expected = 1
     step = draft.step
     for seq, time, kind, payload in store.stream(until=until):
+        if seq != expected:
+            gap = RuleViolation(seq, f"follows event {expected - 1}: a gap")
+            if lenient is None:
+                raise store.corrupt(gap)
+            lenient.append(Problem(seq, "sequence", str(gap)))
+        expected = seq + 1
         try:
-            if seq != expected:
-                raise RuleViolation(seq, f"follows event {expected - 1}: a gap")
             record = Record(seq, time, decode(seq, kind, payload))
+        except RuleViolation as e:
+            if lenient is None:
+                raise store.corrupt(e) from e
+            lenient.append(Problem(seq, "schema", str(e)))
+            continue
+        try:
             step(record)
         except RuleViolation as e:
             if lenient is None:
                 raise store.corrupt(e) from e
-            check = "sequence" if "gap" in e.reason else (
-                "schema" if seq != draft.seq else "rules")
-            lenient.append(Problem(e.seq, check, str(e)))
-            draft.seq = max(draft.seq, seq)
-            expected = seq + 1
+            # The event is skipped: the state stays as it was before it.
+            lenient.append(Problem(seq, "rules", str(e)))
             continue
-        expected = seq + 1
         if each is not None:
             each(record, draft)
         if progress is not None and seq % _PROGRESS_EVERY == 0:
@@ -407,7 +413,11 @@ def parse_moment(text: str) -> int | float:
         return float(text)
     except ValueError:
         pass
-    moment = dt.datetime.fromisoformat(text)
+    try:
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is neither a sequence number nor a time (ISO 8601, or "
+                         "epoch seconds with a decimal point)") from None
     if moment.tzinfo is None:
         moment = moment.astimezone()
     return moment.timestamp()

@@ -498,3 +498,22 @@ def test_long_replays_show_progress_on_a_terminal_only(
         if follower >= 0:
             os.close(follower)
         os.close(leader)
+
+
+def test_events_and_state_of_a_killed_manager_show_it_open_then_dead_after_recovery(
+    killed_root: tuple[Path, dict[str, Any]],
+) -> None:
+    root, killed = killed_root
+    before = inspect_json("--root", root, "state")
+    assert before["managers"][killed["manager"]]["ended"] is None
+    assert before["generations"][killed["generation"]]["leases"] == [killed["lease"]]
+    inspect("--root", root, "fsck", "--repair")
+    dead = [json.loads(line) for line in inspect(
+        "--root", root, "events", "--kind", "manager.dead", "--json").stdout.splitlines()]
+    assert [d["fields"]["manager"] for d in dead] == [killed["manager"]]
+    after = inspect_json("--root", root, "state")
+    assert after["managers"][killed["manager"]]["ended"] == "dead"
+    assert after["generations"][killed["generation"]]["removal"] == "finished"
+    at_death = inspect_json("--root", root, "state", "--at", str(dead[0]["seq"]))
+    assert at_death["managers"][killed["manager"]]["ended"] == "dead"
+    assert at_death["generations"][killed["generation"]]["removal"] is None

@@ -13,6 +13,8 @@ one process (the machine may be shared and noisy):
 * ``replay``: decode every record and fold the reducer over it, from a fresh
   read-only open to the final state;
 * ``decode``: reading and decoding alone, without the reducer;
+* ``state``: :func:`sessiontemp.inspect.state_at` at the end, the replay
+  ``state``, ``explain`` and ``fsck`` do;
 * ``verify``: :func:`sessiontemp.inspect.verify`, the full check (reported, no target).
 
 Prints a Markdown table for BENCHMARKS.md.
@@ -159,6 +161,8 @@ def main(argv: list[str]) -> int:
             ("summary", median_s(args.runs, lambda: inspect.summary(path))),
             ("decode (read + decode every record)", median_s(args.runs, lambda: decode_only(path))),
             ("replay (read + decode + reduce)", median_s(args.runs, lambda: full_replay(path))),
+            ("state (journal-inspect's full replay)",
+             median_s(args.runs, lambda: inspect.state_at(path))),
         ]
         if not args.skip_verify:
             rows.append(("verify (integrity, digests, rules)",
