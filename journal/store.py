@@ -126,6 +126,8 @@ class Store:
             raise JournalCorrupt(self.path, "is a directory", _MOVE_ASIDE)
         if not stat.S_ISREG(st.st_mode):
             raise JournalCorrupt(self.path, "is not a regular file", _MOVE_ASIDE)
+        if not self.readonly:
+            self._check_writable()
         if st.st_size == 0 or _OPEN[(st.st_dev, st.st_ino)]:
             return
         # SQLite takes a short file for an empty database and would write
@@ -144,6 +146,26 @@ class Store:
             ) from None
         if head != _SQLITE_MAGIC:
             raise JournalCorrupt(self.path, "is not a SQLite database", _MOVE_ASIDE)
+
+    def _check_writable(self) -> None:
+        """Refuse, on open, a journal that could be read but never appended to.
+
+        On a read-only file system SQLite may still open the file, read-only,
+        and the first append (or the recovery lock beside it) fails later
+        with a less useful error.  access() needs no descriptor (closing one
+        would drop this process's SQLite locks on the file, see below) and,
+        unlike the mode bits, it reports an immutable file or a read-only
+        mount to root as well.  The directory must take the -wal file.
+        """
+        for target in (self.path, self.path.parent):
+            if not os.access(target, os.W_OK):
+                raise JournalReadOnly(
+                    self.path,
+                    f"cannot be written: {'it' if target == self.path else 'its directory'} "
+                    "or its file system does not accept writes (read-only mount, chattr +i, "
+                    "or permissions)",
+                    "Make it writable, or pass a root on a writable file system",
+                )
 
     def _connect(self, busy_timeout: float) -> sqlite3.Connection:
         try:
@@ -203,6 +225,8 @@ class Store:
             if version == 0 and self._foreign():
                 raise JournalCorrupt(self.path, "is a SQLite database of another program",
                                      _MOVE_ASIDE)
+            if version:
+                self._quick_check()
             # Only now, with the file known to be empty or ours: WAL mode
             # rewrites the header.
             self._conn.execute("PRAGMA journal_mode=WAL")
@@ -211,6 +235,21 @@ class Store:
                 self._create_schema()
         except sqlite3.Error as e:
             raise self._translate(e, "open") from e
+
+    def _quick_check(self) -> None:
+        """Refuse to write to a damaged file, before the first write.
+
+        SQLite reads only the pages a query touches, so a damaged free list
+        or a page referenced twice goes unnoticed until an append allocates
+        a page, and that append may then overwrite committed events.  The
+        quick check reads every page once: about 12 ms per 100,000 events
+        (5 MB) here, against some 400 ms to replay them.
+        """
+        problems = [line for (line,) in self._conn.execute("PRAGMA quick_check")]
+        if problems != ["ok"]:
+            detail = " ".join(" ".join(problems).split())
+            raise JournalCorrupt(self.path, f"is damaged (SQLite's quick_check: {detail[:300]})",
+                                 _MOVE_ASIDE)
 
     def _header(self) -> tuple[int, int]:
         app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
@@ -417,7 +456,10 @@ class Store:
         )
 
     def _translate(self, e: sqlite3.Error, doing: str) -> JournalError:
-        code = getattr(e, "sqlite_errorcode", None)
+        # sqlite_errorcode is the extended code (SQLITE_IOERR_WRITE is 778,
+        # not 10): its low byte is the primary code compared below.
+        extended = getattr(e, "sqlite_errorcode", None)
+        code = None if extended is None else extended & 0xFF
         message = str(e)
         if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in message:
             return JournalBusy(
@@ -443,6 +485,17 @@ class Store:
             return JournalCorrupt(self.path, "is not a SQLite database", _MOVE_ASIDE)
         if code == sqlite3.SQLITE_CORRUPT or "malformed" in message:
             return JournalCorrupt(self.path, f"is damaged ({message})", _MOVE_ASIDE)
+        if code == sqlite3.SQLITE_IOERR and not all(
+            os.access(p, os.W_OK) for p in (self.path, self.path.with_name(self.path.name + "-wal"))
+            if p.exists()
+        ):
+            # SQLite reports a write refused (EPERM on an immutable file,
+            # EROFS after a remount) as a plain I/O error.
+            return JournalReadOnly(
+                self.path,
+                f"could not {doing} it: it or its file system does not accept writes ({message})",
+                "Make it writable, or pass a root on a writable file system",
+            )
         if code == sqlite3.SQLITE_IOERR:
             return JournalError(
                 self.path,
