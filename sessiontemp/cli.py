@@ -153,7 +153,8 @@ def cmd_state(args: argparse.Namespace, out: TextIO) -> int:
     _table([("generation", "manager", "ready", "leases", "retired", "removal"),
             *[(g.id, g.manager or "(stray)", "yes" if g.ready else "no", len(g.leases),
                "-" if g.retired_seq is None else f"at {g.retired_seq}",
-               g.removal if g.removal_outcome is None else f"{g.removal} ({g.removal_outcome})")
+               g.removal or "-" if g.removal_outcome is None
+               else f"{g.removal} ({g.removal_outcome})")
               for g in sorted(result.state.generations.values(), key=lambda g: g.created_seq)]],
            out)
     return 0
@@ -241,7 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add(name: str, run: Callable[[argparse.Namespace, TextIO], int], text: str
             ) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, parents=[common], help=text, description=text)
+        p = sub.add_parser(name, parents=[common], help=text, description=text,
+                           prog=f"journal-inspect [PATH] {name}")
         p.set_defaults(run=run)
         return p
 

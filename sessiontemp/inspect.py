@@ -578,6 +578,7 @@ def explain(journal: os.PathLike[str] | str, target: str, root: os.PathLike[str]
     deaths: dict[str, tuple[int, float, str]] = {}
     managers: dict[str, ManagerState] = {}
     last = [0.0]
+    held: set[str] = set()  # the generation's leases before the current event
 
     def say(record: Record, text: str) -> None:
         said.append(Sentence(record.seq, record.time, record.event.kind, text))
@@ -604,6 +605,16 @@ def explain(journal: os.PathLike[str] | str, target: str, root: os.PathLike[str]
                 "manager.dead": f"a recovery found its manager {m} dead",
             }.get(kind, kind)
             say(record, f"Retired at {_when(record.time)}: {why}.")
+        if (kind in ("manager.closed", "manager.dead") and e.manager == generation.manager  # type: ignore[union-attr]
+                and generation.removal is None and held):
+            how = "was closed" if kind == "manager.closed" else (
+                f"was found dead by recovery {e.recovery} "  # type: ignore[union-attr]
+                f"(pid {recoveries.get(e.recovery, '?')})")  # type: ignore[union-attr]
+            say(record, f"Its manager {e.manager} {how} at {_when(record.time)} while "  # type: ignore[union-attr]
+                f"lease(s) {', '.join(sorted(held))} were held: from then on only a command "
+                "still running under them keeps the directory.")
+        held.clear()
+        held.update(generation.leases)
 
     def each_all(record: Record, draft: _Draft) -> None:
         last[0] = record.time
@@ -774,7 +785,8 @@ def fsck(root: os.PathLike[str] | str, *, repair: bool = False,
     (which writes to the journal and removes directories) and check again."""
     base = Path(root)
     if not base.is_dir():
-        raise JournalError(base, "is not a directory", "Pass the root that holds the journal")
+        raise JournalError(base / JOURNAL_NAME, f"does not exist: {base} is not a directory",
+                           "Pass the root that holds the journal")
     if not repair:
         return FsckReport(base, _fsck(base, progress))
     from sessiontemp.recovery import recover

@@ -339,6 +339,7 @@ def test_explain_tells_a_directory_removed_by_recovery_after_its_manager_was_kil
     assert f"(pid {killed['pid']})" in texts[0]
     assert any(f"Lease {killed['lease']} was taken" in t for t in texts)
     assert any("a recovery found its manager" in t and "dead" in t for t in texts)
+    assert any("was found dead by recovery" in t and killed["lease"] in t for t in texts)
     removal = next(t for t in texts if t.startswith("Removal was started"))
     assert "by recovery" in removal
     assert f"after manager {killed['manager']} (pid {killed['pid']}) was found dead" in removal
