@@ -93,11 +93,21 @@ def locate(journal: os.PathLike[str] | str | None = None,
 
 
 @contextlib.contextmanager
-def _opened(journal: Path) -> Iterator[Store]:
+def _opened(journal: Path, *, snapshot: bool = False) -> Iterator[Store]:
+    """The journal open read-only; with *snapshot*, every read sees the same moment.
+
+    A snapshot is a read transaction: under WAL it blocks no writer (their
+    checkpoints only stop short of it until it ends).
+    """
     store = Store(journal, readonly=True)
     try:
+        if snapshot:
+            _query(store, "BEGIN")
         yield store
     finally:
+        if snapshot:
+            with contextlib.suppress(sqlite3.Error):
+                store._conn.execute("COMMIT")
         store.close()
 
 
@@ -254,7 +264,7 @@ def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None
     :func:`verify` does the full one.
     """
     path = Path(journal)
-    with _opened(path) as store:
+    with _opened(path, snapshot=True) as store:
         ((first, last, count),) = _query(store, "SELECT min(seq), max(seq), count(*) FROM events")
         times = dict(_query(store, "SELECT seq, time FROM events WHERE seq IN (?, ?)",
                             (first or 0, last or 0)))
@@ -513,7 +523,7 @@ def state_at(journal: os.PathLike[str] | str, at: int | float | None = None, *,
     error (ValueError); a time before the first event gives the empty state.
     """
     path = Path(journal)
-    with _opened(path) as store:
+    with _opened(path, snapshot=True) as store:
         last = store.last_seq()
         if at is None:
             seq = last
@@ -708,7 +718,7 @@ def verify(journal: os.PathLike[str] | str, *, progress: Progress | None = None
     reducer's invariants on the final state."""
     path = Path(journal)
     problems: list[Problem] = []
-    with _opened(path) as store:
+    with _opened(path, snapshot=True) as store:
         for message in store.verify():
             check, _, text = message.partition(": ")
             problems.append(Problem(_seq_in(text), check if check in (

@@ -518,3 +518,24 @@ def test_events_and_state_of_a_killed_manager_show_it_open_then_dead_after_recov
     at_death = inspect_json("--root", root, "state", "--at", str(dead[0]["seq"]))
     assert at_death["managers"][killed["manager"]]["ended"] == "dead"
     assert at_death["generations"][killed["generation"]]["removal"] is None
+
+
+def test_inspecting_a_journal_while_a_manager_appends_sees_a_consistent_journal(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    child = Child(root)
+    try:
+        child.ask("retain")
+        child.ask("loop", "4")  # answers after its first round, then keeps going
+        for _ in range(3):
+            summary = inspect_json("--root", root)
+            assert summary["verify"]["ok"] is True
+            assert min(summary["generations"].values()) >= 0
+            assert summary["running_managers"][0]["liveness"] == "live"
+            assert inspect_json("--root", root, "verify")["ok"] is True
+            state = inspect_json("--root", root, "state")
+            assert state["seq"] >= summary["events"]
+        assert child.read()["rounds"] > 0
+    finally:
+        child.kill()
