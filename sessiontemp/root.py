@@ -120,6 +120,15 @@ class Root:
             opened.check_identity()
             with contextlib.suppress(FileExistsError):
                 os.mkdir(MANAGERS_DIR, 0o700, dir_fd=fd)
+            # The liveness lock files are opened by path through it: a
+            # symlink there would put them, and the recovery's unlinks of
+            # litter in it, wherever the link points.
+            managers = os.stat(MANAGERS_DIR, dir_fd=fd, follow_symlinks=False)
+            if not stat.S_ISDIR(managers.st_mode):
+                raise UnsafeRoot(root / MANAGERS_DIR, "is not a directory (" + (
+                    "a symbolic link" if stat.S_ISLNK(managers.st_mode) else "another kind"
+                ) + ")", "Remove it or pass another root")
+            check_owned_private(root / MANAGERS_DIR, managers)
         except BaseException:
             os.close(fd)
             raise
@@ -171,16 +180,19 @@ class Root:
         path, through the root's name.
         """
         self.check_identity()
-        try:
-            st = os.stat(JOURNAL_NAME, dir_fd=self.fd, follow_symlinks=False)
-        except FileNotFoundError:
-            return
-        if stat.S_ISLNK(st.st_mode):
-            raise UnsafeRoot(self.journal_path, "is a symbolic link",
-                             "Remove it or pass another root")
-        if st.st_uid != os.getuid():
-            raise UnsafeRoot(self.journal_path, f"is owned by uid {st.st_uid}, not you "
-                             f"(uid {os.getuid()})", "Remove it or pass another root")
+        # SQLite follows a symlink at any of its three files: the -wal and
+        # -shm are written to as much as the journal itself.
+        for name in (JOURNAL_NAME, f"{JOURNAL_NAME}-wal", f"{JOURNAL_NAME}-shm"):
+            try:
+                st = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                raise UnsafeRoot(self.path / name, "is a symbolic link",
+                                 "Remove it or pass another root")
+            if st.st_uid != os.getuid():
+                raise UnsafeRoot(self.path / name, f"is owned by uid {st.st_uid}, not you "
+                                 f"(uid {os.getuid()})", "Remove it or pass another root")
 
     def close(self) -> None:
         if self.fd >= 0:

@@ -112,6 +112,25 @@ def test_an_unknown_symlink_at_a_trash_name_is_unlinked_by_recovery_and_its_targ
     assert [r.generation for r in report.removed] == ["aaaaaaaaaaaaaaaa"]
 
 
+@pytest.mark.parametrize("name", ["journal.sqlite3-wal", "journal.sqlite3-shm", "managers"])
+def test_a_symlink_at_a_journal_side_file_or_the_lock_directory_is_refused_and_its_target_untouched(
+    root: Path, outside: Path, name: str
+) -> None:
+    with Manager(root):
+        pass
+    target = outside / "dir" if name == "managers" else outside / "precious.txt"
+    if name == "managers":
+        os.rmdir(root / name)
+    (root / name).symlink_to(target)
+    before = fingerprint(outside)
+    with pytest.raises(UnsafeRoot, match="symbolic link") as caught:
+        Manager(root)
+    assert caught.value.path == str(root / name)
+    with pytest.raises(UnsafeRoot, match="symbolic link"):
+        recover(root)
+    assert fingerprint(outside) == before
+
+
 def test_symlinks_inside_a_generation_pointing_out_are_unlinked_and_their_targets_untouched(
     manager: Manager, outside: Path
 ) -> None:
