@@ -38,6 +38,7 @@ from journal.events import (
 
 __all__ = [
     "EMPTY",
+    "Fold",
     "GenerationState",
     "ManagerState",
     "State",
@@ -130,34 +131,42 @@ def _with_owners(m: ManagerState, owners: int) -> ManagerState:
 
 def apply(state: State, record: Record) -> State:
     """The state right after *record*."""
-    draft = _Draft(state)
-    draft.step(record)
-    return draft.freeze()
+    fold = Fold(state)
+    fold.step(record)
+    return fold.state()
 
 
 def replay(records: Iterable[Record], initial: State = EMPTY) -> State:
     """Fold :func:`apply` over *records*, starting from *initial*."""
-    # Equivalent to functools.reduce(apply, records, initial), but one private
-    # draft is updated in place instead of copying both maps per event; the
-    # draft never escapes, so the function stays pure.
-    draft = _Draft(initial)
+    # Equivalent to functools.reduce(apply, records, initial), but one Fold
+    # is updated in place instead of copying both maps per event.
+    fold = Fold(initial)
     for record in records:
-        draft.step(record)
-    return draft.freeze()
+        fold.step(record)
+    return fold.state()
 
 
-class _Draft:
-    """A state under construction, owned by one call of apply or replay."""
+class Fold:
+    """A replay in progress: :func:`apply` one record at a time, in place.
+
+    It starts from a state and steps through records; :meth:`state` is the
+    state so far.  Its ``managers`` and ``generations`` are its own working
+    maps, readable between steps (to tell a story as it unfolds) and never
+    to be changed from outside.  A rule that refuses a record raises
+    :class:`RuleViolation` before changing anything but ``seq``.
+    """
 
     __slots__ = ("generations", "managers", "seq")
 
-    def __init__(self, state: State) -> None:
+    def __init__(self, state: State = EMPTY) -> None:
         self.managers = dict(state.managers)
         self.generations = dict(state.generations)
         self.seq = state.seq
 
-    def freeze(self) -> State:
-        return State(managers=self.managers, generations=self.generations, seq=self.seq)
+    def state(self) -> State:
+        """The state after the records stepped so far (a copy: stepping on leaves it be)."""
+        return State(managers=dict(self.managers), generations=dict(self.generations),
+                     seq=self.seq)
 
     def step(self, record: Record) -> None:
         # Increasing, not consecutive: a manager folds only the events it
@@ -215,7 +224,7 @@ class _Draft:
 
 
 # Any: each rule takes its own event type, which the dispatch guarantees.
-_Rule = Callable[[_Draft, Record, Any], None]
+_Rule = Callable[[Fold, Record, Any], None]
 _RULES: dict[type, _Rule] = {}
 
 
@@ -228,7 +237,7 @@ def _rule(event_type: type) -> Callable[[_Rule], _Rule]:
 
 
 @_rule(ManagerOpened)
-def _opened(d: _Draft, r: Record, e: ManagerOpened) -> None:
+def _opened(d: Fold, r: Record, e: ManagerOpened) -> None:
     if e.manager in d.managers:
         raise RuleViolation(r.seq, f"opens manager {e.manager} a second time")
     d.managers[e.manager] = ManagerState(
@@ -237,14 +246,14 @@ def _opened(d: _Draft, r: Record, e: ManagerOpened) -> None:
 
 
 @_rule(Retained)
-def _retained(d: _Draft, r: Record, e: Retained) -> None:
+def _retained(d: Fold, r: Record, e: Retained) -> None:
     manager = d.live_manager(r.seq, e.manager)
     if not manager.sealed:
         d.managers[e.manager] = _with_owners(manager, manager.owners + 1)
 
 
 @_rule(Released)
-def _released(d: _Draft, r: Record, e: Released) -> None:
+def _released(d: Fold, r: Record, e: Released) -> None:
     manager = d.live_manager(r.seq, e.manager)
     owners = max(manager.owners - 1, 0)
     if owners == 0:
@@ -253,14 +262,14 @@ def _released(d: _Draft, r: Record, e: Released) -> None:
 
 
 @_rule(Rotated)
-def _rotated(d: _Draft, r: Record, e: Rotated) -> None:
+def _rotated(d: Fold, r: Record, e: Rotated) -> None:
     manager = d.live_manager(r.seq, e.manager)
     if not manager.sealed:
         d.managers[e.manager] = d.retire(r.seq, manager, drop_leases=False)
 
 
 @_rule(GenerationCreated)
-def _created(d: _Draft, r: Record, e: GenerationCreated) -> None:
+def _created(d: Fold, r: Record, e: GenerationCreated) -> None:
     manager = d.live_manager(r.seq, e.manager)
     if manager.sealed or manager.owners == 0:
         raise RuleViolation(r.seq, f"creates a generation for manager {e.manager}, "
@@ -280,7 +289,7 @@ def _created(d: _Draft, r: Record, e: GenerationCreated) -> None:
 
 
 @_rule(GenerationReady)
-def _ready(d: _Draft, r: Record, e: GenerationReady) -> None:
+def _ready(d: Fold, r: Record, e: GenerationReady) -> None:
     d.live_manager(r.seq, e.manager)
     generation = d.owned_generation(r.seq, e.manager, e.generation)
     if generation.ready or generation.removal is not None:
@@ -294,7 +303,7 @@ def _ready(d: _Draft, r: Record, e: GenerationReady) -> None:
 
 
 @_rule(LeaseAcquired)
-def _acquired(d: _Draft, r: Record, e: LeaseAcquired) -> None:
+def _acquired(d: Fold, r: Record, e: LeaseAcquired) -> None:
     manager = d.live_manager(r.seq, e.manager)
     if manager.sealed or manager.owners == 0:
         raise RuleViolation(r.seq, f"leases from manager {e.manager}, "
@@ -308,7 +317,7 @@ def _acquired(d: _Draft, r: Record, e: LeaseAcquired) -> None:
 
 
 @_rule(LeaseReleased)
-def _lease_released(d: _Draft, r: Record, e: LeaseReleased) -> None:
+def _lease_released(d: Fold, r: Record, e: LeaseReleased) -> None:
     d.live_manager(r.seq, e.manager)
     generation = d.owned_generation(r.seq, e.manager, e.generation)
     if e.lease not in generation.leases:
@@ -317,7 +326,7 @@ def _lease_released(d: _Draft, r: Record, e: LeaseReleased) -> None:
 
 
 @_rule(RemovalStarted)
-def _removal_started(d: _Draft, r: Record, e: RemovalStarted) -> None:
+def _removal_started(d: Fold, r: Record, e: RemovalStarted) -> None:
     generation = d.generations.get(e.generation)
     if generation is None:
         # A stray: found on disk with no record; recovery claims it.
@@ -351,7 +360,7 @@ def _removal_started(d: _Draft, r: Record, e: RemovalStarted) -> None:
 
 
 @_rule(RemovalFinished)
-def _removal_finished(d: _Draft, r: Record, e: RemovalFinished) -> None:
+def _removal_finished(d: Fold, r: Record, e: RemovalFinished) -> None:
     generation = d.generation(r.seq, e.generation)
     if generation.removal != "started":
         raise RuleViolation(r.seq, f"finishes removing generation {e.generation}, "
@@ -366,22 +375,22 @@ def _removal_finished(d: _Draft, r: Record, e: RemovalFinished) -> None:
         )
 
 
-def _end(d: _Draft, r: Record, manager_id: str, how: str) -> None:
+def _end(d: Fold, r: Record, manager_id: str, how: str) -> None:
     manager = d.retire(r.seq, d.live_manager(r.seq, manager_id), drop_leases=True)
     d.managers[manager_id] = attrs.evolve(manager, sealed=True, ended=how, ended_seq=r.seq)
 
 
 @_rule(ManagerClosed)
-def _closed(d: _Draft, r: Record, e: ManagerClosed) -> None:
+def _closed(d: Fold, r: Record, e: ManagerClosed) -> None:
     _end(d, r, e.manager, "closed")
 
 
 @_rule(ManagerDied)
-def _died(d: _Draft, r: Record, e: ManagerDied) -> None:
+def _died(d: Fold, r: Record, e: ManagerDied) -> None:
     _end(d, r, e.manager, "dead")
 
 
 @_rule(RecoveryStarted)
-def _recovery_started(d: _Draft, r: Record, e: RecoveryStarted) -> None:
+def _recovery_started(d: Fold, r: Record, e: RecoveryStarted) -> None:
     # Recorded for the history; it changes no manager or generation.
     pass

@@ -17,6 +17,7 @@ sequence numbers they get never interleave or repeat.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -26,7 +27,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 from urllib.request import pathname2url
 
 import sqlite_utils
@@ -397,6 +398,28 @@ class Store:
                 raise self.corrupt(e) from e
             expected = seq + 1
             yield Record(seq, time, event)
+
+    def query(self, sql: str, params: tuple[object, ...] = ()) -> list[Any]:
+        """Rows of a read-only SQL query, errors translated and naming the file."""
+        with self._lock:
+            try:
+                return self._conn.execute(sql, params).fetchall()
+            except sqlite3.Error as e:
+                raise self._translate(e, "read") from e
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Make every read inside the block see the journal at one moment.
+
+        A read transaction: under WAL it blocks no writer; their checkpoints
+        only stop short of it until the block ends.
+        """
+        self.query("BEGIN")
+        try:
+            yield
+        finally:
+            with self._lock, contextlib.suppress(sqlite3.Error):
+                self._conn.execute("COMMIT")
 
     def last_seq(self) -> int:
         """The sequence number of the newest committed event, 0 when empty."""

@@ -18,7 +18,6 @@ import errno
 import fcntl
 import json
 import os
-import sqlite3
 import time as _time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -28,7 +27,7 @@ import attrs
 
 from journal.errors import JournalError, RuleViolation
 from journal.events import KINDS, ManagerOpened, Record, decode
-from journal.reducer import GenerationState, ManagerState, State, _Draft
+from journal.reducer import Fold, GenerationState, ManagerState, State
 from journal.store import Store
 from sessiontemp.root import (
     GENERATION_PREFIX,
@@ -94,29 +93,16 @@ def locate(journal: os.PathLike[str] | str | None = None,
 
 @contextlib.contextmanager
 def _opened(journal: Path, *, snapshot: bool = False) -> Iterator[Store]:
-    """The journal open read-only; with *snapshot*, every read sees the same moment.
-
-    A snapshot is a read transaction: under WAL it blocks no writer (their
-    checkpoints only stop short of it until it ends).
-    """
+    """The journal open read-only; with *snapshot*, every read sees the same moment."""
     store = Store(journal, readonly=True)
     try:
         if snapshot:
-            _query(store, "BEGIN")
-        yield store
+            with store.snapshot():
+                yield store
+        else:
+            yield store
     finally:
-        if snapshot:
-            with contextlib.suppress(sqlite3.Error):
-                store._conn.execute("COMMIT")
         store.close()
-
-
-def _query(store: Store, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
-    """A read-only SQL query on the store's connection, errors named after the file."""
-    try:
-        return store._conn.execute(sql, params).fetchall()
-    except sqlite3.Error as e:
-        raise store._translate(e, "read") from e
 
 
 def probe_liveness(root: Path, manager_id: str) -> Liveness:
@@ -162,7 +148,7 @@ def _replay(
     until: int | None = None,
     progress: Progress | None = None,
     lenient: list[Problem] | None = None,
-    each: Callable[[Record, _Draft], None] | None = None,
+    each: Callable[[Record, Fold], None] | None = None,
 ) -> State:
     """Fold the reducer over the journal up to *until*; strict unless *lenient* collects.
 
@@ -171,7 +157,7 @@ def _replay(
     event skipped.  *each* sees every record after it is applied.
     """
     total = store.last_seq() if until is None else until
-    draft = _Draft(State())
+    draft = Fold(State())
     expected = 1
     step = draft.step
     for seq, time, kind, payload in store.stream(until=until):
@@ -202,7 +188,7 @@ def _replay(
             progress(seq, total)
     if progress is not None:
         progress(total, total)
-    return draft.freeze()
+    return draft.state()
 
 
 # -- summary -----------------------------------------------------------------------
@@ -265,16 +251,15 @@ def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None
     """
     path = Path(journal)
     with _opened(path, snapshot=True) as store:
-        ((first, last, count),) = _query(store, "SELECT min(seq), max(seq), count(*) FROM events")
-        times = dict(_query(store, "SELECT seq, time FROM events WHERE seq IN (?, ?)",
+        ((first, last, count),) = store.query("SELECT min(seq), max(seq), count(*) FROM events")
+        times = dict(store.query("SELECT seq, time FROM events WHERE seq IN (?, ?)",
                             (first or 0, last or 0)))
         counted = ("manager.opened", "manager.closed", "manager.dead",
                    "generation.created", "removal.started", "removal.finished")
         others = tuple(k for k in KINDS if k not in counted)
         marks = ",".join("?" * len(others))
         kinds: dict[str, int] = dict.fromkeys(counted, 0)
-        kinds.update(_query(
-            store,
+        kinds.update(store.query(
             f"SELECT kind, count(*) FROM events WHERE kind NOT IN ({marks}) GROUP BY kind",  # noqa: S608 (placeholders only)
             others))
         problems: list[Problem] = []
@@ -286,16 +271,15 @@ def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None
                                     f"{kind!r}"))
         open_rows: list[tuple[int, str]] = []
         if kinds["manager.opened"] > kinds["manager.closed"] + kinds["manager.dead"]:
-            open_rows = _query(
-                store,
+            open_rows = store.query(
                 "SELECT seq, json_extract(payload, '$.manager') FROM events "
                 "WHERE kind = 'manager.opened' AND json_extract(payload, '$.manager') NOT IN "
                 "(SELECT json_extract(payload, '$.manager') FROM events "
                 "WHERE kind IN ('manager.closed', 'manager.dead'))")
         total_generations = 0
         if kinds["generation.created"] or kinds["removal.started"]:
-            ((total_generations,),) = _query(
-                store, "SELECT count(DISTINCT json_extract(payload, '$.generation')) FROM events "
+            ((total_generations,),) = store.query(
+                "SELECT count(DISTINCT json_extract(payload, '$.generation')) FROM events "
                 "WHERE kind IN ('generation.created', 'removal.started')")
         state = _open_part(store, open_rows, problems)
         size = sum(_size(path.with_name(path.name + suffix)) for suffix in ("", "-wal"))
@@ -365,15 +349,15 @@ def _open_part(store: Store, open_rows: list[tuple[int, str]], problems: list[Pr
         sql += " AND (" + " OR ".join(["instr(payload, ?) > 0"] * len(ids)) + ")"
         params += [f'"{m}"' for m in ids]
     wanted = set(ids)
-    draft = _Draft(State())
-    for seq, time, kind, payload in _query(store, sql + " ORDER BY seq", tuple(params)):
+    draft = Fold(State())
+    for seq, time, kind, payload in store.query(sql + " ORDER BY seq", tuple(params)):
         try:
             event = decode(seq, kind, payload)
             if getattr(event, "manager", None) in wanted or getattr(event, "by", None) in wanted:
                 draft.step(Record(seq, time, event))
         except RuleViolation as e:
             problems.append(Problem(e.seq, "rules", str(e)))
-    return draft.freeze()
+    return draft.state()
 
 
 # -- events --------------------------------------------------------------------------
@@ -473,7 +457,7 @@ def events(
     given = 0
     with _opened(path) as store:
         while True:
-            rows = _query(store, sql, (after, *params))
+            rows = store.query(sql, (after, *params))
             for seq, time, kind, payload in rows:
                 after = seq
                 row = EventRow(seq, time, kind, _fields(payload))
@@ -532,10 +516,10 @@ def state_at(journal: os.PathLike[str] | str, at: int | float | None = None, *,
                 raise ValueError(f"there is no event {at}: the journal holds events 1 to {last}")
             seq = at
         else:
-            ((found,),) = _query(store, "SELECT max(seq) FROM events WHERE time <= ?", (at,))
+            ((found,),) = store.query("SELECT max(seq) FROM events WHERE time <= ?", (at,))
             seq = int(found or 0)
         state = _replay(store, until=seq, progress=progress) if seq else State()
-        rows = _query(store, "SELECT time FROM events WHERE seq = ?", (seq,))
+        rows = store.query("SELECT time FROM events WHERE seq = ?", (seq,))
     return StateAt(path, seq, rows[0][0] if rows else None, state)
 
 
@@ -593,7 +577,7 @@ def explain(journal: os.PathLike[str] | str, target: str, root: os.PathLike[str]
     def say(record: Record, text: str) -> None:
         said.append(Sentence(record.seq, record.time, record.event.kind, text))
 
-    def each(record: Record, draft: _Draft) -> None:
+    def each(record: Record, draft: Fold) -> None:
         e = record.event
         kind = e.kind
         if kind == "recovery.started":
@@ -626,7 +610,7 @@ def explain(journal: os.PathLike[str] | str, target: str, root: os.PathLike[str]
         held.clear()
         held.update(generation.leases)
 
-    def each_all(record: Record, draft: _Draft) -> None:
+    def each_all(record: Record, draft: Fold) -> None:
         last[0] = record.time
         event = record.event
         if isinstance(event, ManagerOpened):
@@ -667,7 +651,7 @@ def explain(journal: os.PathLike[str] | str, target: str, root: os.PathLike[str]
                  tuple(sorted(generation.leases)))
 
 
-def _tell(record: Record, e: Any, say: Callable[[Record, str], None], draft: _Draft,
+def _tell(record: Record, e: Any, say: Callable[[Record, str], None], draft: Fold,
           recoveries: Mapping[str, int], deaths: Mapping[str, tuple[int, float, str]],
           managers: Mapping[str, ManagerState]) -> None:
     when = _when(record.time)
