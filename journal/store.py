@@ -337,29 +337,15 @@ class Store:
 
     # -- reading -------------------------------------------------------------
 
-    def rows(self, *, after: int = 0) -> Iterator[tuple[int, float, str, str, bytes]]:
-        """Raw ``(seq, time, kind, payload, digest)`` rows after sequence number *after*."""
-        with self._lock:
-            try:
-                cursor = self._conn.execute(
-                    "SELECT seq, time, kind, payload, digest FROM events WHERE seq > ? "
-                    "ORDER BY seq",
-                    (after,),
-                )
-                batch = cursor.fetchall()
-            except sqlite3.Error as e:
-                raise self._translate(e, "read") from e
-        yield from batch
-
-    def stream(
+    def rows(
         self, *, after: int = 0, until: int | None = None, batch: int = 20_000
-    ) -> Iterator[tuple[int, float, str, str]]:
-        """Raw ``(seq, time, kind, payload)`` rows after *after* (up to *until*), in batches.
+    ) -> Iterator[tuple[int, float, str, str, bytes]]:
+        """Raw ``(seq, time, kind, payload, digest)`` rows after *after* (up to *until*).
 
-        Unlike :meth:`rows`, it never holds the whole journal in memory: rows
-        are fetched *batch* at a time, all from one read snapshot.
+        Fetched *batch* at a time, all from one read snapshot, so a journal of
+        millions of events is never held in memory at once.
         """
-        sql = "SELECT seq, time, kind, payload FROM events WHERE seq > ?"
+        sql = "SELECT seq, time, kind, payload, digest FROM events WHERE seq > ?"
         params: tuple[int, ...] = (after,)
         if until is not None:
             sql += " AND seq <= ?"

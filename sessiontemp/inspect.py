@@ -160,7 +160,7 @@ def _replay(
     draft = Fold(State())
     expected = 1
     step = draft.step
-    for seq, time, kind, payload in store.stream(until=until):
+    for seq, time, kind, payload, _ in store.rows(until=until):
         if seq != expected:
             gap = RuleViolation(seq, f"follows event {expected - 1}: a gap")
             if lenient is None:
