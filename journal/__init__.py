@@ -5,6 +5,7 @@ the events describe; :mod:`sessiontemp` puts it to work on a real root.
 """
 
 from journal.errors import (
+    CheckpointInvalid,
     JournalBusy,
     JournalCorrupt,
     JournalError,
@@ -22,6 +23,7 @@ __all__ = [
     "EMPTY",
     "KINDS",
     "SCHEMA_VERSION",
+    "CheckpointInvalid",
     "Event",
     "GenerationState",
     "JournalBusy",

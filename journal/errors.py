@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 __all__ = [
+    "CheckpointInvalid",
     "JournalBusy",
     "JournalCorrupt",
     "JournalError",
@@ -93,3 +94,15 @@ class RuleViolation(SessionTempError, ValueError):
         self.seq = seq
         self.reason = reason
         super().__init__(f"event {seq} {reason}")
+
+
+class CheckpointInvalid(SessionTempError, ValueError):
+    """A stored checkpoint cannot be used: damaged, of another format, or malformed.
+
+    Never fatal: a replay skips the checkpoint and starts from an older one,
+    or from the first event, so nothing but time is lost.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)

@@ -5,6 +5,11 @@ database itself refuses UPDATE and DELETE (triggers), so nothing written is
 ever rewritten.  Each record carries a digest chained over its predecessor's,
 so a changed, removed or reordered record is detected by :meth:`Store.verify`.
 
+A second table, ``checkpoints``, holds what :mod:`journal.checkpoint` derives
+from the events: the reducer's state at a few sequence numbers, each tied to
+the digest of its event, so that a replay can start there.  It is a cache:
+any row of it may be deleted and nothing is lost.
+
 Durability: WAL with ``synchronous=FULL`` makes every commit one fdatasync of
 the -wal file, durable across power loss; :meth:`Store.append` returns only
 after that commit.  (A rollback journal with FULL is not durable across power
@@ -27,6 +32,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from time import monotonic, sleep
 from typing import Any, Final
 from urllib.request import pathname2url
 
@@ -99,6 +105,7 @@ class Store:
         # One connection shared by the threads of one manager; appends are
         # serialised here because a sqlite3 connection is not re-entrant.
         self._lock = threading.Lock()
+        self._busy_timeout = busy_timeout
         self._identity: tuple[int, int] | None = None
         with _OPEN_LOCK:
             self._check_header()
@@ -208,7 +215,7 @@ class Store:
 
     def _prepare(self) -> None:
         try:
-            app_id, version = self._header()
+            app_id, version, tables = self._header()
             if version > SCHEMA_VERSION:
                 raise JournalVersionError(
                     self.path,
@@ -223,19 +230,50 @@ class Store:
                 if version == 0:
                     raise JournalCorrupt(self.path, "holds no sessiontemp journal", _MOVE_ASIDE)
                 return
-            if version == 0 and self._foreign():
+            if version == 0 and tables:
                 raise JournalCorrupt(self.path, "is a SQLite database of another program",
                                      _MOVE_ASIDE)
             if version:
                 self._quick_check()
             # Only now, with the file known to be empty or ours: WAL mode
             # rewrites the header.
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._enter_wal()
             self._conn.execute("PRAGMA synchronous=FULL")
             if version == 0:
                 self._create_schema()
+            elif not self._has_checkpoints():
+                # A journal written before checkpoints existed: the table is
+                # added, the events stay exactly as they are.
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    if not self._has_checkpoints():
+                        self._create_checkpoints()
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
         except sqlite3.Error as e:
             raise self._translate(e, "open") from e
+
+    def _enter_wal(self) -> None:
+        # Several processes opening a new journal at once conflict while one
+        # of them writes the first header: SQLite reports that as busy at
+        # once, without waiting through its busy handler, so the wait is here.
+        deadline = monotonic() + self._busy_timeout
+        while True:
+            try:
+                (mode,) = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()
+                break
+            except sqlite3.OperationalError as e:
+                code = getattr(e, "sqlite_errorcode", 0) & 0xFF
+                if code != sqlite3.SQLITE_BUSY or monotonic() >= deadline:
+                    raise
+            sleep(0.005)
+        if str(mode).lower() != "wal":
+            raise JournalError(
+                self.path, f"cannot be switched to write-ahead logging (SQLite kept {mode!r})",
+                "Pass a root on a local file system that supports shared memory (not NFS)",
+            )
 
     def _quick_check(self) -> None:
         """Refuse to write to a damaged file, before the first write.
@@ -252,21 +290,44 @@ class Store:
             raise JournalCorrupt(self.path, f"is damaged (SQLite's quick_check: {detail[:300]})",
                                  _MOVE_ASIDE)
 
-    def _header(self) -> tuple[int, int]:
-        app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
-        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
-        return int(app_id), int(version)
+    def _header(self) -> tuple[int, int, bool]:
+        """The application id, the schema version and whether any table exists.
 
-    def _foreign(self) -> bool:
-        """Whether a database without our schema version already holds tables."""
-        return bool(self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0])
+        Read at one moment: another process may be creating the schema, and
+        tables seen without the version it commits with them would look like
+        another program's database.
+        """
+        own = not self._conn.in_transaction
+        if own:
+            self._conn.execute("BEGIN")
+        try:
+            app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
+            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        finally:
+            if own and self._conn.in_transaction:
+                self._conn.execute("COMMIT")
+        return int(app_id), int(version), bool(tables)
+
+    def _has_checkpoints(self) -> bool:
+        return bool(self._conn.execute(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'checkpoints'"
+        ).fetchone()[0])
+
+    def _create_checkpoints(self) -> None:
+        # digest: the chain digest of event seq, which ties the row to one
+        # history; a journal whose event seq differs ignores it.
+        self._conn.execute(
+            "CREATE TABLE checkpoints (seq INTEGER PRIMARY KEY, digest BLOB NOT NULL, "
+            "format INTEGER NOT NULL, state BLOB NOT NULL)"
+        )
 
     def _create_schema(self) -> None:
         # Two processes may open a new root at once: the schema is created
         # inside one immediate transaction, and the loser finds it done.
         self._conn.execute("BEGIN IMMEDIATE")
         try:
-            _app_id, version = self._header()
+            _app_id, version, _tables = self._header()
             if version == 0:
                 db = sqlite_utils.Database(self._conn)
                 db.table("events").create(
@@ -288,6 +349,7 @@ class Store:
                     "BEGIN SELECT RAISE(ABORT, 'sessiontemp events are append-only, each one right "
                     "after the last'); END"
                 )
+                self._create_checkpoints()
                 self._conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
                 self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._conn.execute("COMMIT")
@@ -308,32 +370,38 @@ class Store:
         # The digest covers the time as SQLite gives it back: a float, and
         # never -0.0, which a REAL column returns as 0.0.
         time = float(time) + 0.0
+        records = []
+        with self._transaction("append to") as conn:
+            last = conn.execute(
+                "SELECT seq, digest FROM events ORDER BY seq DESC LIMIT 1"
+            ).fetchone()
+            seq, digest = (0, _GENESIS) if last is None else (last[0], last[1])
+            for event, (kind, payload) in zip(events, rows, strict=True):
+                seq += 1
+                digest = chain(digest, seq, time, kind, payload)
+                conn.execute(
+                    "INSERT INTO events (seq, time, kind, payload, digest) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (seq, time, kind, payload, digest),
+                )
+                records.append(Record(seq, time, event))
+        return records
+
+    @contextlib.contextmanager
+    def _transaction(self, doing: str) -> Iterator[sqlite3.Connection]:
+        """One write transaction: committed when the block ends, rolled back if it raises."""
         with self._lock:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
                 try:
-                    last = self._conn.execute(
-                        "SELECT seq, digest FROM events ORDER BY seq DESC LIMIT 1"
-                    ).fetchone()
-                    seq, digest = (0, _GENESIS) if last is None else (last[0], last[1])
-                    records = []
-                    for event, (kind, payload) in zip(events, rows, strict=True):
-                        seq += 1
-                        digest = chain(digest, seq, time, kind, payload)
-                        self._conn.execute(
-                            "INSERT INTO events (seq, time, kind, payload, digest) "
-                            "VALUES (?, ?, ?, ?, ?)",
-                            (seq, time, kind, payload, digest),
-                        )
-                        records.append(Record(seq, time, event))
+                    yield self._conn
                     self._conn.execute("COMMIT")
                 except BaseException:
                     if self._conn.in_transaction:
                         self._conn.execute("ROLLBACK")
                     raise
             except sqlite3.Error as e:
-                raise self._translate(e, "append to") from e
-        return records
+                raise self._translate(e, doing) from e
 
     # -- reading -------------------------------------------------------------
 
@@ -368,14 +436,14 @@ class Store:
         finally:
             cursor.close()
 
-    def records(self, *, after: int = 0) -> Iterator[Record]:
-        """Decoded records after sequence number *after*, in order.
+    def records(self, *, after: int = 0, until: int | None = None) -> Iterator[Record]:
+        """Decoded records after sequence number *after* (up to *until*), in order.
 
         Raises :class:`JournalCorrupt` at a gap in the sequence or a record
         that does not decode: nothing after such a point is trusted.
         """
         expected = after + 1
-        for seq, time, kind, payload, _ in self.rows(after=after):
+        for seq, time, kind, payload, _ in self.rows(after=after, until=until):
             try:
                 if seq != expected:
                     raise RuleViolation(seq, f"follows event {expected - 1}: a gap")
@@ -406,6 +474,64 @@ class Store:
         finally:
             with self._lock, contextlib.suppress(sqlite3.Error):
                 self._conn.execute("COMMIT")
+
+    # -- checkpoints ---------------------------------------------------------
+
+    def save_checkpoint(self, seq: int, format: int, state: bytes, *, keep: int) -> None:
+        """Store *state*, derived from events 1 to *seq*, and keep only the newest *keep*.
+
+        One transaction: either the new row is in and the old ones beyond
+        *keep* are gone, or nothing changed.  Raises :class:`ValueError`
+        when there is no event *seq*.
+        """
+        with self._transaction("write a checkpoint to") as conn:
+            row = conn.execute("SELECT digest FROM events WHERE seq = ?", (seq,)).fetchone()
+            if row is None:
+                raise ValueError(f"{self.path} holds no event {seq} to checkpoint")
+            conn.execute(
+                "INSERT OR REPLACE INTO checkpoints (seq, digest, format, state) "
+                "VALUES (?, ?, ?, ?)", (seq, row[0], format, state),
+            )
+            conn.execute(
+                "DELETE FROM checkpoints WHERE seq NOT IN "
+                "(SELECT seq FROM checkpoints ORDER BY seq DESC LIMIT ?)", (keep,),
+            )
+
+    def checkpoints(self, *, until: int | None = None) -> list[tuple[int, int, bool]]:
+        """``(seq, format, chained)`` of each checkpoint at or before *until*, newest first.
+
+        ``chained`` is False when the checkpoint's digest is not that of
+        event *seq* here: it was derived from another history (a journal
+        moved aside and started afresh, or rows copied between files).
+        A journal without the table (an older one opened read-only) has none.
+        """
+        sql = ("SELECT c.seq, c.format, e.digest IS c.digest FROM checkpoints c "
+               "LEFT JOIN events e ON e.seq = c.seq")
+        params: tuple[int, ...] = ()
+        if until is not None:
+            sql += " WHERE c.seq <= ?"
+            params = (until,)
+        with self._lock:
+            try:
+                if not self._has_checkpoints():
+                    return []
+                rows = self._conn.execute(sql + " ORDER BY c.seq DESC", params).fetchall()
+            except sqlite3.Error as e:
+                raise self._translate(e, "read") from e
+        return [(int(seq), int(format), bool(chained)) for seq, format, chained in rows]
+
+    def checkpoint_state(self, seq: int) -> bytes:
+        """The state bytes of the checkpoint at *seq*; KeyError when there is none."""
+        with self._lock:
+            try:
+                row = self._conn.execute(
+                    "SELECT state FROM checkpoints WHERE seq = ?", (seq,)
+                ).fetchone()
+            except sqlite3.Error as e:
+                raise self._translate(e, "read") from e
+        if row is None:
+            raise KeyError(seq)
+        return bytes(row[0])
 
     def last_seq(self) -> int:
         """The sequence number of the newest committed event, 0 when empty."""

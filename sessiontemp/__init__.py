@@ -8,6 +8,7 @@ without touching anything still in use.
 """
 
 from journal.errors import (
+    CheckpointInvalid,
     JournalBusy,
     JournalCorrupt,
     JournalError,
@@ -26,6 +27,7 @@ from sessiontemp.root import GENERATION_PREFIX, TRASH_PREFIX, default_root
 __all__ = [
     "GENERATION_PREFIX",
     "TRASH_PREFIX",
+    "CheckpointInvalid",
     "JournalBusy",
     "JournalCorrupt",
     "JournalError",

@@ -25,9 +25,10 @@ from typing import Any, Final, Literal, TypeAlias
 
 import attrs
 
-from journal.errors import JournalError, RuleViolation
-from journal.events import KINDS, ManagerOpened, Record, decode
-from journal.reducer import Fold, GenerationState, ManagerState, State
+from journal import checkpoint
+from journal.errors import CheckpointInvalid, JournalError, RuleViolation
+from journal.events import KINDS, ManagerOpened, Record, RecoveryStarted, decode
+from journal.reducer import EMPTY, Fold, GenerationState, ManagerState, State
 from journal.store import Store
 from sessiontemp.root import (
     GENERATION_PREFIX,
@@ -149,18 +150,19 @@ def _replay(
     progress: Progress | None = None,
     lenient: list[Problem] | None = None,
     each: Callable[[Record, Fold], None] | None = None,
+    start: State = EMPTY,
 ) -> State:
-    """Fold the reducer over the journal up to *until*; strict unless *lenient* collects.
+    """Fold the reducer over the journal after *start* up to *until*; strict unless *lenient*.
 
     Strict: a gap or an event that breaks the rules raises
     :class:`JournalCorrupt`.  Lenient: each is recorded in *lenient* and the
     event skipped.  *each* sees every record after it is applied.
     """
     total = store.last_seq() if until is None else until
-    draft = Fold(State())
-    expected = 1
+    draft = Fold(start)
+    expected = start.seq + 1
     step = draft.step
-    for seq, time, kind, payload, _ in store.rows(until=until):
+    for seq, time, kind, payload, _ in store.rows(after=start.seq, until=until):
         if seq != expected:
             gap = RuleViolation(seq, f"follows event {expected - 1}: a gap")
             if lenient is None:
@@ -518,7 +520,8 @@ def state_at(journal: os.PathLike[str] | str, at: int | float | None = None, *,
         else:
             ((found,),) = store.query("SELECT max(seq) FROM events WHERE time <= ?", (at,))
             seq = int(found or 0)
-        state = _replay(store, until=seq, progress=progress) if seq else State()
+        state = _replay(store, until=seq, progress=progress,
+                        start=checkpoint.restore(store, until=seq).state) if seq else State()
         rows = store.query("SELECT time FROM events WHERE seq = ?", (seq,))
     return StateAt(path, seq, rows[0][0] if rows else None, state)
 
@@ -564,7 +567,12 @@ def _when(t: float) -> str:
 
 def explain(journal: os.PathLike[str] | str, target: str, root: os.PathLike[str] | str | None
             = None, *, progress: Progress | None = None) -> Story:
-    """The life story of the generation *target* (a path or an id), from the whole journal."""
+    """The life story of the generation *target* (a path or an id).
+
+    Only the part of the journal that concerns it is replayed: from the
+    newest checkpoint before it was first named, up to the end of its removal
+    (or the end of the journal while it is not removed).
+    """
     gid = generation_of(target)
     path = Path(journal)
     said: list[Sentence] = []
@@ -617,10 +625,18 @@ def explain(journal: os.PathLike[str] | str, target: str, root: os.PathLike[str]
             managers[event.manager] = draft.managers[event.manager]
         each(record, draft)
 
-    with _opened(path) as store:
-        state = _replay(store, progress=progress, each=each_all)
-    generation = state.generations.get(gid)
     where = None if root is None else Path(root) / (GENERATION_PREFIX + gid)
+    with _opened(path, snapshot=True) as store:
+        first, finished = _span_of(store, gid)
+        if first is None:
+            return Story(path, gid, where, "unknown", None, (), ())
+        start = checkpoint.restore(store, until=first - 1).state
+        # What the story needs from before the start: the pids of managers
+        # and of recovery passes that may act on it later.
+        managers.update(start.managers)
+        recoveries.update(_recoveries(store, until=start.seq))
+        state = _replay(store, until=finished, progress=progress, each=each_all, start=start)
+    generation = state.generations.get(gid)
     if generation is None:
         return Story(path, gid, where, "unknown", None, (), ())
     status = ("removed" if generation.removal == "finished" else
@@ -649,6 +665,48 @@ def explain(journal: os.PathLike[str] | str, target: str, root: os.PathLike[str]
             "Its removal was started and not finished; the next recovery finishes it.")))
     return Story(path, gid, where, status, generation.manager, tuple(said),
                  tuple(sorted(generation.leases)))
+
+
+def _span_of(store: Store, gid: str) -> tuple[int | None, int | None]:
+    """The seqs of the first event that names generation *gid* and of its removal's end."""
+    # instr() finds the few candidate rows in C; each is then decoded to be sure.
+    needle = '"generation":' + json.dumps(gid)
+    first = finished = None
+    for seq, kind, payload in store.query(
+        "SELECT seq, kind, payload FROM events WHERE kind IN "
+        "('generation.created', 'removal.started', 'removal.finished') "
+        "AND instr(payload, ?) > 0 ORDER BY seq", (needle,),
+    ):
+        try:
+            event = decode(seq, kind, payload)
+        except RuleViolation as e:
+            raise store.corrupt(e) from e
+        if getattr(event, "generation", None) != gid:
+            continue
+        if first is None:
+            first = seq
+        if kind == "removal.finished":
+            finished = seq
+            break
+    return first, finished
+
+
+def _recoveries(store: Store, *, until: int) -> dict[str, int]:
+    """The pid of every recovery pass started up to event *until*, by its id."""
+    found: dict[str, int] = {}
+    if until == 0:
+        return found
+    for seq, kind, payload in store.query(
+        "SELECT seq, kind, payload FROM events WHERE kind = 'recovery.started' AND seq <= ?",
+        (until,),
+    ):
+        try:
+            event = decode(seq, kind, payload)
+        except RuleViolation as e:
+            raise store.corrupt(e) from e
+        if isinstance(event, RecoveryStarted):
+            found[event.recovery] = event.pid
+    return found
 
 
 def _tell(record: Record, e: Any, say: Callable[[Record, str], None], draft: Fold,
@@ -707,10 +765,24 @@ def verify(journal: os.PathLike[str] | str, *, progress: Progress | None = None
             check, _, text = message.partition(": ")
             problems.append(Problem(_seq_in(text), check if check in (
                 "integrity", "sequence") else "digest", message))
+        claims, problems_of_checkpoints = _checkpoints(store)
         lenient: list[Problem] = []
-        state = _replay(store, progress=progress, lenient=lenient)
+
+        def compare(record: Record, draft: Fold) -> None:
+            claim = claims.pop(record.seq, None)
+            if claim is not None and claim != draft.state():
+                problems_of_checkpoints.append(Problem(record.seq, "checkpoints", (
+                    f"checkpoint at event {record.seq} does not match the state replayed "
+                    "from the events, so replays starting from it go wrong: delete its row "
+                    "from the table checkpoints (the next recovery writes a new one)")))
+
+        state = _replay(store, progress=progress, lenient=lenient,
+                        each=compare if claims else None)
         count = store.last_seq()
     problems += [p for p in lenient if p.check != "sequence"]
+    problems += problems_of_checkpoints
+    problems += [Problem(seq, "checkpoints", f"checkpoint at event {seq} could not be compared: "
+                         "the replay skipped that event") for seq in sorted(claims)]
     for g in sorted(state.generations.values(), key=lambda g: g.created_seq):
         if g.removal is not None and g.leases:
             problems.append(Problem(g.removal_seq, "invariants",
@@ -722,6 +794,29 @@ def verify(journal: os.PathLike[str] | str, *, progress: Progress | None = None
             problems.append(Problem(m.ended_seq, "invariants",
                                     f"manager {m.id} ended with a current generation"))
     return Verification(path, "full", count, tuple(problems))
+
+
+def _checkpoints(store: Store) -> tuple[dict[int, State], list[Problem]]:
+    """The states the journal's checkpoints claim, by seq, and the ones that cannot be read.
+
+    One of a format this version does not read is no problem: the next
+    recovery writes a checkpoint this version reads.
+    """
+    claims: dict[int, State] = {}
+    problems: list[Problem] = []
+    for seq, format, chained in store.checkpoints():
+        if format != checkpoint.FORMAT:
+            continue
+        if not chained:
+            problems.append(Problem(seq, "checkpoints", (
+                f"checkpoint at event {seq} was derived from another history; replays skip it")))
+            continue
+        try:
+            claims[seq] = checkpoint.decode(store.checkpoint_state(seq))
+        except CheckpointInvalid as e:
+            problems.append(Problem(seq, "checkpoints",
+                                    f"checkpoint at event {seq} {e.reason}; replays skip it"))
+    return claims, problems
 
 
 def _seq_in(text: str) -> int | None:
@@ -800,8 +895,8 @@ def _fsck(base: Path, progress: Progress | None) -> tuple[Finding, ...]:
     # so every directory listed is known to the state read afterwards.
     names = sorted(os.listdir(base))
     journal = base / JOURNAL_NAME
-    with _opened(journal) as store:
-        state = _replay(store, progress=progress)
+    with _opened(journal, snapshot=True) as store:
+        state = _replay(store, progress=progress, start=checkpoint.restore(store).state)
     findings: list[Finding] = []
     present = set(names)
     for name in names:

@@ -1,7 +1,8 @@
 """Recovery: after any crash, remove what nobody can use any more, and nothing else.
 
 A pass runs on every Manager open and from :func:`recover`, one at a time
-per root (``ROOT/recovery.lock``).  It replays the journal, then:
+per root (``ROOT/recovery.lock``).  It replays the journal, from the
+newest checkpoint on, and writes a new checkpoint when one is due; then it:
 
 1. declares dead every manager whose liveness lock is free, journaling it;
 2. removes every generation of a closed or dead manager, and finishes every
@@ -28,6 +29,7 @@ from pathlib import Path
 import attrs
 import filelock
 
+from journal import checkpoint
 from journal.errors import JournalError, RuleViolation
 from journal.events import Event, ManagerDied, RecoveryStarted, RemovalFinished, RemovalStarted
 from journal.reducer import GenerationState, State, replay
@@ -145,6 +147,7 @@ class _Pass:
         self.steps = steps
         self.id = secrets.token_hex(8)
         self.state = State()
+        self.checkpointed = 0
         self.started = False
         self.removed: list[Removed] = []
         self.skipped: list[Skipped] = []
@@ -152,7 +155,9 @@ class _Pass:
         self.finished_closing: set[str] = set()
 
     def run(self) -> Report:
+        self.restore()
         self.refresh()
+        self.write_checkpoint()
         self.bury_dead_managers()
         candidates = [g.id for g in self.state.generations.values() if self.orphaned(g)]
         for generation_id in candidates:
@@ -168,6 +173,31 @@ class _Pass:
             logger.info("recovery.finished", recovery=self.id, removed=len(self.removed),
                         skipped=len(self.skipped), dead=len(self.dead))
         return Report(tuple(self.removed), tuple(self.skipped), tuple(self.dead))
+
+    def restore(self) -> None:
+        """Start from the newest usable checkpoint instead of the first event."""
+        restored = checkpoint.restore(self.store)
+        for seq, reason in restored.skipped:
+            logger.warning("checkpoint.skipped", path=str(self.store.path), seq=seq,
+                           reason=f"checkpoint {reason}")
+        self.state = restored.state
+        self.checkpointed = restored.state.seq
+
+    def write_checkpoint(self) -> None:
+        """Write a checkpoint of the state just replayed, if enough events follow the last."""
+        if not checkpoint.due(self.state, self.checkpointed):
+            return
+        self.steps.before("checkpoint", f"event {self.state.seq}")
+        try:
+            checkpoint.save(self.store, self.state)
+        except JournalError as e:
+            # Only speed is lost: the next pass replays a little further.
+            logger.warning("checkpoint.failed", path=str(self.store.path),
+                           seq=self.state.seq, reason=str(e))
+            return
+        logger.info("checkpoint.written", path=str(self.store.path), seq=self.state.seq,
+                    replayed=self.state.seq - self.checkpointed)
+        self.checkpointed = self.state.seq
 
     def refresh(self) -> None:
         """Bring the state up to the journal's end, through events others appended."""

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypeAlias
 
-from journal import State, Store, replay
+from journal import State, Store, checkpoint, replay
 from sessiontemp import Lease, Manager, Unavailable, recover
 from sessiontemp.root import GENERATION_PREFIX, JOURNAL_NAME, TRASH_PREFIX, generation_name
 from sessiontemp.steps import StepHook
@@ -242,6 +242,17 @@ def journal_state(root: Path) -> State:
         store.close()
 
 
+def journal_state_from_checkpoint(root: Path) -> State:
+    """The state from the newest checkpoint (none skipped) and the events after it."""
+    store = Store(root / JOURNAL_NAME, readonly=True)
+    try:
+        restored = checkpoint.restore(store)
+        assert restored.skipped == ()
+        return replay(store.records(after=restored.state.seq), restored.state)
+    finally:
+        store.close()
+
+
 def journal_problems(root: Path) -> list[str]:
     store = Store(root / JOURNAL_NAME, readonly=True)
     try:
@@ -358,6 +369,14 @@ class World:
         recover(self.root, busy_timeout=BUSY_TIMEOUT, step_hook=self.step_hook)
         self.model.recover()
 
+    def checkpoint(self) -> None:
+        """Write a checkpoint of the journal as it ends now; later replays start from it."""
+        store = Store(self.root / JOURNAL_NAME, busy_timeout=BUSY_TIMEOUT)
+        try:
+            checkpoint.save(store, replay(store.records()))
+        finally:
+            store.close()
+
     def _forget_leases(self, name: str) -> None:
         for lease_name in self.model.leases_of(name):
             self.leases.pop(lease_name, None)
@@ -395,6 +414,7 @@ class World:
 
         state = journal_state(self.root)
         assert journal_problems(self.root) == []
+        assert journal_state_from_checkpoint(self.root) == state
         journal = view_of_journal(state)
         model = self.model.view(self.ids, self.lease_ids)
         if full:

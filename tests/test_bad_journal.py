@@ -146,9 +146,13 @@ def test_a_truncated_journal_is_refused_as_damaged_and_left_byte_for_byte(
 
 
 def damage_a_data_page(content: bytes) -> bytes:
-    """Scramble the cells of the third page (a leaf of the events table)."""
+    """Scramble the cells of the fourth page, a leaf of the events table.
+
+    Pages 1 to 3 are the roots of the schema, of ``events`` (interior once
+    the history fills more than a page) and of the small ``checkpoints``.
+    """
     bad = bytearray(content)
-    for i in range(2 * PAGE + 100, 2 * PAGE + 400):
+    for i in range(3 * PAGE + 100, 3 * PAGE + 400):
         bad[i] ^= 0xFF
     return bytes(bad)
 

@@ -4,9 +4,11 @@ A hypothesis state machine opens up to three managers on one root in this
 process and drives them at random: retain, release, rotate, acquire, lease
 release, write a file through a lease, close, crash (see
 :func:`tests.model.simulate_kill`), open a new manager (whose open runs
-recovery) and a standalone recovery.  After every step :meth:`World.check`
+recovery), a standalone recovery, and a checkpoint of the journal, from
+which every later recovery starts.  After every step :meth:`World.check`
 holds: the directories on disk are exactly the model's live generations, the
-journal replayed from scratch is the model, each live generation holds
+journal replayed from scratch is the model and equals the replay from the
+newest checkpoint, each live generation holds
 exactly its files, nothing outside the root changed, sealed managers refuse
 to lease.
 
@@ -133,6 +135,10 @@ class SessionMachine(RuleBasedStateMachine):
     @rule()
     def recover(self) -> None:
         self.world.recover()
+
+    @rule()
+    def checkpoint(self) -> None:
+        self.world.checkpoint()
 
     @invariant()
     def agrees_with_the_model(self) -> None:

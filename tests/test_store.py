@@ -363,6 +363,44 @@ def run_writers(path: Path, writers: int, appends: int, *, open_first: bool) -> 
                 p.wait()
 
 
+OPENER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from journal import Store
+
+    path, go = sys.argv[1], Path(sys.argv[1] + ".go")
+    while not go.exists():
+        time.sleep(0.0005)
+    Store(path, busy_timeout=10).close()
+    """
+)
+
+
+@pytest.mark.parametrize("rounds", [
+    pytest.param(20, id="short"), pytest.param(200, id="long", marks=pytest.mark.slow),
+])
+def test_processes_creating_one_new_journal_at_the_same_moment_all_open_it(
+    tmp_path: Path, rounds: int
+) -> None:
+    # One of them writes the first header while the others switch to WAL;
+    # SQLite reports that conflict as busy without waiting, so the store waits.
+    for n in range(rounds):
+        path = tmp_path / f"journal{n}.sqlite3"
+        openers = [subprocess.Popen([sys.executable, "-c", OPENER, str(path)],
+                                    stderr=subprocess.PIPE) for _ in range(6)]
+        time.sleep(0.3)
+        Path(f"{path}.go").touch()
+        for p in openers:
+            _, err = p.communicate(timeout=60)
+            assert p.returncode == 0, err.decode()
+        store = Store(path, readonly=True)
+        try:
+            assert store.last_seq() == 0
+        finally:
+            store.close()
+
+
 @pytest.mark.parametrize("open_first", [True, False], ids=["opened-first", "created-at-once"])
 def test_concurrent_writer_processes_get_a_gap_free_sequence_each_in_its_own_order(
     tmp_path: Path, open_first: bool

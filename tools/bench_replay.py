@@ -6,16 +6,26 @@ Builds (once; reused when PATH already holds one) a journal of about N events
 (default 1,000,000) the way real managers write it: through the real
 :class:`journal.store.Store`, in large batches, with managers that open, retain,
 lease, rotate, remove, release and close, some that die and are recovered, and
-a few still live at the end.  Then it times, as the median of R runs in this
-one process (the machine may be shared and noisy):
+a few still live at the end.  After each batch it writes a checkpoint when one
+is due, as the recovery pass of each Manager open does.  Then it times, as the
+median of R runs in this one process (the machine may be shared and noisy):
 
 * ``summary``: :func:`sessiontemp.inspect.summary` (SQL aggregates, no full replay);
-* ``replay``: decode every record and fold the reducer over it, from a fresh
-  read-only open to the final state;
+* ``replay``: the state at the end, from a fresh read-only open: the newest
+  checkpoint restored, the events after it folded (what a Manager open's
+  recovery, ``journal-inspect state`` and ``fsck`` do);
+* the same at the worst point for the checkpoints: just before the next one
+  falls due, so the most events after a checkpoint;
+* ``explain``: :func:`sessiontemp.inspect.explain` of the generation live at
+  the end and of the first one, removed long before;
+* ``restore``: decoding the newest checkpoint alone;
+* ``replay from event 1``: decode every record and fold the reducer over it,
+  ignoring checkpoints (what ``verify`` does);
 * ``decode``: reading and decoding alone, without the reducer;
-* ``state``: :func:`sessiontemp.inspect.state_at` at the end, the replay
-  ``state``, ``explain`` and ``fsck`` do;
-* ``verify``: :func:`sessiontemp.inspect.verify`, the full check (reported, no target).
+* ``verify``: :func:`sessiontemp.inspect.verify`, the full check (reported, no target);
+* ``save``: encoding and writing one checkpoint of the final state;
+* ``open``: a :class:`sessiontemp.Manager` opened and closed on a root
+  holding a copy of the journal.
 
 Prints a Markdown table for BENCHMARKS.md.
 """
@@ -30,6 +40,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from journal import checkpoint
 from journal.events import (
     Event,
     GenerationCreated,
@@ -46,9 +57,9 @@ from journal.events import (
     Retained,
     Rotated,
 )
-from journal.reducer import replay
+from journal.reducer import State, replay
 from journal.store import Store
-from sessiontemp import inspect
+from sessiontemp import Manager, inspect
 
 BATCH = 20_000
 
@@ -98,12 +109,19 @@ def build(path: Path, count: int) -> None:
     try:
         pending: list[Event] = []
         clock = 1_700_000_000.0
+        state = State()
+        checkpointed = 0
         for events in lifetimes(count):
             pending += events
             if len(pending) >= BATCH:
                 store.append(pending, time=clock)
                 clock += 1.0
                 pending = []
+                # What the recovery pass of a Manager open here would do.
+                state = replay(store.records(after=state.seq), state)
+                if checkpoint.due(state, checkpointed):
+                    checkpoint.save(store, state)
+                    checkpointed = state.seq
         # A few managers still live at the end, one with a lease held.
         live: list[Event] = [ManagerOpened("f" * 32, 4242), Retained("f" * 32),
                 GenerationCreated("f" * 32, "glive"), GenerationReady("f" * 32, "glive", 1, 2),
@@ -117,6 +135,49 @@ def full_replay(path: Path) -> int:
     store = Store(path, readonly=True)
     try:
         return replay(store.records()).seq
+    finally:
+        store.close()
+
+
+def replay_from_checkpoint(path: Path, until: int | None = None) -> int:
+    store = Store(path, readonly=True)
+    try:
+        start = checkpoint.restore(store, until=until).state
+        return replay(store.records(after=start.seq, until=until), start).seq
+    finally:
+        store.close()
+
+
+def restore_only(path: Path) -> int:
+    store = Store(path, readonly=True)
+    try:
+        return checkpoint.restore(store).state.seq
+    finally:
+        store.close()
+
+
+def worst_point(path: Path) -> tuple[int, int]:
+    """The seq with the most events after the checkpoint it starts from, and that many."""
+    store = Store(path, readonly=True)
+    try:
+        marks = [seq for seq, _, _ in store.checkpoints()]
+        last = store.last_seq()
+    finally:
+        store.close()
+    if len(marks) < 2:
+        return last, last - (marks[0] if marks else 0)
+    # Just before the newest was written, the one before it was the newest.
+    return marks[0] - 1, marks[0] - 1 - marks[1]
+
+
+def open_manager(root: Path) -> None:
+    Manager(root).close()
+
+
+def save_once(path: Path, state: State) -> None:
+    store = Store(path)
+    try:
+        checkpoint.save(store, state)
     finally:
         store.close()
 
@@ -155,23 +216,56 @@ def main(argv: list[str]) -> int:
             start = time.perf_counter()
             build(path, args.events)
             print(f"built {path} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
-        events = Store(path, readonly=True).last_seq()
+        reader = Store(path, readonly=True)
+        events = reader.last_seq()
+        marks = [seq for seq, _, _ in reader.checkpoints()]
+        reader.close()
+        worst, worst_tail = worst_point(path)
         size = path.stat().st_size
         rows = [
-            ("summary", median_s(args.runs, lambda: inspect.summary(path))),
-            ("decode (read + decode every record)", median_s(args.runs, lambda: decode_only(path))),
-            ("replay (read + decode + reduce)", median_s(args.runs, lambda: full_replay(path))),
-            ("state (journal-inspect's full replay)",
+            ("summary", events, median_s(args.runs, lambda: inspect.summary(path))),
+            (f"replay to the end (checkpoint at {marks[0] if marks else 0:,}, "
+             f"{events - (marks[0] if marks else 0):,} events after it)", events,
+             median_s(args.runs, lambda: replay_from_checkpoint(path))),
+            (f"replay to {worst:,}, the worst point ({worst_tail:,} events after "
+             "the checkpoint)", worst,
+             median_s(args.runs, lambda: replay_from_checkpoint(path, worst))),
+            ("`journal-inspect state` (inspect.state_at)", events,
              median_s(args.runs, lambda: inspect.state_at(path))),
+            ("`journal-inspect explain` of the live generation made at the end", 0,
+             median_s(args.runs, lambda: inspect.explain(path, "glive"))),
+            ("`journal-inspect explain` of the first generation (removed early on)", 0,
+             median_s(args.runs, lambda: inspect.explain(path, f"g{1:09d}{1:06d}"))),
+            ("restore the newest checkpoint alone", events,
+             median_s(args.runs, lambda: restore_only(path))),
+            ("replay from event 1, ignoring checkpoints", events,
+             median_s(args.runs, lambda: full_replay(path))),
+            ("read + decode every record", events,
+             median_s(args.runs, lambda: decode_only(path))),
         ]
         if not args.skip_verify:
-            rows.append(("verify (integrity, digests, rules)",
+            rows.append(("verify (integrity, digests, rules, checkpoints)", events,
                          median_s(max(1, args.runs // 2), lambda: inspect.verify(path))))
-        print(f"journal: {events:,} events, {size / 1e6:.1f} MB; median of {args.runs} runs\n")
+        final = inspect.state_at(path).state
+        with tempfile.TemporaryDirectory() as spare:
+            copy = Path(spare) / "journal.sqlite3"
+            copy.write_bytes(path.read_bytes())
+            rows.append(("write one checkpoint of the final state", 0,
+                         median_s(args.runs, lambda: save_once(copy, final))))
+            # A root holding this journal: the recovery pass of each open
+            # restores the checkpoint and replays the rest.
+            root = Path(spare) / "root"
+            root.mkdir(mode=0o700)
+            copy.rename(root / "journal.sqlite3")
+            rows.append(("Manager open + close on a root holding this journal", events,
+                         median_s(args.runs, lambda: open_manager(root))))
+        print(f"journal: {events:,} events, {size / 1e6:.1f} MB, checkpoints at "
+              f"{', '.join(f'{m:,}' for m in marks) or 'none'}; median of {args.runs} runs\n")
         print("| operation | median | events/s |")
         print("| --- | ---: | ---: |")
-        for name, seconds in rows:
-            print(f"| {name} | {seconds * 1000:.0f} ms | {events / seconds / 1e6:.2f} M |")
+        for name, count, seconds in rows:
+            rate = f"{count / seconds / 1e6:.2f} M" if count else ""
+            print(f"| {name} | {seconds * 1000:.0f} ms | {rate} |")
     return 0
 
 

@@ -8,7 +8,8 @@ its own process group.  A worker loops: open a Manager on the shared root
 marker file into each, start child commands with ``lease.popen`` that hold
 the lease's lock and check, every 20 ms until they exit, that their marker is
 still there, release leases (checking their marker first), rotate, run a
-standalone recovery; then release and close the manager and start over.
+standalone recovery, write a checkpoint of the journal (which later opens and
+recoveries start from); then release and close the manager and start over.
 
 Meanwhile the driver waits a random moment (20-300 ms), picks a worker and
 SIGKILLs it (with probability 0.3 its whole process group, so its running
@@ -23,7 +24,9 @@ final recovery and checks:
 * wrongful removals: no worker found its lease's directory gone before it
   released it, and no child found its directory gone while it ran (each
   writes a line to a violations file outside the root);
-* the journal replays from scratch and ``Store.verify()`` finds nothing.
+* the journal replays from scratch and ``Store.verify()`` finds nothing; the
+  newest checkpoint is usable and, with the events after it, gives the same
+  state as the replay from scratch.
 
 It prints one JSON object with the figures and exits 1 when any check fails
 or a worker ended by itself (an exception: its log is kept in the work
@@ -49,7 +52,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from journal import Store, replay
+from journal import Store, checkpoint, replay
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Lease, Manager, recover
 from sessiontemp.root import JOURNAL_NAME
 
@@ -124,6 +127,9 @@ def work(root: Path, violations: Path, stats: Path, seed: int) -> None:
             elif roll < 0.93:
                 recover(root, busy_timeout=TIMEOUT)
                 note(stats, "recover")
+            elif roll < 0.95:
+                write_checkpoint(root)
+                note(stats, "checkpoint")
             children = [c for c in children if c.poll() is None]
         for lease in leases:
             if not (lease.path / "marker").is_file():
@@ -131,6 +137,16 @@ def work(root: Path, violations: Path, stats: Path, seed: int) -> None:
             lease.release()
         manager.release()
         manager.close()
+
+
+def write_checkpoint(root: Path) -> None:
+    """What a recovery pass does when one is due, here whenever asked."""
+    store = Store(root / JOURNAL_NAME, busy_timeout=TIMEOUT)
+    try:
+        start = checkpoint.restore(store).state
+        checkpoint.save(store, replay(store.records(after=start.seq), start))
+    finally:
+        store.close()
 
 
 # -- the driver ---------------------------------------------------------------------------
@@ -223,6 +239,12 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
     try:
         problems = store.verify()
         state = replay(store.records())
+        restored = checkpoint.restore(store)
+        if restored.skipped:
+            problems.append(f"checkpoints skipped: {list(restored.skipped)}")
+        if replay(store.records(after=restored.state.seq), restored.state) != state:
+            problems.append(f"the replay from checkpoint {restored.checkpoint} differs")
+        checkpoints = len(store.checkpoints())
     finally:
         store.close()
     unfinished = sorted(g.id for g in state.generations.values() if g.removal != "finished")
@@ -240,6 +262,8 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         "commands": done["command"],
         "rotations": done["rotate"],
         "recoveries": done["recover"],
+        "checkpoints_written": done["checkpoint"],
+        "checkpoints_left": checkpoints,
         "events": state.seq,
         "generations": len(state.generations),
         "managers_dead": sum(m.ended == "dead" for m in state.managers.values()),

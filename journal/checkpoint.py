@@ -1,0 +1,210 @@
+"""Checkpoints: the reducer's state after one event, kept so a replay can start there.
+
+The journal only grows, and a replay from its first event costs time in
+proportion to its whole history.  A checkpoint is the :class:`State` after
+event N, encoded by :func:`encode` and stored beside the events together
+with the chain digest of event N.  :func:`restore` gives the state of the
+newest checkpoint that belongs to this journal's history and decodes
+cleanly; folding the events after it gives exactly what a replay from event
+1 gives.
+
+A checkpoint is derived data, never the source of truth.  One that is
+damaged, of another format or of another history is skipped, and said to
+be; ``journal-inspect verify`` replays from event 1 and compares every
+checkpoint with the state it claims to hold.
+
+The encoding is columnar JSON (one list per field), compressed with zlib and
+prefixed with a BLAKE2b digest of the compressed bytes.  Never pickle: a
+journal copied from another machine is input, not code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import operator
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+
+from journal.errors import CheckpointInvalid
+from journal.reducer import EMPTY, GenerationState, ManagerState, State
+from journal.store import Store
+
+__all__ = ["EVERY", "FORMAT", "KEEP", "Restored", "decode", "due", "encode", "restore", "save"]
+
+# Bump whenever the reducer's rules or the fields of its states change: a
+# checkpoint of another format is skipped, and the next replay writes a new one.
+FORMAT: Final = 1
+# A checkpoint is due once this many events follow the newest one, and at
+# least a quarter as many as the state holds managers and generations, so
+# that writing checkpoints costs a bounded amount per event however long
+# the history grows.
+EVERY: Final = 20_000
+# The newest few are kept: ``journal-inspect state --at`` starts from the
+# newest at or before the moment asked for.
+KEEP: Final = 3
+
+_DIGEST_SIZE: Final = 16
+_NONE_TYPE: Final = type(None)
+_NO_IDS: Final[frozenset[str]] = frozenset()
+
+
+@attrs.frozen
+class _Column:
+    name: str
+    types: tuple[type, ...]
+    # A frozenset of ids, stored as a sorted list of str.
+    is_set: bool = False
+
+
+# The annotation of each field (a string: postponed annotations), as columns.
+_TYPES: Final[dict[str, tuple[tuple[type, ...], bool]]] = {
+    "str": ((str,), False),
+    "int": ((int,), False),
+    "float": ((float,), False),
+    "bool": ((bool,), False),
+    "str | None": ((str, _NONE_TYPE), False),
+    "int | None": ((int, _NONE_TYPE), False),
+    "frozenset[str]": ((list,), True),
+}
+
+
+def _columns(cls: type) -> tuple[_Column, ...]:
+    # A field of a type not listed here fails at import, not when a
+    # checkpoint is first written.
+    return tuple(_Column(a.name, *_TYPES[str(a.type)]) for a in attrs.fields(cls))
+
+
+_MANAGER_COLUMNS: Final = _columns(ManagerState)
+_GENERATION_COLUMNS: Final = _columns(GenerationState)
+
+
+@attrs.frozen
+class Restored:
+    """Where a replay starts: the state of a checkpoint (or the empty one) and what was skipped.
+
+    ``checkpoint`` is the seq of the checkpoint used, None when there was
+    none to use; ``skipped`` lists ``(seq, reason)`` for each newer one that
+    could not be used.
+    """
+
+    state: State
+    checkpoint: int | None
+    skipped: tuple[tuple[int, str], ...] = ()
+
+
+def due(state: State, since: int, *, every: int = EVERY) -> bool:
+    """Whether enough events follow the checkpoint at *since* (0: none) to write another."""
+    size = len(state.managers) + len(state.generations)
+    return state.seq - since >= max(every, size // 4)
+
+
+def save(store: Store, state: State, *, keep: int = KEEP) -> None:
+    """Write *state* as the checkpoint of its seq, keeping only the newest *keep*."""
+    store.save_checkpoint(state.seq, FORMAT, encode(state), keep=keep)
+
+
+def restore(store: Store, *, until: int | None = None) -> Restored:
+    """The newest usable checkpoint at or before *until* (None: the end of the journal)."""
+    skipped: list[tuple[int, str]] = []
+    for seq, format, chained in store.checkpoints(until=until):
+        if format != FORMAT:
+            skipped.append((seq, f"is of format {format}, which this version does not read"))
+            continue
+        if not chained:
+            skipped.append((seq, f"was derived from another history (event {seq} differs)"))
+            continue
+        try:
+            state = decode(store.checkpoint_state(seq))
+        except KeyError:
+            skipped.append((seq, "was replaced by a newer checkpoint while being read"))
+            continue
+        except CheckpointInvalid as e:
+            skipped.append((seq, e.reason))
+            continue
+        if state.seq != seq:
+            skipped.append((seq, f"holds the state after event {state.seq}, not {seq}"))
+            continue
+        return Restored(state, seq, tuple(skipped))
+    return Restored(EMPTY, None, tuple(skipped))
+
+
+# -- encoding ---------------------------------------------------------------------
+
+
+def encode(state: State) -> bytes:
+    """The bytes stored for *state*."""
+    body = {
+        "seq": state.seq,
+        "managers": _to_columns(state.managers.values(), _MANAGER_COLUMNS),
+        "generations": _to_columns(state.generations.values(), _GENERATION_COLUMNS),
+    }
+    compressed = zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 1)
+    return hashlib.blake2b(compressed, digest_size=_DIGEST_SIZE).digest() + compressed
+
+
+def _to_columns(objects: Iterable[Any], columns: Sequence[_Column]) -> dict[str, list[Any]]:
+    get = operator.attrgetter(*(c.name for c in columns))
+    rows = [get(o) for o in objects]
+    values = list(zip(*rows, strict=True)) if rows else [() for _ in columns]
+    out: dict[str, list[Any]] = {}
+    for column, column_values in zip(columns, values, strict=True):
+        if column.is_set:
+            out[column.name] = [sorted(v) for v in column_values]
+        elif column.types == (float,):
+            out[column.name] = [float(v) for v in column_values]
+        else:
+            out[column.name] = list(column_values)
+    return out
+
+
+def decode(data: bytes) -> State:
+    """The state stored as *data*; :class:`CheckpointInvalid` says why it cannot be."""
+    digest, compressed = data[:_DIGEST_SIZE], data[_DIGEST_SIZE:]
+    if hashlib.blake2b(compressed, digest_size=_DIGEST_SIZE).digest() != digest:
+        raise CheckpointInvalid("is damaged: its digest does not match its contents")
+    try:
+        body = json.loads(zlib.decompress(compressed))
+    except (zlib.error, ValueError) as e:
+        raise CheckpointInvalid(f"does not decode ({e})") from None
+    if not isinstance(body, dict) or body.keys() != {"seq", "managers", "generations"}:
+        raise CheckpointInvalid("is not a checkpoint of this format")
+    seq = body["seq"]
+    if type(seq) is not int or seq < 0:
+        raise CheckpointInvalid(f"names no valid event: seq {seq!r}")
+    return State(
+        managers=_from_columns(body["managers"], _MANAGER_COLUMNS, ManagerState),
+        generations=_from_columns(body["generations"], _GENERATION_COLUMNS, GenerationState),
+        seq=seq,
+    )
+
+
+def _from_columns(
+    table: object, columns: Sequence[_Column], cls: Callable[..., Any]
+) -> Mapping[str, Any]:
+    what = getattr(cls, "__name__", "state")
+    if not isinstance(table, dict) or table.keys() != {c.name for c in columns}:
+        raise CheckpointInvalid(f"has {what} fields that do not fit this format")
+    values: list[list[Any]] = []
+    length = None
+    # Checked a column at a time: a set of types per column costs far less
+    # than a check per value in Python.
+    for column in columns:
+        column_values = table[column.name]
+        if not isinstance(column_values, list) or length not in (None, len(column_values)):
+            raise CheckpointInvalid(f"has a malformed {what} column {column.name!r}")
+        length = len(column_values)
+        if not set(map(type, column_values)) <= set(column.types):
+            raise CheckpointInvalid(f"has a {what} field {column.name!r} of the wrong type")
+        if column.is_set:
+            if any(type(item) is not str for ids in column_values for item in ids):
+                raise CheckpointInvalid(f"has a {what} field {column.name!r} of the wrong type")
+            column_values = [frozenset(ids) if ids else _NO_IDS for ids in column_values]
+        values.append(column_values)
+    built = dict(zip(values[0], map(cls, *values), strict=True))
+    if len(built) != length:
+        raise CheckpointInvalid(f"names one {what} twice")
+    return built
