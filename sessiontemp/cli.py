@@ -94,6 +94,11 @@ def cmd_summary(args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"generations  {g['total']} in all: {g['live']} live, {g['retired']} retired, "
               f"{g['removal_pending']} removal pending, {g['removed']} removed; "
               f"{g['leases_held']} leases held\n")
+    if s.checkpoint is None:
+        out.write("checkpoint   none: replays start from event 1\n")
+    else:
+        out.write(f"checkpoint   at event {s.checkpoint:,}: replays fold the "
+                  f"{(s.last_seq or 0) - s.checkpoint:,} events after it\n")
     verdict = "passes" if s.verify.ok else f"FAILS ({len(s.verify.problems)} problems)"
     out.write(f"verify       quick check {verdict}; run `journal-inspect verify` for all checks\n")
     if s.running:

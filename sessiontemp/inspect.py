@@ -226,6 +226,9 @@ class Summary:
     running: tuple[ManagerInfo, ...]
     generations: Mapping[str, int]
     verify: Verification
+    # The newest checkpoint replays would start from (this format, this
+    # history; not decoded here), None when they start from event 1.
+    checkpoint: int | None = None
 
 
 @attrs.frozen
@@ -284,6 +287,8 @@ def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None
                 "SELECT count(DISTINCT json_extract(payload, '$.generation')) FROM events "
                 "WHERE kind IN ('generation.created', 'removal.started')")
         state = _open_part(store, open_rows, problems)
+        newest = next((seq for seq, format, chained in store.checkpoints()
+                       if format == checkpoint.FORMAT and chained), None)
         size = sum(_size(path.with_name(path.name + suffix)) for suffix in ("", "-wal"))
         immutable = store.immutable
     base = None if root is None else Path(root)
@@ -325,7 +330,7 @@ def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None
         journal=path, root=base, immutable=immutable, size_bytes=size, events=count,
         first_seq=first, last_seq=last, first_time=times.get(first), last_time=times.get(last),
         managers=managers, running=running, generations=generations,
-        verify=Verification(path, "quick", count, tuple(problems)),
+        verify=Verification(path, "quick", count, tuple(problems)), checkpoint=newest,
     )
 
 
@@ -964,7 +969,7 @@ def as_json(result: object) -> dict[str, Any]:
             "last_time": result.last_time, "managers": dict(result.managers),
             "running_managers": [_asdict(m) for m in result.running],
             "generations": dict(result.generations),
-            "verify": as_json(result.verify),
+            "verify": as_json(result.verify), "checkpoint": result.checkpoint,
         }
     if isinstance(result, Verification):
         return {"journal": str(result.journal), "mode": result.mode, "events": result.events,

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from journal import Store, checkpoint, replay
 from sessiontemp import Manager
 from sessiontemp.cli import SUBCOMMANDS
 
@@ -189,6 +190,33 @@ def test_summary_counts_managers_generations_and_events(
     assert summary["events"] == summary["last_seq"] > 10
     assert summary["verify"]["ok"] is True
     assert "2 opened, 1 closed" in inspect("--root", root).stdout
+
+
+def test_summary_names_the_checkpoint_replays_start_from(
+    used_root: tuple[Path, dict[str, Any]],
+) -> None:
+    root, _ = used_root
+    journal = root / "journal.sqlite3"
+    assert inspect_json("--root", root)["checkpoint"] is None
+    assert "none: replays start from event 1" in inspect("--root", root).stdout
+    store = Store(journal)
+    try:
+        saved = replay(store.records()).seq
+        checkpoint.save(store, replay(store.records(until=saved - 1)))
+        checkpoint.save(store, replay(store.records(until=saved)))
+    finally:
+        store.close()
+    summary = inspect_json("--root", root)
+    assert_documented("summary", summary)
+    assert summary["checkpoint"] == saved
+    assert (f"at event {saved:,}: replays fold the {summary['last_seq'] - saved:,} events "
+            "after it") in inspect("--root", root).stdout
+    # In another process: closing a plain connection here would drop the
+    # running manager's SQLite locks on the file.
+    subprocess.run([sys.executable, "-c", "import sqlite3, sys; sqlite3.connect(sys.argv[1], "
+                    "isolation_level=None).execute('UPDATE checkpoints SET format = 0 WHERE "
+                    "seq = ?', (int(sys.argv[2]),))", str(journal), str(saved)], check=True)
+    assert inspect_json("--root", root)["checkpoint"] == saved - 1
 
 
 def test_summary_is_the_default_and_takes_a_journal_path(
