@@ -244,14 +244,9 @@ class Store:
             elif not self._has_checkpoints():
                 # A journal written before checkpoints existed: the table is
                 # added, the events stay exactly as they are.
-                self._conn.execute("BEGIN IMMEDIATE")
-                try:
+                with self._transaction("open"):
                     if not self._has_checkpoints():
                         self._create_checkpoints()
-                    self._conn.execute("COMMIT")
-                except BaseException:
-                    self._conn.execute("ROLLBACK")
-                    raise
         except sqlite3.Error as e:
             raise self._translate(e, "open") from e
 
@@ -325,8 +320,7 @@ class Store:
     def _create_schema(self) -> None:
         # Two processes may open a new root at once: the schema is created
         # inside one immediate transaction, and the loser finds it done.
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction("open"):
             _app_id, version, _tables = self._header()
             if version == 0:
                 db = sqlite_utils.Database(self._conn)
@@ -352,10 +346,6 @@ class Store:
                 self._create_checkpoints()
                 self._conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
                 self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            self._conn.execute("COMMIT")
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
 
     # -- writing -------------------------------------------------------------
 
