@@ -8,6 +8,7 @@ as the command runs.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import threading
@@ -17,6 +18,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from journal.errors import Unavailable
+from sessiontemp import aio
 
 if TYPE_CHECKING:
     from sessiontemp.manager import Manager
@@ -107,3 +109,64 @@ class Lease:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+    # -- any way of starting a command ------------------------------------------------
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        """The descriptors a command must inherit to be protected as :meth:`popen`'s is.
+
+        Hand them to any process-starting API: ``subprocess.Popen(cmd,
+        env=lease.env(), pass_fds=lease.pass_fds)``, ``subprocess.run``, or
+        ``os.posix_spawn`` with a ``POSIX_SPAWN_DUP2`` of each onto itself.
+        The directory is protected while the command, or anything it hands
+        the descriptor to, keeps it open.  Raises :class:`Unavailable` once
+        the lease is released: the number may by then name another file.
+        """
+        fd = self._fd
+        if fd is None:
+            raise Unavailable(f"lease {self.id} on {self.path} was already released; "
+                              "acquire a new one to start a command")
+        return (fd,)
+
+    async def create_subprocess_exec(
+        self, program: str | bytes | os.PathLike[str], *args: str | bytes | os.PathLike[str],
+        **kwargs: Any,
+    ) -> asyncio.subprocess.Process:
+        """:func:`asyncio.create_subprocess_exec`, with :meth:`env` applied and the lock inherited.
+
+        ``env`` and ``pass_fds`` are treated as by :meth:`popen`.
+        """
+        given: Mapping[str, str] | None = kwargs.pop("env", None)
+        base = os.environ if given is None else given
+        env = {**base, **self.env()}
+        with self._lock:
+            if self._fd is None:
+                raise Unavailable(f"lease {self.id} on {self.path} was already released; "
+                                  "acquire a new one to start a command")
+            # The lock cannot be held across the await, so the child gets a
+            # duplicate: the same open file description, hence the same lock,
+            # which a release racing the start in another thread cannot close
+            # under it nor let another file take its number.
+            fd = os.dup(self._fd)
+        try:
+            pass_fds = (*kwargs.pop("pass_fds", ()), fd)
+            return await asyncio.create_subprocess_exec(
+                program, *args, env=env, pass_fds=pass_fds, **kwargs
+            )
+        finally:
+            os.close(fd)
+
+    async def __aenter__(self) -> Lease:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # In a worker thread: a release appends to the journal and may remove
+        # the directory.  Seen through to the end even when the task is
+        # cancelled, so the lease is given back before the cancellation goes on.
+        await aio.complete(self.release)

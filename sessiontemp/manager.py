@@ -40,7 +40,7 @@ from journal.events import (
 )
 from journal.reducer import EMPTY, ManagerState, State, apply, removal_due
 from journal.store import Store
-from sessiontemp import recovery
+from sessiontemp import aio, recovery
 from sessiontemp.lease import Lease
 from sessiontemp.locks import hold_manager, lock_shared
 from sessiontemp.log import logger
@@ -396,3 +396,14 @@ class Manager:
         log(f"generation.{outcome}", manager=self.id, generation=generation,
             path=str(self._root.path / generation_name(generation)), seq=self._state.seq)
 
+    # -- asyncio ---------------------------------------------------------------------
+
+    async def acquire_async(self) -> Lease:
+        """:meth:`acquire` for asyncio code: it runs in a worker thread, never on the loop.
+
+        The lease is an async context manager (``async with lease:``
+        releases it, in a worker thread too).  When the awaiting task is
+        cancelled, the acquire under way still finishes and its lease is
+        released before the cancellation is raised: none leaks.
+        """
+        return await aio.acquire(self.acquire)

@@ -1,0 +1,65 @@
+"""Real commands the tests of starting commands share: a writer that notices losing its directory.
+
+``WRITER`` is a shell loop that rewrites a counter in ``$TMPDIR`` every
+20 ms until the file named by ``$STOP`` exists, then writes ``final`` and
+exits 0; once its directory is gone, a write fails and it exits 3.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+SH = shutil.which("sh") or "/bin/sh"
+
+WRITER = r"""
+i=0
+while [ ! -e "$STOP" ]; do
+    i=$((i + 1))
+    echo "$i" > "$TMPDIR/count.new" && mv "$TMPDIR/count.new" "$TMPDIR/count" || exit 3
+    sleep 0.02
+done
+echo "$i" > "$TMPDIR/final" || exit 3
+"""
+
+LOST = 3
+
+
+def wait_until(condition: Callable[[], bool], what: str, limit: float = 30.0) -> None:
+    """Poll *condition* until it holds; fail naming *what* after *limit* seconds (a hang guard)."""
+    deadline = time.monotonic() + limit
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.01)
+
+
+def count(directory: Path) -> int:
+    """The writer's counter in *directory*, 0 before its first write."""
+    try:
+        return int((directory / "count").read_text() or 0)
+    except FileNotFoundError:
+        return 0
+
+
+def assert_still_writing(directory: Path) -> None:
+    """The writer in *directory* is alive and writing: its counter moves on."""
+    seen = count(directory)
+    wait_until(lambda: count(directory) > seen, f"the writer in {directory} to write again")
+
+
+def exited(pid: int) -> bool:
+    """Whether process *pid* has exited (reaped, or a zombie: its descriptors are closed)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    # The state follows the command name, which is in parentheses and may hold spaces.
+    return stat.rpartition(")")[2].split()[0] in ("Z", "X")
+
+
+def writer_env(stop: Path) -> dict[str, str]:
+    return {**os.environ, "STOP": os.fspath(stop)}

@@ -1,0 +1,258 @@
+"""asyncio: leases taken and given back off the loop, never leaked by a cancelled task.
+
+Every test runs a real event loop (``asyncio.run``) against a real root.
+Where a test must catch an operation half-way, a step hook parks the worker
+thread at a named step until the test lets it go: no sleeps decide the
+outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from sessiontemp import Manager, Unavailable
+from sessiontemp.steps import StepKind
+from tests.commands import SH, WRITER, assert_still_writing, wait_until, writer_env
+
+
+class Gate:
+    """A step hook that, once armed, parks the thread reaching step *kind* until opened."""
+
+    def __init__(self, kind: StepKind) -> None:
+        self.kind = kind
+        self.armed = False
+        self.reached = threading.Event()
+        self.opened = threading.Event()
+
+    def __call__(self, kind: StepKind, detail: str) -> None:
+        if self.armed and kind == self.kind:
+            self.armed = False
+            self.reached.set()
+            if not self.opened.wait(60):
+                raise AssertionError("the gate was never opened")
+
+
+def no_leases(manager: Manager) -> bool:
+    return all(not g.leases for g in manager.state.generations.values())
+
+
+def test_acquire_async_returns_a_lease_that_async_with_gives_back(manager: Manager) -> None:
+    async def main() -> None:
+        async with await manager.acquire_async() as lease:
+            assert not lease.released
+            assert lease.path.is_dir()
+            assert lease.env()["TMPDIR"] == os.fspath(lease.path)
+        assert lease.released
+
+    asyncio.run(main())
+    assert no_leases(manager)
+
+
+def test_a_task_cancelled_inside_async_with_gives_the_lease_back(manager: Manager) -> None:
+    async def main() -> None:
+        lease = await manager.acquire_async()
+        inside = asyncio.Event()
+
+        async def hold() -> None:
+            async with lease:
+                inside.set()
+                await asyncio.Event().wait()
+
+        task = asyncio.create_task(hold())
+        await inside.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert lease.released
+
+    asyncio.run(main())
+    assert no_leases(manager)
+
+
+def test_a_release_cancelled_again_half_way_finishes_before_the_task_ends(
+    open_manager: Callable[..., Manager],
+) -> None:
+    """A second cancellation while the release is journaling does not cut it short."""
+    gate = Gate("journal")
+    manager = open_manager(step_hook=gate)
+    manager.retain()
+
+    async def main() -> None:
+        lease = await manager.acquire_async()
+
+        async def hold() -> None:
+            async with lease:
+                gate.armed = True
+                await asyncio.Event().wait()
+
+        task = asyncio.create_task(hold())
+        await asyncio.sleep(0)
+        task.cancel()
+        await asyncio.to_thread(gate.reached.wait, 60)
+        task.cancel()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not task.done()
+        gate.opened.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert lease.released
+
+    asyncio.run(main())
+    assert no_leases(manager)
+
+
+def test_a_task_cancelled_while_acquiring_leaves_no_lease_behind(
+    open_manager: Callable[..., Manager],
+) -> None:
+    """The worker thread cannot be stopped: the lease it makes is released before the task ends."""
+    gate = Gate("lock")
+    manager = open_manager(step_hook=gate)
+    manager.retain()
+
+    async def main() -> None:
+        gate.armed = True
+        task = asyncio.create_task(manager.acquire_async())
+        await asyncio.to_thread(gate.reached.wait, 60)
+        task.cancel()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not task.done()
+        gate.opened.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert manager.state.generations
+    assert no_leases(manager)
+
+
+def test_a_timeout_around_acquire_async_still_raises_timeout_error(
+    open_manager: Callable[..., Manager],
+) -> None:
+    """Holding the cancellation back does not hide it from asyncio.timeout."""
+    gate = Gate("lock")
+    manager = open_manager(step_hook=gate)
+    manager.retain()
+
+    async def main() -> None:
+        gate.armed = True
+        def open_when_reached() -> None:
+            gate.reached.wait(60)
+            gate.opened.set()
+
+        threading.Thread(target=open_when_reached).start()
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0):
+                await manager.acquire_async()
+
+    asyncio.run(main())
+    assert no_leases(manager)
+
+
+def test_acquire_async_raises_unavailable_as_acquire_does(
+    open_manager: Callable[..., Manager],
+) -> None:
+    manager = open_manager()
+
+    async def main() -> None:
+        with pytest.raises(Unavailable, match="no owner"):
+            await manager.acquire_async()
+
+    asyncio.run(main())
+
+
+def test_create_subprocess_exec_runs_the_command_in_the_lease_directory(
+    manager: Manager,
+) -> None:
+    async def main() -> None:
+        async with await manager.acquire_async() as lease:
+            process = await lease.create_subprocess_exec(
+                SH, "-c", 'printf "%s|%s|%s\\n" "$TMPDIR" "$TMP" "$EXTRA"; mktemp',
+                env={"EXTRA": "kept"}, stdout=asyncio.subprocess.PIPE,
+            )
+            out, _ = await process.communicate()
+            assert process.returncode == 0
+            first, made = out.decode().splitlines()
+            assert first == f"{lease.path}|{lease.path}|kept"
+            assert Path(made).parent == lease.path
+
+    asyncio.run(main())
+
+
+def test_a_command_from_create_subprocess_exec_keeps_writing_through_release_and_rotation(
+    manager: Manager, tmp_path: Path
+) -> None:
+    stop = tmp_path / "stop"
+
+    async def main() -> Path:
+        async with await manager.acquire_async() as lease:
+            process = await lease.create_subprocess_exec(SH, "-c", WRITER, env=writer_env(stop))
+            await asyncio.to_thread(
+                wait_until, lambda: (lease.path / "count").exists(), "the first write"
+            )
+        assert lease.released
+        await asyncio.to_thread(manager.rotate)
+        try:
+            assert lease.path.is_dir()
+            await asyncio.to_thread(assert_still_writing, lease.path)
+        finally:
+            stop.touch()
+            assert await process.wait() == 0
+        return lease.path
+
+    path = asyncio.run(main())
+    assert (path / "final").is_file()
+    manager.rotate()
+    assert not path.exists()
+
+
+def test_create_subprocess_exec_on_a_released_lease_raises_unavailable_and_starts_nothing(
+    manager: Manager, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+
+    async def main() -> None:
+        lease = await manager.acquire_async()
+        async with lease:
+            pass
+        with pytest.raises(Unavailable, match="released"):
+            await lease.create_subprocess_exec(SH, "-c", f"touch {marker}")
+
+    asyncio.run(main())
+    assert not marker.exists()
+
+
+def test_no_journal_write_lock_or_removal_runs_on_the_event_loop_thread(
+    open_manager: Callable[..., Manager],
+) -> None:
+    """A burst of acquire, start, release and rotation: every durable step is on a worker thread."""
+    threads: dict[StepKind, set[int]] = {}
+
+    def record(kind: StepKind, detail: str) -> None:
+        threads.setdefault(kind, set()).add(threading.get_ident())
+
+    manager = open_manager(step_hook=record)
+    manager.retain()
+    threads.clear()
+
+    async def one() -> None:
+        async with await manager.acquire_async() as lease:
+            process = await lease.create_subprocess_exec("true")
+            await process.wait()
+
+    async def main() -> int:
+        for _ in range(5):
+            await asyncio.gather(*(one() for _ in range(6)))
+            await asyncio.to_thread(manager.rotate)
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(main())
+    assert {"journal", "mkdir", "lock", "unlock", "rename", "rmdir"} <= set(threads)
+    assert all(loop_thread not in seen for seen in threads.values())
