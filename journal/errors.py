@@ -14,6 +14,7 @@ import os
 
 __all__ = [
     "CheckpointInvalid",
+    "CommandNotStarted",
     "JournalBusy",
     "JournalCorrupt",
     "JournalError",
@@ -106,3 +107,18 @@ class CheckpointInvalid(SessionTempError, ValueError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+class CommandNotStarted(SessionTempError, OSError):
+    """A command could not be started: not found, or not executable.
+
+    ``errno`` is the operating system's reason (``ENOENT`` when the command
+    was not found, ``EACCES`` when it cannot be executed).
+    """
+
+    def __init__(self, command: str, code: int, reason: str, fix: str) -> None:
+        self.command = command
+        self.reason = reason
+        self.fix = fix
+        super().__init__(f"{command}: {reason}. {fix}")
+        self.errno = code

@@ -9,6 +9,7 @@ without touching anything still in use.
 
 from journal.errors import (
     CheckpointInvalid,
+    CommandNotStarted,
     JournalBusy,
     JournalCorrupt,
     JournalError,
@@ -28,6 +29,7 @@ __all__ = [
     "GENERATION_PREFIX",
     "TRASH_PREFIX",
     "CheckpointInvalid",
+    "CommandNotStarted",
     "JournalBusy",
     "JournalCorrupt",
     "JournalError",

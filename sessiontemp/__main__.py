@@ -1,0 +1,174 @@
+"""``sessiontemp`` (and ``python -m sessiontemp``): run a command in a private directory, recover.
+
+    sessiontemp run [--root DIR] [--session NAME] -- CMD ARGS...
+    sessiontemp recover [--root DIR] [--json]
+
+Each subcommand calls one library function (:func:`sessiontemp.run.run_command`,
+:func:`sessiontemp.recover`) and formats its result.  Bad input (a bad
+argument, an unsafe root, a journal that cannot be used) is one line on
+stderr naming the path, the reason and the fix, and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import sys
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import NoReturn, TextIO
+
+from journal.errors import CommandNotStarted, SessionTempError
+from sessiontemp.recovery import recover
+from sessiontemp.root import default_root
+from sessiontemp.run import run_command
+
+__all__ = ["main"]
+
+PROG = "sessiontemp"
+
+EXAMPLES = """\
+examples:
+  sessiontemp run -- make test            run `make test` with TMPDIR, TMP and TEMP on a
+                                          private directory, removed when it exits
+  sessiontemp run --root ~/.cache/st -- pytest -x
+                                          the same under another root
+  sessiontemp recover                     remove what killed runs left in the default root
+  sessiontemp recover --root DIR --json   the same for DIR, as JSON
+
+exit status: `run` passes the command's through (128+N when signal N killed it;
+127 not found, 126 not executable); 2 means bad input."""
+
+RUN_HELP = """\
+Run CMD with TMPDIR, TMP and TEMP on a private 0700 directory leased for it
+alone. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGWINCH are
+forwarded to it (not twice: a terminal's Ctrl-C already reaches it); its exit
+status is passed through, 128+N when signal N killed it. The directory is
+removed when CMD exits. If this wrapper is killed, CMD keeps its directory
+until CMD exits, and the next recovery removes it."""
+
+RECOVER_HELP = """\
+Run one recovery pass on the root: declare dead the managers whose process is
+gone, remove their directories that no running command holds, and print what
+was removed and what was left, with why."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments as one line naming the reason and the fix, and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}. See `{self.prog} --help`\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Private, journaled, crash-recoverable temporary directories for commands.",
+    )
+    parser.add_argument("--version", action="version",
+                        version=f"{PROG} {metadata.version('sessiontemp')}")
+    sub = parser.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
+    root_help = f"the root holding the journal and the directories (default: {default_root()})"
+
+    run = sub.add_parser("run", help="run a command in a private temporary directory",
+                         description=RUN_HELP, epilog=EXAMPLES,
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         usage=f"{PROG} run [--root DIR] [--session NAME] -- CMD ARGS...")
+    run.add_argument("--root", type=Path, metavar="DIR", help=root_help)
+    run.add_argument("--session", metavar="NAME",
+                     help="share a named session's directory (not available yet)")
+    run.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD ARGS...",
+                     help="the command and its arguments, after --")
+
+    rec = sub.add_parser("recover", help="remove what dead sessions left",
+                         description=RECOVER_HELP, epilog=EXAMPLES,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    rec.add_argument("--root", type=Path, metavar="DIR", help=root_help)
+    rec.add_argument("--json", action="store_true",
+                     help="print one JSON object (schema in the README)")
+    return parser
+
+
+def _fail(where: str, message: str, status: int = 2) -> int:
+    sys.stderr.write(f"{PROG} {where}: {message}\n")
+    return status
+
+
+def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if args.session is not None:
+        return _fail("run", f"--session {args.session}: named sessions are not available in "
+                     "this version. Leave out --session to run in a private directory of the "
+                     "command's own")
+    if not command:
+        return _fail("run", "no command given. Name it after --, as in "
+                     f"`{PROG} run -- make test`")
+    try:
+        finished = run_command(command, root=args.root)
+    except CommandNotStarted as e:
+        # As env(1), nohup(1) and shells report them.
+        return _fail("run", str(e), 127 if e.errno == errno.ENOENT else 126)
+    if finished.kept:
+        _fail("run", f"{finished.path} is still held by a process the command left running; "
+                     f"the next `{PROG} recover` after it exits removes it")
+    return finished.status
+
+
+def cmd_recover(args: argparse.Namespace, out: TextIO) -> int:
+    root = default_root() if args.root is None else args.root
+    report = recover(root)
+    if args.json:
+        out.write(json.dumps({
+            "root": os.fspath(root),
+            "ran": report.ran,
+            "removed": [{"path": os.fspath(r.path), "generation": r.generation,
+                         "reason": r.reason} for r in report.removed],
+            "skipped": [{"path": os.fspath(s.path), "reason": s.reason}
+                        for s in report.skipped],
+            "dead": list(report.dead),
+        }, sort_keys=True) + "\n")
+        return 0
+    if not report.ran:
+        out.write(f"{root}: another recovery pass was running; nothing done\n")
+    for manager in report.dead:
+        out.write(f"declared manager {manager} dead: its process is gone\n")
+    for removed in report.removed:
+        out.write(f"removed {removed.path}: {removed.reason}\n")
+    for skipped in report.skipped:
+        out.write(f"left {skipped.path}: {skipped.reason}\n")
+    out.write(f"{root}: {len(report.removed)} removed, {len(report.skipped)} left\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Parse *argv* (default: the process's), run the subcommand, return the exit status."""
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    stream = sys.stdout if out is None else out
+    try:
+        status: int = cmd_run(args, stream) if args.subcommand == "run" else cmd_recover(
+            args, stream)
+    except SessionTempError as e:
+        # Each names the path, what is wrong and the fix.
+        return _fail(args.subcommand, str(e))
+    except OSError as e:
+        where = e.filename if e.filename is not None else args.root
+        return _fail(args.subcommand, f"{where}: {e.strerror or e}. Check the path, or pass "
+                     "another --root")
+    except ValueError as e:
+        return _fail(args.subcommand, str(e))
+    stream.flush()
+    return status
+
+
+def entry() -> None:
+    """The console script's entry point."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

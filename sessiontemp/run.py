@@ -1,0 +1,151 @@
+"""Running one command in a private leased directory: what ``sessiontemp run`` does.
+
+The command is started with TMPDIR, TMP and TEMP on a fresh leased
+directory and the lease's lock inherited, so it keeps the directory for as
+long as it (or anything it hands the descriptor to) runs, even if this
+process is killed; the next recovery removes it once it exits.
+
+Signals are handled without a race: the forwarded ones (and SIGCHLD) are
+blocked before the command starts, so none is lost between the start and
+the first wait, and :func:`signal.sigwaitinfo` then takes them one at a
+time together with the sender's identity.  That identity decides whether
+to forward: a signal the kernel sent to the whole foreground process group
+(Ctrl-C, Ctrl-\\, a terminal resize or hangup) has already reached the
+command, and forwarding it again would deliver it twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+import attrs
+
+from journal.errors import CommandNotStarted
+from sessiontemp.lease import Lease
+from sessiontemp.manager import Manager
+
+__all__ = ["FORWARDED", "Finished", "exit_status", "run_command"]
+
+FORWARDED: Final = frozenset({
+    signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
+    signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH,
+})
+
+# si_code of a signal the kernel itself generated, as a terminal's are (Linux).
+_SI_KERNEL: Final = 0x80
+# Python ignores these at start-up; a command expects them at their default,
+# as subprocess's restore_signals gives it.
+_RESTORED: Final = (signal.SIGPIPE, signal.SIGXFSZ)
+
+
+@attrs.frozen
+class Finished:
+    """How a command ended: the exit status a shell would report, and its directory.
+
+    ``kept`` is True when the directory was still there after the wrapper
+    let go of it: something the command left running still holds it, and a
+    later recovery removes it once that exits.
+    """
+
+    status: int
+    path: Path
+    kept: bool
+
+
+def exit_status(wait_status: int) -> int:
+    """The status a shell reports for a wait status: the exit code, or 128+N for signal N."""
+    code = os.waitstatus_to_exitcode(wait_status)
+    return 128 - code if code < 0 else code
+
+
+def run_command(
+    command: Sequence[str], *, root: os.PathLike[str] | str | None = None
+) -> Finished:
+    """Run *command* in a private leased directory under *root* until it exits.
+
+    Opens a manager (running recovery), leases a fresh directory, starts the
+    command with the temporary variables set on it and waits, forwarding
+    :data:`FORWARDED` signals; then releases the lease and closes the
+    manager, which removes the directory unless something still holds it.
+
+    Raises :class:`CommandNotStarted` when the command is not found or not
+    executable, and the manager's errors (:class:`UnsafeRoot`,
+    :class:`Unavailable`, a :class:`JournalError`) before starting it.
+    """
+    if not command:
+        raise ValueError("no command given: name the command to run after --")
+    with Manager(root) as manager:
+        manager.retain()
+        with manager.acquire() as lease:
+            status = _start_and_wait(lease, command)
+        # The last owner seals the session; its directory goes now unless held.
+        manager.release()
+    return Finished(status, lease.path, kept=lease.path.exists())
+
+
+def _start_and_wait(lease: Lease, command: Sequence[str]) -> int:
+    watched = {*FORWARDED, signal.SIGCHLD}
+    # An ignored SIGCHLD would make the kernel reap the command itself, and
+    # its exit status would be lost.
+    previous_chld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
+    try:
+        try:
+            pid = os.posix_spawnp(
+                command[0], list(command), {**os.environ, **lease.env()},
+                # A dup2 of a descriptor onto itself clears close-on-exec:
+                # the command inherits the lease's lock, as pass_fds does.
+                file_actions=[(os.POSIX_SPAWN_DUP2, fd, fd) for fd in lease.pass_fds],
+                setsigmask=previous_mask, setsigdef=_RESTORED,
+            )
+        except FileNotFoundError as e:
+            raise CommandNotStarted(command[0], errno.ENOENT, "command not found",
+                                    "Check its name and PATH, or give its path") from e
+        except PermissionError as e:
+            raise CommandNotStarted(command[0], errno.EACCES, "cannot be executed "
+                                    "(permission denied)", "Check that it is an executable "
+                                    "file, or run it through its interpreter") from e
+        except OSError as e:
+            raise CommandNotStarted(command[0], e.errno or 0, f"could not be started "
+                                    f"({e.strerror})", "Check the command") from e
+        return _wait(pid)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+        signal.signal(signal.SIGCHLD, previous_chld)
+
+
+def _wait(pid: int) -> int:
+    """Wait for *pid* to exit, forwarding signals; its exit status as a shell reports it."""
+    watched = {*FORWARDED, signal.SIGCHLD}
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return exit_status(status)
+        # A SIGCHLD that came before this call is pending, so an exit is
+        # never missed between the waitpid above and here.
+        info = signal.sigwaitinfo(watched)
+        if info.si_signo in FORWARDED and _forward(info, pid):
+            # Gone already: it has just exited, and the next waitpid says how.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, info.si_signo)
+
+
+def _forward(info: signal.struct_siginfo, pid: int) -> bool:
+    """Whether the signal *info* describes should go on to the command *pid*."""
+    if info.si_pid == pid:
+        # The command signalled this process: sending it back would loop.
+        return False
+    if info.si_code == _SI_KERNEL:
+        # The kernel signalled the whole process group (a terminal); the
+        # command has it already unless it moved to a group of its own.
+        try:
+            return os.getpgid(pid) != os.getpgrp()
+        except ProcessLookupError:
+            return False
+    return True
