@@ -3,12 +3,16 @@
 A lease holds a shared lock on the directory through its own descriptor.
 :meth:`Lease.popen` passes that descriptor to the child, so the lock (and
 with it the directory) outlives the lease, and even the manager, for as long
-as the command runs.
+as the command runs.  It also journals the child's pid and start time
+(:meth:`Lease.track`), the second liveness signal, for a command that
+closes the descriptors it inherited.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import os
 import subprocess
 import threading
@@ -34,11 +38,15 @@ class Lease:
     Use it as a context manager, or call :meth:`release` (idempotent) yourself.
     """
 
-    def __init__(self, manager: Manager, generation: str, lease: str, path: Path, fd: int) -> None:
+    def __init__(
+        self, manager: Manager, generation: str, lease: str, path: Path, fd: int, *,
+        label: str = "",
+    ) -> None:
         self.manager = manager
         self.generation = generation
         self.id = lease
         self.path = path
+        self.label = label
         self._fd: int | None = fd
         self._lock = threading.Lock()
 
@@ -48,6 +56,7 @@ class Lease:
 
     @property
     def released(self) -> bool:
+        """Whether the lease was given back (or voided by its manager's close)."""
         return self._fd is None
 
     def env(self) -> dict[str, str]:
@@ -61,20 +70,37 @@ class Lease:
 
         Takes the keyword arguments of :class:`subprocess.Popen`; ``env``, if
         given, replaces ``os.environ`` as the base the temporary variables are
-        set on, and ``pass_fds`` is extended, not replaced.
+        set on, and ``pass_fds`` is extended, not replaced.  The child is
+        tracked (:meth:`track`), so its directory stays while it runs even
+        if it closes the descriptors it inherited.
         """
         given: Mapping[str, str] | None = kwargs.pop("env", None)
         base = os.environ if given is None else given
         env = {**base, **self.env()}
         with self._lock:
             if self._fd is None:
-                raise Unavailable(f"lease {self.id} on {self.path} was already released; "
-                                  "acquire a new one to start a command")
+                raise Unavailable(self.path, f"lease {self.id} was already released",
+                                  "Acquire a new lease to start a command")
             pass_fds = (*kwargs.pop("pass_fds", ()), self._fd)
             # The child shares the locked open file description, so the
             # directory stays locked until the child exits, whatever happens
             # to this process.
-            return subprocess.Popen(args, env=env, pass_fds=pass_fds, **kwargs)
+            child = subprocess.Popen(args, env=env, pass_fds=pass_fds, **kwargs)
+        self.track(child.pid)
+        return child
+
+    def track(self, pid: int) -> bool:
+        """Journal that process *pid* uses this lease's directory.
+
+        Its directory is then not removed while that process runs (matched
+        by pid and start time, so a reused pid does not count), even after
+        the lease is released and even if the process closed the lock
+        descriptor it inherited.  Returns False when it could not be
+        recorded: the process is already gone, the lease was released, or
+        the journal refused the write (logged); the lock still protects a
+        child that kept the descriptor.
+        """
+        return self.manager._track(self, pid)
 
     def release(self) -> None:
         """Give the lease back; later calls do nothing.
@@ -125,8 +151,8 @@ class Lease:
         """
         fd = self._fd
         if fd is None:
-            raise Unavailable(f"lease {self.id} on {self.path} was already released; "
-                              "acquire a new one to start a command")
+            raise Unavailable(self.path, f"lease {self.id} was already released",
+                              "Acquire a new lease to start a command")
         return (fd,)
 
     async def create_subprocess_exec(
@@ -135,15 +161,18 @@ class Lease:
     ) -> asyncio.subprocess.Process:
         """:func:`asyncio.create_subprocess_exec`, with :meth:`env` applied and the lock inherited.
 
-        ``env`` and ``pass_fds`` are treated as by :meth:`popen`.
+        ``env`` and ``pass_fds`` are treated as by :meth:`popen`, and the
+        child is tracked (:meth:`track`, in a worker thread).  Cancelled
+        while tracking, it kills and reaps the child before the cancellation
+        goes on, as asyncio does when cancelled while starting one.
         """
         given: Mapping[str, str] | None = kwargs.pop("env", None)
         base = os.environ if given is None else given
         env = {**base, **self.env()}
         with self._lock:
             if self._fd is None:
-                raise Unavailable(f"lease {self.id} on {self.path} was already released; "
-                                  "acquire a new one to start a command")
+                raise Unavailable(self.path, f"lease {self.id} was already released",
+                                  "Acquire a new lease to start a command")
             # The lock cannot be held across the await, so the child gets a
             # duplicate: the same open file description, hence the same lock,
             # which a release racing the start in another thread cannot close
@@ -151,11 +180,20 @@ class Lease:
             fd = os.dup(self._fd)
         try:
             pass_fds = (*kwargs.pop("pass_fds", ()), fd)
-            return await asyncio.create_subprocess_exec(
+            process = await asyncio.create_subprocess_exec(
                 program, *args, env=env, pass_fds=pass_fds, **kwargs
             )
         finally:
             os.close(fd)
+        try:
+            await aio.complete(functools.partial(self.track, process.pid))
+        except BaseException:
+            # The caller never gets the process: it must not run on unsupervised.
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+            raise
+        return process
 
     async def __aenter__(self) -> Lease:
         return self

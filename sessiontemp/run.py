@@ -19,8 +19,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shlex
 import signal
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -69,55 +71,82 @@ def run_command(
 ) -> Finished:
     """Run *command* in a private leased directory under *root* until it exits.
 
-    Opens a manager (running recovery), leases a fresh directory, starts the
-    command with the temporary variables set on it and waits, forwarding
-    :data:`FORWARDED` signals; then releases the lease and closes the
-    manager, which removes the directory unless something still holds it.
+    Opens a manager (running recovery), leases a fresh directory labelled
+    with the command line, starts the command with the temporary variables
+    set on it, tracks it, and waits, forwarding :data:`FORWARDED` signals;
+    then releases the lease and closes the manager, which removes the
+    directory unless something still holds it.  Call it from the main
+    thread: it takes over SIGCHLD while it runs.
 
-    Raises :class:`CommandNotStarted` when the command is not found or not
-    executable, and the manager's errors (:class:`UnsafeRoot`,
-    :class:`Unavailable`, a :class:`JournalError`) before starting it.
+    A forwarded signal that comes before the command could start stops it
+    from starting (the status is then 128+N), except SIGWINCH, which is
+    passed on once it has started.  Raises :class:`CommandNotStarted` when
+    the command is not found or not executable, and the manager's errors
+    (:class:`UnsafeRoot`, :class:`Unavailable`, a :class:`JournalError`)
+    before starting it.
     """
     if not command:
         raise ValueError("no command given: name the command to run after --")
-    with Manager(root) as manager:
-        manager.retain()
-        with manager.acquire() as lease:
-            status = _start_and_wait(lease, command)
-        # The last owner seals the session; its directory goes now unless held.
-        manager.release()
-    return Finished(status, lease.path, kept=lease.path.exists())
-
-
-def _start_and_wait(lease: Lease, command: Sequence[str]) -> int:
+    if threading.current_thread() is not threading.main_thread():
+        raise ValueError("run_command takes over SIGCHLD: call it from the main thread")
     watched = {*FORWARDED, signal.SIGCHLD}
+    # Blocked from the start, not only once the command runs: the manager's
+    # worker thread starts meanwhile and inherits the mask, so the kernel
+    # cannot hand it a signal that sigwaitinfo in this thread would miss.
+    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
     # An ignored SIGCHLD would make the kernel reap the command itself, and
     # its exit status would be lost.
     previous_chld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
     try:
-        try:
-            pid = os.posix_spawnp(
-                command[0], list(command), {**os.environ, **lease.env()},
-                # A dup2 of a descriptor onto itself clears close-on-exec:
-                # the command inherits the lease's lock, as pass_fds does.
-                file_actions=[(os.POSIX_SPAWN_DUP2, fd, fd) for fd in lease.pass_fds],
-                setsigmask=previous_mask, setsigdef=_RESTORED,
-            )
-        except FileNotFoundError as e:
-            raise CommandNotStarted(command[0], errno.ENOENT, "command not found",
-                                    "Check its name and PATH, or give its path") from e
-        except PermissionError as e:
-            raise CommandNotStarted(command[0], errno.EACCES, "cannot be executed "
-                                    "(permission denied)", "Check that it is an executable "
-                                    "file, or run it through its interpreter") from e
-        except OSError as e:
-            raise CommandNotStarted(command[0], e.errno or 0, f"could not be started "
-                                    f"({e.strerror})", "Check the command") from e
-        return _wait(pid)
+        with Manager(root) as manager:
+            manager.retain()
+            with manager.acquire(label=shlex.join(command)) as lease:
+                early = _pending_stop()
+                status = 128 + early if early else _start_and_wait(
+                    lease, command, previous_mask)
+            # The last owner seals the session; its directory goes now unless held.
+            manager.release()
+        return Finished(status, lease.path, kept=lease.path.exists())
     finally:
+        # What is still pending was meant for the command, which is gone.
+        while signal.sigtimedwait(watched, 0) is not None:
+            pass
+        # None: a handler set outside Python, which cannot be put back; the default is SIGCHLD's.
+        signal.signal(signal.SIGCHLD,
+                      signal.SIG_DFL if previous_chld is None else previous_chld)
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
-        signal.signal(signal.SIGCHLD, previous_chld)
+
+
+def _pending_stop() -> int:
+    """A pending forwarded signal that would have ended this process (taken); 0 if none."""
+    for signum in sorted(signal.sigpending() & (FORWARDED - {signal.SIGWINCH})):
+        if signal.sigtimedwait({signum}, 0) is not None:
+            return int(signum)
+    return 0
+
+
+def _start_and_wait(lease: Lease, command: Sequence[str], mask: Iterable[int]) -> int:
+    try:
+        pid = os.posix_spawnp(
+            command[0], list(command), {**os.environ, **lease.env()},
+            # A dup2 of a descriptor onto itself clears close-on-exec: the
+            # command inherits the lease's lock, as pass_fds does.
+            file_actions=[(os.POSIX_SPAWN_DUP2, fd, fd) for fd in lease.pass_fds],
+            setsigmask=mask, setsigdef=_RESTORED,
+        )
+    except FileNotFoundError as e:
+        raise CommandNotStarted(command[0], errno.ENOENT, "command not found",
+                                "Check its name and PATH, or give its path") from e
+    except PermissionError as e:
+        raise CommandNotStarted(command[0], errno.EACCES, "cannot be executed "
+                                "(permission denied)", "Check that it is an executable "
+                                "file, or run it through its interpreter") from e
+    except OSError as e:
+        raise CommandNotStarted(command[0], e.errno or 0, f"could not be started "
+                                f"({e.strerror})", "Check the command") from e
+    # Also for a command that closes the descriptor it inherited.
+    lease.track(pid)
+    return _wait(pid)
 
 
 def _wait(pid: int) -> int:
