@@ -32,13 +32,16 @@ from journal.errors import CommandNotStarted
 from sessiontemp.lease import Lease
 from sessiontemp.manager import Manager
 
-__all__ = ["FORWARDED", "Finished", "exit_status", "run_command"]
+__all__ = ["FORWARDED", "Finished", "exit_status", "label", "run_command"]
 
 FORWARDED: Final = frozenset({
     signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
     signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH,
 })
 
+# Longest label given to a lease: the journal refuses free text past 4096
+# characters, and a label is for people reading a report.
+_LABEL_LIMIT: Final = 1000
 # si_code of a signal the kernel itself generated, as a terminal's are (Linux).
 _SI_KERNEL: Final = 0x80
 # Python ignores these at start-up; a command expects them at their default,
@@ -58,6 +61,11 @@ class Finished:
     status: int
     path: Path
     kept: bool
+
+
+def label(text: str) -> str:
+    """*text* as a lease label: cut to a length the journal accepts, marked when cut."""
+    return text if len(text) <= _LABEL_LIMIT else text[:_LABEL_LIMIT - 3] + "..."
 
 
 def exit_status(wait_status: int) -> int:
@@ -100,7 +108,7 @@ def run_command(
     try:
         with Manager(root) as manager:
             manager.retain()
-            with manager.acquire(label=shlex.join(command)) as lease:
+            with manager.acquire(label=label(shlex.join(command))) as lease:
                 early = _pending_stop()
                 status = 128 + early if early else _start_and_wait(
                     lease, command, previous_mask)

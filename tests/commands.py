@@ -12,6 +12,12 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+from journal import Store
+from journal.events import Event
+
+E = TypeVar("E", bound=Event)
 
 SH = shutil.which("sh") or "/bin/sh"
 
@@ -63,3 +69,12 @@ def exited(pid: int) -> bool:
 
 def writer_env(stop: Path) -> dict[str, str]:
     return {**os.environ, "STOP": os.fspath(stop)}
+
+
+def journaled(root: Path, kind: type[E]) -> list[E]:
+    """The events of *kind* in the journal under *root*, in order, read-only."""
+    store = Store(root / "journal.sqlite3", readonly=True)
+    try:
+        return [r.event for r in store.records() if isinstance(r.event, kind)]
+    finally:
+        store.close()

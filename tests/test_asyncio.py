@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from journal.events import CommandStarted, LeaseAcquired
 from sessiontemp import Manager, Unavailable
 from sessiontemp.steps import StepKind
-from tests.commands import SH, WRITER, assert_still_writing, wait_until, writer_env
+from tests.commands import SH, WRITER, assert_still_writing, journaled, wait_until, writer_env
 
 
 class Gate:
@@ -52,6 +53,16 @@ def test_acquire_async_returns_a_lease_that_async_with_gives_back(manager: Manag
 
     asyncio.run(main())
     assert no_leases(manager)
+
+
+def test_acquire_async_journals_the_label_it_is_given(manager: Manager) -> None:
+    async def main() -> None:
+        async with await manager.acquire_async(label="agent turn 7: make test") as lease:
+            assert lease.label == "agent turn 7: make test"
+
+    asyncio.run(main())
+    (acquired,) = journaled(manager.root, LeaseAcquired)
+    assert acquired.label == "agent turn 7: make test"
 
 
 def test_a_task_cancelled_inside_async_with_gives_the_lease_back(manager: Manager) -> None:
@@ -182,6 +193,22 @@ def test_create_subprocess_exec_runs_the_command_in_the_lease_directory(
             first, made = out.decode().splitlines()
             assert first == f"{lease.path}|{lease.path}|kept"
             assert Path(made).parent == lease.path
+
+    asyncio.run(main())
+
+
+def test_create_subprocess_exec_journals_the_child_it_started(manager: Manager) -> None:
+    """Tracked by pid and start time, so removal waits for it even if it closes the descriptor."""
+    async def main() -> None:
+        async with await manager.acquire_async() as lease:
+            # It runs until its standard input closes, so it is alive when tracked.
+            process = await lease.create_subprocess_exec(
+                SH, "-c", "read line", stdin=asyncio.subprocess.PIPE
+            )
+            (started,) = journaled(manager.root, CommandStarted)
+            assert (started.lease, started.pid) == (lease.id, process.pid)
+            await process.communicate(b"\n")
+            assert process.returncode == 0
 
     asyncio.run(main())
 

@@ -24,9 +24,18 @@ from typing import Any
 
 import pytest
 
+from journal.events import CommandStarted, LeaseAcquired
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX
 from sessiontemp.run import FORWARDED, exit_status
-from tests.commands import SH, WRITER, assert_still_writing, exited, wait_until, writer_env
+from tests.commands import (
+    SH,
+    WRITER,
+    assert_still_writing,
+    exited,
+    journaled,
+    wait_until,
+    writer_env,
+)
 
 SCRIPT = Path(sys.executable).parent / "sessiontemp"
 LAUNCHERS = {"script": [os.fspath(SCRIPT)], "python -m": [sys.executable, "-m", "sessiontemp"]}
@@ -114,6 +123,34 @@ def test_the_command_sees_tmpdir_tmp_and_temp_on_one_private_directory_under_the
     assert mode == "700"
     assert Path(made).parent == Path(tmpdir)
     assert not Path(tmpdir).exists()
+
+
+def test_the_lease_is_labelled_with_the_command_line_and_the_command_journaled(
+    wrapper: list[str], root: Path
+) -> None:
+    # It runs until its standard input closes, so it is alive when tracked.
+    script = "echo $$; read line"
+    with started(wrapper, root, f"echo ready; {script}", stdin=subprocess.PIPE) as process:
+        assert process.stdout is not None
+        pid = int(process.stdout.readline())
+        wait_until(lambda: bool(journaled(root, CommandStarted)), "the command to be journaled")
+        process.communicate("\n", timeout=60)
+    assert process.returncode == 0
+    (acquired,) = journaled(root, LeaseAcquired)
+    assert acquired.label == f"{SH} -c 'echo ready; {script}'"
+    (command,) = journaled(root, CommandStarted)
+    assert (command.lease, command.pid) == (acquired.lease, pid)
+
+
+def test_a_command_line_too_long_for_the_journal_is_cut_in_the_label(
+    wrapper: list[str], root: Path
+) -> None:
+    done = sessiontemp(wrapper, "run", "--root", os.fspath(root), "--", "true", "x" * 5000)
+    assert done.returncode == 0, done.stderr
+    (acquired,) = journaled(root, LeaseAcquired)
+    assert acquired.label.startswith("true xxx")
+    assert acquired.label.endswith("...")
+    assert len(acquired.label) <= 1000
 
 
 def test_run_takes_the_command_without_the_double_dash_too(
