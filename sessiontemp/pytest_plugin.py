@@ -1,1 +1,77 @@
-"""placeholder"""
+"""The pytest plugin: a private leased directory for each test that asks for one.
+
+Registered through the ``pytest11`` entry point, so installing sessiontemp
+is enough.  Fixtures:
+
+* ``sessiontemp_path``: a :class:`~pathlib.Path`, the test's own private
+  0700 directory, removed after the test (kept, while it runs, by a command
+  the test started with its lease and left running, until that exits);
+* ``sessiontemp_lease``: the :class:`~sessiontemp.Lease` behind it, labelled
+  with the test's node id, to start commands with (``lease.popen``,
+  ``pass_fds``, ``create_subprocess_exec``).
+
+Option: ``--sessiontemp-root DIR`` (default: the library's per-user root).
+
+Opt-in by use: nothing is opened or created until a test asks for one of
+the fixtures.  Then one manager per pytest process (per xdist worker: they
+share the root safely) opens, and its recovery removes what killed runs
+left; it closes when the session ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sessiontemp.lease import Lease
+from sessiontemp.manager import Manager
+from sessiontemp.run import label
+
+__all__ = ["pytest_addoption", "sessiontemp_lease", "sessiontemp_path"]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("sessiontemp", "private temporary directories (sessiontemp)")
+    group.addoption(
+        "--sessiontemp-root", metavar="DIR", default=None,
+        help="root of the directories of the sessiontemp_path and sessiontemp_lease fixtures "
+        "(default: the per-user root under the system temporary directory)",
+    )
+
+
+@pytest.fixture(scope="session")
+def _sessiontemp_manager(request: pytest.FixtureRequest) -> Iterator[Manager]:
+    """The session's manager, opened (and recovery run) at the first test that needs it."""
+    root: str | None = request.config.getoption("sessiontemp_root")
+    manager = Manager(root)
+    try:
+        manager.retain()
+        yield manager
+        manager.release()
+    finally:
+        manager.close()
+
+
+@pytest.fixture
+def sessiontemp_lease(
+    request: pytest.FixtureRequest, _sessiontemp_manager: Manager
+) -> Iterator[Lease]:
+    """A lease on a private directory of this test's own, given back (and removed) after it."""
+    manager = _sessiontemp_manager
+    # Rotating first makes the directory this test's alone; rotating after
+    # retires it, so giving the lease back removes it at once.
+    manager.rotate()
+    lease = manager.acquire(label=label(f"pytest {request.node.nodeid}"))
+    try:
+        yield lease
+    finally:
+        manager.rotate()
+        lease.release()
+
+
+@pytest.fixture
+def sessiontemp_path(sessiontemp_lease: Lease) -> Path:
+    """This test's private 0700 directory, removed after the test."""
+    return sessiontemp_lease.path
