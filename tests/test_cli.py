@@ -185,7 +185,8 @@ def test_summary_counts_managers_generations_and_events(
         "unknown": 0, "sealed": 0, "owners": 1,
     }
     assert summary["generations"] == {"total": 3, "live": 1, "retired": 0,
-                                      "removal_pending": 0, "removed": 2, "leases_held": 1}
+                                      "removal_pending": 0, "removed": 2, "leases_held": 1,
+                                          "held_by_commands": 0}
     assert [m["id"] for m in summary["running_managers"]] == [ids["running"]]
     assert summary["events"] == summary["last_seq"] > 10
     assert summary["verify"]["ok"] is True
@@ -345,7 +346,10 @@ def test_a_killed_manager_shows_as_gone_until_fsck_repair_recovers_it(
     assert summary["running_managers"][0]["liveness"] == "gone"
     before = inspect_json("--root", root, "fsck", ok=1)
     assert_documented("fsck", before)
-    assert [f["check"] for f in before["findings"]] == ["unrecovered"]
+    # The dead manager, and its directory that no command holds any more.
+    assert [f["check"] for f in before["findings"]] == ["unrecovered", "removable"]
+    assert before["findings"][1]["generation"] == killed["generation"]
+    assert all("fsck --repair" in f["fix"] for f in before["findings"])
     repaired = inspect_json("--root", root, "fsck", "--repair")
     assert_documented("fsck", repaired)
     assert repaired["repair"]["dead"] == [killed["manager"]]

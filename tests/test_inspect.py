@@ -58,6 +58,8 @@ def counts_by_full_replay(state: State) -> tuple[dict[str, int], dict[str, int]]
         "removal_pending": sum(g.removal == "started" for g in generations),
         "removed": sum(g.removal == "finished" for g in generations),
         "leases_held": sum(len(g.leases) for g in generations if g.removal is None),
+        # Without a root the directories' locks cannot be probed.
+        "held_by_commands": None,
     }
 
 
