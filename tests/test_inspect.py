@@ -38,7 +38,7 @@ def replayed(path: Path) -> State:
         store.close()
 
 
-def counts_by_full_replay(state: State) -> tuple[dict[str, int], dict[str, int]]:
+def counts_by_full_replay(state: State) -> tuple[dict[str, int], dict[str, int | None]]:
     """What summary reports, computed the slow and obvious way."""
     managers = state.managers.values()
     running = [m for m in managers if m.ended is None]
