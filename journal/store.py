@@ -35,7 +35,7 @@ from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from time import monotonic, sleep
 from typing import Any, Final
-from urllib.request import pathname2url
+from urllib.parse import quote
 
 import sqlite_utils
 
@@ -179,7 +179,8 @@ class Store:
     def _connect(self, busy_timeout: float) -> sqlite3.Connection:
         try:
             if self.readonly:
-                uri = "file:" + pathname2url(os.path.abspath(self.path))
+                # Quoted as bytes: a path that is not UTF-8 keeps its own bytes.
+                uri = "file:" + quote(os.fsencode(os.path.abspath(self.path)))
                 conn = None
                 if not self.immutable:
                     conn = sqlite3.connect(

@@ -31,7 +31,10 @@ class EventRow:
 
 @attrs.frozen
 class EventFilter:
-    """Which events to list; every given criterion must hold."""
+    """Which events to list; every given criterion must hold.
+
+    A limit below 0 or a kind this version does not know is :class:`BadInput`.
+    """
 
     manager: str | None = None
     generation: str | None = None
@@ -41,6 +44,15 @@ class EventFilter:
     since_time: float | None = None
     until_time: float | None = None
     limit: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        # Checked here, not when the first row is read: a bad filter is
+        # refused before anything is printed.
+        if self.limit is not None and self.limit < 0:
+            raise BadInput(f"--limit {self.limit}", "is below 0",
+                           "Pass a whole number of events, 0 or more")
+        for kind in self.kinds:
+            check_kind(kind)
 
     def matches(self, row: EventRow) -> bool:
         """Whether *row* names the manager and generation asked for (the SQL checks the rest)."""
@@ -74,14 +86,8 @@ def events(
 
     With *follow*, keep waiting for events other processes append (every
     *poll* seconds) until *stop* returns True, the limit is reached, or
-    ``until_seq``/``until_time`` is passed.  A limit below 0 or an unknown
-    kind is :class:`BadInput`.
+    ``until_seq``/``until_time`` is passed.
     """
-    if selection.limit is not None and selection.limit < 0:
-        raise BadInput(f"--limit {selection.limit}", "is below 0",
-                       "Pass a whole number of events, 0 or more")
-    for kind in selection.kinds:
-        check_kind(kind)
     path = Path(journal)
     naming = tuple(t for t in (selection.manager, selection.generation) if t is not None)
     after = max((selection.since_seq or 1) - 1, 0)

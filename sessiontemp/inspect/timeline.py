@@ -26,6 +26,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 import attrs
 
+from journal.errors import BadInput
 from journal.events import (
     GenerationCreated,
     LeaseAcquired,
@@ -192,17 +193,18 @@ def timeline(
     output: os.PathLike[str] | str | None = None,
     *,
     manager: str | None = None,
-    since: float | None = None,
-    until: float | None = None,
+    since: int | float | None = None,
+    until: int | float | None = None,
     max_bars: int = 2000,
     width: int = _WIDTH,
     progress: Progress | None = None,
 ) -> Timeline:
     """Draw the journal's managers and generations as an SVG; write it to *output* if given.
 
-    *manager* keeps one lane; *since* and *until* (epoch seconds) keep what
-    overlaps that window.  The replay is lenient: a record the reducer
-    refuses is skipped and marked.  The SVG text is in the result's ``svg``.
+    *manager* keeps one lane; *since* and *until* (epoch seconds, or an int:
+    the time of that event) keep what overlaps that window.  The replay is
+    lenient: a record the reducer refuses is skipped and marked.  The SVG
+    text is in the result's ``svg``.
     """
     path = Path(journal)
     collector = _Collector()
@@ -211,6 +213,14 @@ def timeline(
         replay(store, lenient=refused, each=collector.each, progress=progress)
         events = store.last_seq()
         refused_at = store.times_of([p.seq for p in refused if p.seq is not None])
+        at = store.times_of([t for t in (since, until) if isinstance(t, int)])
+    if isinstance(since, int):
+        since = at.get(since, collector.first)
+    if isinstance(until, int):
+        until = at.get(until, collector.last)
+    if manager is not None and manager not in collector.managers:
+        raise BadInput(f"--manager {manager}", "is not a manager of this journal",
+                       "Pass an id from `journal-inspect events --kind manager.opened`")
     end = collector.last
     lo = collector.first if since is None else since
     hi = end if until is None else until
@@ -249,10 +259,13 @@ def timeline(
         caption += (f". {len(generations):,} bars would be thinner than a pixel, so each lane's "
                     f"generations are grouped into {_GROUP_PX} px columns by when they began "
                     "(colour: the most common ending; hover for the counts); leases not drawn")
-    svg = picture.render(f"sessiontemp timeline of {path}", caption)
+    # A path that is not UTF-8 is drawn with U+FFFD where its odd bytes are:
+    # an SVG is UTF-8 text, and those bytes would make it unreadable XML.
+    svg = picture.render(f"sessiontemp timeline of {path}", caption).encode(
+        "utf-8", "surrogateescape").decode("utf-8", "replace")
     out = None if output is None else Path(output)
     if out is not None:
-        out.write_text(svg, encoding="utf-8", errors="surrogateescape")
+        out.write_text(svg, encoding="utf-8")
     return Timeline(
         journal=path, output=out, events=events, managers=len(managers),
         generations=len(generations), drawn=drawn, grouped=grouped,
@@ -469,8 +482,9 @@ class _Picture:
             label = dt.datetime.fromtimestamp(t).astimezone().strftime(fmt)
             if fmt.endswith("%f"):
                 label = label[:-3]
+            anchor = "end" if i == 6 else "middle"
             out.append(f'<line x1="{x}" y1="{y}" x2="{x}" y2="{y + 5}" stroke="#333"/>'
-                       f'<text x="{x}" y="{y + 18}" text-anchor="middle">{label}</text>')
+                       f'<text x="{x}" y="{y + 18}" text-anchor="{anchor}">{label}</text>')
         zone = dt.datetime.fromtimestamp(self.lo).astimezone().strftime("%Y-%m-%d %Z")
         out.append(f'<text x="{_LABEL}" y="{y + 34}" fill="#555">local time, {zone}</text>')
         return out
