@@ -255,13 +255,14 @@ def timeline(
     caption = (f"{len(generations):,} generations of {len(managers):,} managers, "
                f"{len(crashes)} crashes, {len(recoveries)} recovery passes, "
                f"{len(marks)} refused records; events 1 to {events:,}")
+    note = ""
     if grouped:
-        caption += (f". {len(generations):,} bars would be thinner than a pixel, so each lane's "
-                    f"generations are grouped into {_GROUP_PX} px columns by when they began "
-                    "(colour: the most common ending; hover for the counts); leases not drawn")
+        note = (f"Grouped: {len(generations):,} bars would be thinner than a pixel, so each "
+                f"lane's generations are drawn as {_GROUP_PX} px columns by when they began "
+                "(colour: the most common ending; hover for the counts). Leases not drawn.")
     # A path that is not UTF-8 is drawn with U+FFFD where its odd bytes are:
     # an SVG is UTF-8 text, and those bytes would make it unreadable XML.
-    svg = picture.render(f"sessiontemp timeline of {path}", caption).encode(
+    svg = picture.render(f"sessiontemp timeline of {path}", caption, note).encode(
         "utf-8", "surrogateescape").decode("utf-8", "replace")
     out = None if output is None else Path(output)
     if out is not None:
@@ -292,7 +293,7 @@ class _Picture:
         self.lanes = list(lanes)
         self.managers = managers
         self.rows: dict[str, list[float]] = {lane: [] for lane in self.lanes}
-        self.top = 70
+        self.top = 86
         self.lane_height = _ROW * _ROWS + 12
         self.body: list[str] = []
         self.axis_marks: list[str] = []
@@ -386,7 +387,7 @@ class _Picture:
         for r in recoveries:
             x = self.x(r.time)
             self.axis_marks.append(
-                f'<g class="recovery"><title>{escape(r.text)}</title>'
+                f'<g class="recovery-pass"><title>{escape(r.text)}</title>'
                 f'<line x1="{x}" y1="{self.top - 8}" x2="{x}" y2="{bottom}" stroke="{_RECOVERY}" '
                 f'stroke-width="1" stroke-dasharray="3,3" opacity="0.6"/>'
                 f'<circle cx="{x}" cy="{self.top - 8}" r="3" fill="{_RECOVERY}"/></g>')
@@ -402,11 +403,11 @@ class _Picture:
             x = self.x(f.time)
             y = self.top - 22
             self.axis_marks.append(
-                f'<g class="refused"><title>{escape(f.text)}</title>'
+                f'<g class="refused-record"><title>{escape(f.text)}</title>'
                 f'<path d="M{x - 5},{y - 6} L{x + 5},{y - 6} L{x},{y + 3} Z" '
                 f'fill="{COLOURS["refused"]}"/></g>')
 
-    def render(self, heading: str, caption: str) -> str:
+    def render(self, heading: str, caption: str, note: str) -> str:
         height = self.top + max(len(self.lanes), 1) * self.lane_height + 70
         out = [
             '<?xml version="1.0" encoding="UTF-8"?>',
@@ -417,6 +418,8 @@ class _Picture:
             f'<text x="10" y="18" font-size="14" font-weight="bold">{escape(heading)}</text>',
             f'<text class="caption" x="10" y="34" fill="#333">{escape(caption)}</text>',
         ]
+        if note:
+            out.append(f'<text class="caption" x="10" y="49" fill="#a33">{escape(note)}</text>')
         out += self.legend()
         for i, lane in enumerate(self.lanes):
             y = self.top + i * self.lane_height
@@ -453,20 +456,20 @@ class _Picture:
         out = ['<g class="legend">']
         x = 10
         for key, text in items:
-            out.append(f'<rect x="{x}" y="44" width="12" height="10" fill="{COLOURS[key]}"/>'
-                       f'<text x="{x + 16}" y="53">{escape(text)}</text>')
+            out.append(f'<rect x="{x}" y="60" width="12" height="10" fill="{COLOURS[key]}"/>'
+                       f'<text x="{x + 16}" y="69">{escape(text)}</text>')
             x += 24 + 7 * len(text)
-        out.append(f'<rect x="{x}" y="47" width="14" height="3" fill="{_LEASE}"/>'
-                   f'<text x="{x + 18}" y="53">lease</text>')
+        out.append(f'<rect x="{x}" y="63" width="14" height="3" fill="{_LEASE}"/>'
+                   f'<text x="{x + 18}" y="69">lease</text>')
         x += 60
-        out.append(f'<path d="M{x},45 L{x + 9},54 M{x},54 L{x + 9},45" stroke="{_CRASH}" '
-                   f'stroke-width="2"/><text x="{x + 14}" y="53">crash found</text>')
+        out.append(f'<path d="M{x},61 L{x + 9},70 M{x},70 L{x + 9},61" stroke="{_CRASH}" '
+                   f'stroke-width="2"/><text x="{x + 14}" y="69">crash found</text>')
         x += 95
-        out.append(f'<circle cx="{x + 4}" cy="49" r="3" fill="{_RECOVERY}"/>'
-                   f'<text x="{x + 12}" y="53">recovery pass</text>')
+        out.append(f'<circle cx="{x + 4}" cy="65" r="3" fill="{_RECOVERY}"/>'
+                   f'<text x="{x + 12}" y="69">recovery pass</text>')
         x += 105
-        out.append(f'<path d="M{x},45 L{x + 10},45 L{x + 5},54 Z" fill="{COLOURS["refused"]}"/>'
-                   f'<text x="{x + 14}" y="53">record refused</text>')
+        out.append(f'<path d="M{x},61 L{x + 10},61 L{x + 5},70 Z" fill="{COLOURS["refused"]}"/>'
+                   f'<text x="{x + 14}" y="69">record refused</text>')
         out.append("</g>")
         return out
 
