@@ -46,6 +46,7 @@ class Lease:
 
     @property
     def released(self) -> bool:
+        """True once :meth:`release` ran; commands it started may still hold the directory."""
         return self._fd is None
 
     def env(self) -> dict[str, str]:

@@ -122,6 +122,7 @@ class Manager:
 
     @property
     def root(self) -> Path:
+        """The root directory holding the journal and the generation directories."""
         return self._root.path
 
     @property
@@ -135,14 +136,17 @@ class Manager:
 
     @property
     def sealed(self) -> bool:
+        """True once the last owner released: no new lease is ever handed out again."""
         return self._me.sealed
 
     @property
     def owners(self) -> int:
+        """How many owners hold the session now (retains not yet released)."""
         return self._me.owners
 
     @property
     def closed(self) -> bool:
+        """True once :meth:`close` ran: the journal and the liveness lock are given up."""
         return self._closed
 
     @property
