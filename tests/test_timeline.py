@@ -262,7 +262,7 @@ def test_ten_thousand_generations_are_grouped_and_the_picture_says_so(tmp_path: 
     assert sum(int(g.get("data-count", "0")) for g in groups) == 10_000
     assert all(g.get("fill") == COLOURS["normal"] for g in groups)
     caption = " ".join(e.text or "" for e in svg.iter(f"{SVG}text") if "caption" in classes(e))
-    assert "Grouped: 10,000 bars would be thinner than a pixel" in caption
+    assert "Grouped: 10,000 bars would be too many to tell apart" in caption
     assert "10,000 generations of 1 managers" in caption
 
 
@@ -334,3 +334,30 @@ def test_a_real_browser_renders_every_ending_in_its_colour(lived_root: Path, tmp
     for ending in ("normal", "recovery", "live"):
         rgb = tuple(int(COLOURS[ending][i:i + 2], 16) for i in (1, 3, 5))
         assert rgb in colours, ending
+
+
+def many_managers(n: int) -> list[Record]:
+    """*n* managers one after another, each making and removing one generation."""
+    events: list[Event] = []
+    for i in range(n):
+        m, g = f"m{i}", f"g{i}"
+        events += [ManagerOpened(m, 1000 + i), Retained(m), GenerationCreated(m, g),
+                   GenerationReady(m, g, 1, i), Rotated(m), RemovalStarted(g, m, "retired"),
+                   RemovalFinished(g, m, "removed")]
+    return [Record(i + 1, 1_700_000_000.0 + i, e) for i, e in enumerate(events)]
+
+
+def test_past_max_lanes_managers_share_lanes_and_the_picture_says_so(tmp_path: Path) -> None:
+    journal = tmp_path / JOURNAL
+    write(journal, many_managers(35), batch=1)
+    out = tmp_path / "t.svg"
+    result = inspect.timeline(journal, out, max_lanes=10)
+    svg = parse(out)
+    assert result.managers == 35
+    assert result.grouped
+    lanes = marks(svg, "managers")
+    assert len(lanes) == 9  # 4 managers a lane
+    assert sum(int(g.get("data-count", "0")) for g in marks(svg, "group")) == 35
+    caption = " ".join(e.text or "" for e in svg.iter(f"{SVG}text") if "caption" in classes(e))
+    assert "Merged: 35 managers would make as many lanes" in caption
+    assert "each lane holds 4 managers" in caption

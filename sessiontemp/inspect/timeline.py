@@ -10,7 +10,9 @@ seqs.  Nothing is fetched: styles are inline, no script, no font files.
 Past *max_bars* generations the bars of each lane are grouped into columns a
 few pixels wide, coloured by the most common ending and titled with the
 counts, and the picture says so: at 10,000 generations single bars would be
-thinner than a pixel.
+thinner than a pixel.  Past *max_lanes* managers, consecutive managers share
+a lane (and bars are grouped), again said in the picture; past 30 lanes each
+lane is one row high.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import os
+import textwrap
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -196,6 +199,7 @@ def timeline(
     since: int | float | None = None,
     until: int | float | None = None,
     max_bars: int = 2000,
+    max_lanes: int = 200,
     width: int = _WIDTH,
     progress: Progress | None = None,
 ) -> Timeline:
@@ -234,16 +238,28 @@ def timeline(
 
     managers = [m for m in sorted(collector.managers.values(), key=lambda m: m.start_seq)
                 if (manager is None or m.id == manager) and overlaps(m.start, m.end)]
-    lanes = [m.id for m in managers]
-    shown = set(lanes)
+    per_lane = max(1, math.ceil(len(managers) / max(max_lanes, 1)))
+    lane_of = {m.id: m.id if per_lane == 1 else
+               f"managers {i // per_lane * per_lane + 1} to "
+               f"{min((i // per_lane + 1) * per_lane, len(managers))}"
+               for i, m in enumerate(managers)}
+    lanes = list(dict.fromkeys(lane_of.values()))
     generations = [g for g in sorted(collector.generations.values(), key=lambda g: g.start_seq)
-                   if (g.manager in shown or (g.manager is None and manager is None))
+                   if (g.manager in lane_of or (g.manager is None and manager is None))
                    and overlaps(g.start, g.end)]
     if any(g.manager is None for g in generations):
         lanes.append("")  # strays: found on disk, never created by a manager
     marks = [p for p in refused if p.seq is not None and p.check in ("rules", "schema")]
-    picture = _Picture(lo, hi, end, width, lanes, collector.managers)
-    grouped = len(generations) > max_bars
+    grouped = len(generations) > max_bars or per_lane > 1
+    note = ""
+    if per_lane > 1:
+        note = (f"Merged: {len(managers):,} managers would make as many lanes, so each lane "
+                f"holds {per_lane} managers in the order they opened. ")
+    if grouped:
+        note += (f"Grouped: {len(generations):,} bars would be too many to tell apart, so each "
+                 f"lane's generations are drawn as {_GROUP_PX} px columns by when they began "
+                 "(colour: the most common ending; hover for the counts). Leases not drawn.")
+    picture = _Picture(lo, hi, end, width, lanes, collector.managers, lane_of, note)
     drawn = picture.groups(generations) if grouped else picture.bars(generations)
     crashes = [c for c in collector.crashes if lo <= c.time <= hi
                and (manager is None or c.manager == manager)]
@@ -255,14 +271,9 @@ def timeline(
     caption = (f"{len(generations):,} generations of {len(managers):,} managers, "
                f"{len(crashes)} crashes, {len(recoveries)} recovery passes, "
                f"{len(marks)} refused records; events 1 to {events:,}")
-    note = ""
-    if grouped:
-        note = (f"Grouped: {len(generations):,} bars would be thinner than a pixel, so each "
-                f"lane's generations are drawn as {_GROUP_PX} px columns by when they began "
-                "(colour: the most common ending; hover for the counts). Leases not drawn.")
     # A path that is not UTF-8 is drawn with U+FFFD where its odd bytes are:
     # an SVG is UTF-8 text, and those bytes would make it unreadable XML.
-    svg = picture.render(f"sessiontemp timeline of {path}", caption, note).encode(
+    svg = picture.render(f"sessiontemp timeline of {path}", caption).encode(
         "utf-8", "surrogateescape").decode("utf-8", "replace")
     out = None if output is None else Path(output)
     if out is not None:
@@ -287,14 +298,23 @@ class _Picture:
     """The SVG being drawn: lanes down, time across."""
 
     def __init__(self, lo: float, hi: float, end: float, width: int, lanes: Sequence[str],
-                 managers: Mapping[str, _Manager]) -> None:
+                 managers: Mapping[str, _Manager], lane_of: Mapping[str, str], note: str
+                 ) -> None:
         self.lo, self.hi, self.end = lo, hi, end
         self.width = width
         self.lanes = list(lanes)
+        self.index = {lane: i for i, lane in enumerate(self.lanes)}
         self.managers = managers
+        self.lane_of = lane_of
+        # Many lanes: one row each, so the picture stays a few screens tall.
+        self.row_count = 1 if len(self.lanes) > 30 else _ROWS
         self.rows: dict[str, list[float]] = {lane: [] for lane in self.lanes}
-        self.top = 86
-        self.lane_height = _ROW * _ROWS + 12
+        # The note is wrapped to the width (about 6 px a character at this
+        # size); each line past the first moves everything below it down.
+        self.note = textwrap.wrap(note, max(40, width // 6 - 4))
+        self.shift = 14 * max(len(self.note) - 1, 0)
+        self.top = 86 + self.shift
+        self.lane_height = _ROW * self.row_count + (12 if self.row_count > 1 else 6)
         self.body: list[str] = []
         self.axis_marks: list[str] = []
 
@@ -303,8 +323,11 @@ class _Picture:
         t = min(max(t, self.lo), self.hi)
         return round(_LABEL + (t - self.lo) / span * (self.width - _LABEL - 20), 2)
 
+    def lane(self, manager: str | None) -> str:
+        return "" if manager is None else self.lane_of[manager]
+
     def lane_y(self, lane: str) -> int:
-        return self.top + self.lanes.index(lane) * self.lane_height
+        return self.top + self.index[lane] * self.lane_height
 
     def row_for(self, lane: str, start: float, stop: float) -> int:
         """The first row of *lane* free at *start* (bars packed like intervals)."""
@@ -313,7 +336,7 @@ class _Picture:
             if busy_until <= start:
                 rows[i] = stop
                 return i
-        if len(rows) < _ROWS:
+        if len(rows) < self.row_count:
             rows.append(stop)
             return len(rows) - 1
         i = min(range(len(rows)), key=rows.__getitem__)
@@ -322,12 +345,12 @@ class _Picture:
 
     def bars(self, generations: Sequence[_Generation]) -> int:
         for g in generations:
-            lane = g.manager or ""
+            lane = self.lane(g.manager)
             stop = g.end if g.end is not None else self.end
             x0, x1 = self.x(g.start), self.x(stop)
             w = max(x1 - x0, 1.0)
             row = self.row_for(lane, x0, x0 + w + 1)
-            y = self.lane_y(lane) + 6 + row * _ROW
+            y = self.lane_y(lane) + 3 + row * _ROW
             ending = g.ending()
             title = [f"generation {g.id} ({ending})",
                      f"created at event {g.start_seq} ({_clock(g.start)})"
@@ -361,16 +384,16 @@ class _Picture:
         columns: dict[tuple[str, int], list[_Generation]] = {}
         for g in generations:
             column = int((self.x(g.start) - _LABEL) // _GROUP_PX)
-            columns.setdefault((g.manager or "", column), []).append(g)
+            columns.setdefault((self.lane(g.manager), column), []).append(g)
         for (lane, column), members in sorted(columns.items(),
-                                              key=lambda kv: (self.lanes.index(kv[0][0]),
+                                              key=lambda kv: (self.index[kv[0][0]],
                                                               kv[0][1])):
             counts: Counter[str] = Counter(g.ending() for g in members)
             ending = counts.most_common(1)[0][0]
             x0 = _LABEL + column * _GROUP_PX
-            y = self.lane_y(lane) + 6
+            y = self.lane_y(lane) + 3
             # Height grows with the count, up to the lane, so dense stretches show.
-            h = min(self.lane_height - 12, 6 + 6 * math.log2(len(members)))
+            h = min(self.lane_height - 6, 4 + 6 * math.log2(len(members)))
             last = max(g.end_seq or g.start_seq for g in members)
             seqs = f"events {members[0].start_seq} to {last}"
             text = (f"{len(members)} generations begun here ({seqs}): "
@@ -393,7 +416,7 @@ class _Picture:
                 f'<circle cx="{x}" cy="{self.top - 8}" r="3" fill="{_RECOVERY}"/></g>')
         for c in crashes:
             x = self.x(c.time)
-            lane = c.manager if c.manager in self.lanes else None
+            lane = self.lane_of.get(c.manager or "")
             y = self.top if lane is None else self.lane_y(lane) + self.lane_height / 2
             self.axis_marks.append(
                 f'<g class="crash"><title>{escape(c.text)}</title>'
@@ -407,7 +430,7 @@ class _Picture:
                 f'<path d="M{x - 5},{y - 6} L{x + 5},{y - 6} L{x},{y + 3} Z" '
                 f'fill="{COLOURS["refused"]}"/></g>')
 
-    def render(self, heading: str, caption: str, note: str) -> str:
+    def render(self, heading: str, caption: str) -> str:
         height = self.top + max(len(self.lanes), 1) * self.lane_height + 70
         out = [
             '<?xml version="1.0" encoding="UTF-8"?>',
@@ -418,9 +441,12 @@ class _Picture:
             f'<text x="10" y="18" font-size="14" font-weight="bold">{escape(heading)}</text>',
             f'<text class="caption" x="10" y="34" fill="#333">{escape(caption)}</text>',
         ]
-        if note:
-            out.append(f'<text class="caption" x="10" y="49" fill="#a33">{escape(note)}</text>')
+        for i, line in enumerate(self.note):
+            out.append(f'<text class="caption" x="10" y="{49 + 14 * i}" fill="#a33">'
+                       f'{escape(line)}</text>')
+        out.append(f'<g transform="translate(0 {self.shift})">')
         out += self.legend()
+        out.append("</g>")
         for i, lane in enumerate(self.lanes):
             y = self.top + i * self.lane_height
             fill = "#f4f4f4" if i % 2 == 0 else "#fbfbfb"
@@ -434,9 +460,16 @@ class _Picture:
         return "\n".join(out) + "\n"
 
     def lane_label(self, lane: str, y: int) -> str:
+        first = y + min(20, self.lane_height - 6)
         if not lane:
-            return (f'<text x="6" y="{y + 20}"><title>generations found on disk that no '
+            return (f'<text x="6" y="{first}"><title>generations found on disk that no '
                     'manager created</title>strays</text>')
+        if lane not in self.managers:
+            members = [m for m, on in self.lane_of.items() if on == lane]
+            return (f'<g class="managers"><title>{len(members)} managers, opened at events '
+                    f'{self.managers[members[0]].start_seq} to '
+                    f'{self.managers[members[-1]].start_seq}</title>'
+                    f'<text x="6" y="{first}">{escape(lane)}</text></g>')
         m = self.managers[lane]
         how = ("still open" if m.ended is None else
                f"closed at event {m.end_seq}" if m.ended == "closed" else
@@ -445,8 +478,8 @@ class _Picture:
         mid = y + self.lane_height - 5
         return (f'<g class="manager" data-manager={quoteattr(m.id)}><title>'
                 f'{escape(f"manager {m.id} (pid {m.pid}): opened at event {m.start_seq}, {how}")}'
-                f'</title><text x="6" y="{y + 20}">manager {escape(_short(m.id))}</text>'
-                f'<text x="6" y="{y + 34}" fill="#555">pid {m.pid}</text>'
+                f'</title><text x="6" y="{first}">manager {escape(_short(m.id))}'
+                f' <tspan fill="#555">pid {m.pid}</tspan></text>'
                 f'<line x1="{x0}" y1="{mid}" x2="{x1}" y2="{mid}" stroke="#888" '
                 f'stroke-width="2"/></g>')
 
