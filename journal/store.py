@@ -476,10 +476,13 @@ class Store:
         ((found,),) = self.query("SELECT max(seq) FROM events WHERE time <= ?", (time,))
         return int(found or 0)
 
-    def kind_counts(self) -> dict[str, int]:
-        """How many events there are of each kind stored (known to this version or not)."""
-        return {kind: int(n) for kind, n in
-                self.query("SELECT kind, count(*) FROM events GROUP BY kind")}
+    def kind_counts(self, *, excluding: Collection[str] = ()) -> dict[str, int]:
+        """How many events there are of each kind stored (known to this version or not),
+        leaving out *excluding*: grouping fewer rows is what makes it fast."""
+        marks = ",".join("?" * len(excluding))
+        return {kind: int(n) for kind, n in self.query(
+            f"SELECT kind, count(*) FROM events WHERE kind NOT IN ({marks}) "  # noqa: S608
+            "GROUP BY kind", tuple(excluding))}
 
     def open_managers(self) -> list[tuple[int, str]]:
         """``(seq, id)`` of each ``manager.opened`` whose manager has no close or death."""
@@ -495,14 +498,6 @@ class Store:
             "SELECT count(DISTINCT json_extract(payload, '$.generation')) FROM events "
             "WHERE kind IN ('generation.created', 'removal.started')")
         return int(n)
-
-    def unremoved_generations(self) -> list[tuple[str, str]]:
-        """``(generation, manager)`` of each created generation whose removal never started."""
-        return [(str(g), str(m)) for g, m in self.query(
-            "SELECT json_extract(payload, '$.generation'), json_extract(payload, '$.manager') "
-            "FROM events WHERE kind = 'generation.created' AND "
-            "json_extract(payload, '$.generation') NOT IN (SELECT json_extract(payload, "
-            "'$.generation') FROM events WHERE kind = 'removal.started') ORDER BY seq")]
 
     def rows_naming(
         self, values: Collection[str], *, after: int = 0, kinds: Collection[str] = (),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Final
 
 import attrs
 
@@ -22,8 +23,14 @@ from journal.reducer import Fold, State
 from journal.store import Store
 from sessiontemp.inspect.read import Liveness, Problem, opened, probe_generation, probe_liveness
 from sessiontemp.inspect.verify import Verification
+from sessiontemp.root import GENERATION_PREFIX, generation_id_of
 
 __all__ = ["ManagerInfo", "Summary", "summary"]
+
+# The kinds whose counts summary reports; unknown kinds are counted too, to
+# be reported as problems.
+_COUNTED: Final = ("manager.opened", "manager.closed", "manager.dead", "generation.created",
+                   "removal.started", "removal.finished")
 
 
 @attrs.frozen
@@ -90,9 +97,8 @@ def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None
     with opened(path, snapshot=True) as store:
         first, last, count = store.extent()
         times = store.times_of([s for s in (first, last) if s is not None])
-        kinds = dict.fromkeys(("manager.opened", "manager.closed", "manager.dead",
-                               "generation.created", "removal.started", "removal.finished"), 0)
-        kinds.update(store.kind_counts())
+        kinds = dict.fromkeys(_COUNTED, 0)
+        kinds.update(store.kind_counts(excluding=[k for k in KINDS if k not in _COUNTED]))
         problems: list[Problem] = []
         if count and (first != 1 or last != count):
             problems.append(Problem(None, "sequence", f"{count} events numbered {first} to "
@@ -107,7 +113,6 @@ def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None
         if kinds["generation.created"] or kinds["removal.started"]:
             total_generations = store.generation_count()
         state = _open_part(store, open_rows, problems)
-        unremoved = store.unremoved_generations() if base is not None else []
         newest = next((seq for seq, format, chained in store.checkpoints()
                        if format == checkpoint.FORMAT and chained), None)
         size = sum(_size(path.with_name(path.name + suffix)) for suffix in ("", "-wal"))
@@ -124,11 +129,15 @@ def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None
     )
     held: tuple[str, ...] = ()
     if base is not None:
-        # A live manager holds its own generations' locks itself; only those
-        # of ended or gone managers say that a command outlived its manager.
+        # A live manager holds its own generations' locks itself; a lock on
+        # any other directory says a command outlived its manager.  Only the
+        # directories on disk are probed: no query over the whole history.
         live = {m.id for m in running if m.liveness != "gone"}
-        held = tuple(g for g, m in unremoved
-                     if m not in live and probe_generation(base, g) == "held")
+        mine = {g for m in state.managers.values() if m.id in live for g in m.generations}
+        held = tuple(sorted(
+            gid for name in _entries(base)
+            if name.startswith(GENERATION_PREFIX) and (gid := generation_id_of(name)) is not None
+            and gid not in mine and probe_generation(base, gid) == "held"))
     own = [g for g in state.generations.values() if g.manager in state.managers]
     own_unremoved = [g for g in own if g.removal is None]
     removed = kinds["removal.finished"]
@@ -161,6 +170,13 @@ def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None
         generations=generations, verify=Verification(path, "quick", count, tuple(problems)),
         checkpoint=newest, held=held,
     )
+
+
+def _entries(root: Path) -> list[str]:
+    try:
+        return os.listdir(root)
+    except OSError:
+        return []
 
 
 def _size(path: Path) -> int:
