@@ -37,7 +37,7 @@ __all__ = ["EVERY", "FORMAT", "KEEP", "Restored", "decode", "due", "encode", "re
 
 # Bump whenever the reducer's rules or the fields of its states change: a
 # checkpoint of another format is skipped, and the next replay writes a new one.
-FORMAT: Final = 1
+FORMAT: Final = 2
 # A checkpoint is due once this many events follow the newest one, and at
 # least a quarter as many as the state holds managers and generations, so
 # that writing checkpoints costs a bounded amount per event however long
@@ -141,6 +141,7 @@ def encode(state: State) -> bytes:
         "seq": state.seq,
         "managers": _to_columns(state.managers.values(), _MANAGER_COLUMNS),
         "generations": _to_columns(state.generations.values(), _GENERATION_COLUMNS),
+        "held": dict(state.held),
     }
     compressed = zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 1)
     return hashlib.blake2b(compressed, digest_size=_DIGEST_SIZE).digest() + compressed
@@ -170,15 +171,19 @@ def decode(data: bytes) -> State:
         body = json.loads(zlib.decompress(compressed))
     except (zlib.error, ValueError) as e:
         raise CheckpointInvalid(f"does not decode ({e})") from None
-    if not isinstance(body, dict) or body.keys() != {"seq", "managers", "generations"}:
+    if not isinstance(body, dict) or body.keys() != {"seq", "managers", "generations", "held"}:
         raise CheckpointInvalid("is not a checkpoint of this format")
     seq = body["seq"]
     if type(seq) is not int or seq < 0:
         raise CheckpointInvalid(f"names no valid event: seq {seq!r}")
+    held = body["held"]
+    if not isinstance(held, dict) or not all(type(v) is int for v in held.values()):
+        raise CheckpointInvalid("has a malformed held map")
     return State(
         managers=_from_columns(body["managers"], _MANAGER_COLUMNS, ManagerState),
         generations=_from_columns(body["generations"], _GENERATION_COLUMNS, GenerationState),
         seq=seq,
+        held=held,
     )
 
 

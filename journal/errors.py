@@ -15,6 +15,7 @@ import os
 __all__ = [
     "BadInput",
     "CheckpointInvalid",
+    "ForkedCopy",
     "JournalBusy",
     "JournalCorrupt",
     "JournalError",
@@ -24,6 +25,7 @@ __all__ = [
     "RuleViolation",
     "SessionTempError",
     "Unavailable",
+    "UnknownKind",
     "UnsafeRoot",
     "Unsupported",
 ]
@@ -50,9 +52,19 @@ class Unavailable(SessionTempError, RuntimeError):
     exactly the leak and the exposure this library exists to prevent.
     """
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, path: os.PathLike[str] | str, reason: str, fix: str) -> None:
+        self.path = os.fspath(path)
         self.reason = reason
-        super().__init__(reason)
+        self.fix = fix
+        super().__init__(f"no private directory in {self.path}: {reason}. {fix}")
+
+
+class ForkedCopy(Unavailable):
+    """A forked child used its copy of its parent's manager or lease.
+
+    A child owns nothing its parent opened: journaling, unlocking or removing
+    through that copy would act on the parent's behalf behind its back.
+    """
 
 
 class JournalError(SessionTempError, OSError):
@@ -96,6 +108,14 @@ class RuleViolation(SessionTempError, ValueError):
         self.seq = seq
         self.reason = reason
         super().__init__(f"event {seq} {reason}")
+
+
+class UnknownKind(RuleViolation):
+    """An event of a kind this version does not know: written by a newer sessiontemp.
+
+    The one rule violation a correct writer makes on purpose; its fix is an
+    upgrade, not a repair.
+    """
 
 
 class CheckpointInvalid(SessionTempError, ValueError):

@@ -10,14 +10,18 @@ that know this.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from typing import ClassVar, Final, TypeAlias
 
 import attrs
 
-from journal.errors import RuleViolation
+from journal import ids
+from journal.errors import RuleViolation, UnknownKind
 
 __all__ = [
     "KINDS",
+    "CommandStarted",
     "Event",
     "GenerationCreated",
     "GenerationReady",
@@ -26,6 +30,7 @@ __all__ = [
     "ManagerClosed",
     "ManagerDied",
     "ManagerOpened",
+    "Reappeared",
     "Record",
     "RecoveryStarted",
     "Released",
@@ -33,8 +38,10 @@ __all__ = [
     "RemovalStarted",
     "Retained",
     "Rotated",
+    "Unreadable",
     "decode",
     "encode",
+    "named_ids",
 ]
 
 
@@ -97,12 +104,35 @@ class GenerationReady:
 
 @attrs.frozen
 class LeaseAcquired:
-    """A command was handed the generation and keeps it alive until released."""
+    """A command was handed the generation and keeps it alive until released.
+
+    ``label`` says, for people, what the lease is for; journals written
+    before it existed have none.
+    """
 
     kind: ClassVar[str] = "lease.acquired"
     manager: str
     generation: str
     lease: str
+    label: str = ""
+
+
+@attrs.frozen
+class CommandStarted:
+    """A process was started on a lease: removal waits for it as long as it runs.
+
+    ``started`` is the process's start time in clock ticks since boot (field
+    22 of ``/proc/PID/stat``): with the pid, it names one process for good,
+    where a pid alone is soon reused.  It is the second liveness signal,
+    for a command that closes the lease's inherited lock descriptor.
+    """
+
+    kind: ClassVar[str] = "command.started"
+    manager: str
+    generation: str
+    lease: str
+    pid: int
+    started: int
 
 
 @attrs.frozen
@@ -140,6 +170,19 @@ class RemovalFinished:
 
 
 @attrs.frozen
+class Reappeared:
+    """A generation journaled as removed is on disk again, and is about to be removed again.
+
+    Directory operations are not fsynced, so a power loss can undo a removal
+    the journal already holds; its removal starts over.
+    """
+
+    kind: ClassVar[str] = "generation.reappeared"
+    generation: str
+    by: str
+
+
+@attrs.frozen
 class ManagerClosed:
     """The manager was closed: sealed, its leases void, its lock given up."""
 
@@ -165,6 +208,21 @@ class ManagerDied:
     recovery: str
 
 
+@attrs.frozen
+class Unreadable:
+    """A stored record that does not decode, as a tolerant reader passes it on.
+
+    Never written: it stands for a record whose kind this version does not
+    know, or whose payload is damaged, so that the reducer can refuse it and
+    hold on to whatever it may name instead of failing the whole replay.
+    """
+
+    kind: ClassVar[str] = "unreadable"
+    stored_kind: str
+    payload: str
+    reason: str
+
+
 Event: TypeAlias = (
     ManagerOpened
     | Retained
@@ -174,11 +232,14 @@ Event: TypeAlias = (
     | GenerationReady
     | LeaseAcquired
     | LeaseReleased
+    | CommandStarted
     | RemovalStarted
     | RemovalFinished
+    | Reappeared
     | ManagerClosed
     | RecoveryStarted
     | ManagerDied
+    | Unreadable
 )
 
 KINDS: Final[dict[str, type[Event]]] = {
@@ -192,8 +253,10 @@ KINDS: Final[dict[str, type[Event]]] = {
         GenerationReady,
         LeaseAcquired,
         LeaseReleased,
+        CommandStarted,
         RemovalStarted,
         RemovalFinished,
+        Reappeared,
         ManagerClosed,
         RecoveryStarted,
         ManagerDied,
@@ -205,6 +268,58 @@ _FIELDS: Final[dict[str, dict[str, type]]] = {
     kind: {a.name: (int if a.type in ("int", int) else str) for a in attrs.fields(cls)}
     for kind, cls in KINDS.items()
 }
+# Fields a payload may lack: added after journals were first written.
+_OPTIONAL: Final[dict[str, frozenset[str]]] = {
+    kind: frozenset(a.name for a in attrs.fields(cls) if a.default is not attrs.NOTHING)
+    for kind, cls in KINDS.items()
+}
+# Longest free text accepted in a record (reasons, labels): a damaged
+# length would otherwise flood every report that quotes it.
+_MAX_TEXT: Final = 4096
+
+
+def _pattern(regex: re.Pattern[str], what: str) -> Callable[[object], str | None]:
+    def check(value: object) -> str | None:
+        return None if regex.fullmatch(str(value)) else f"is not a canonical {what} id"
+    return check
+
+
+def _at_least(low: int) -> Callable[[object], str | None]:
+    def check(value: object) -> str | None:
+        return None if isinstance(value, int) and value >= low else f"is below {low}"
+    return check
+
+
+def _manager_or_recovery(value: object) -> str | None:
+    text = str(value)
+    if ids.MANAGER.fullmatch(text) or ids.RECOVERY.fullmatch(text):
+        return None
+    return "is neither a canonical manager id nor a recovery id"
+
+
+def _text(value: object) -> str | None:
+    return None if len(str(value)) <= _MAX_TEXT else f"is longer than {_MAX_TEXT} characters"
+
+
+# How each field is checked beyond its type; ids end up in file names.
+_CHECKS: Final[dict[str, Callable[[object], str | None]]] = {
+    "manager": _pattern(ids.MANAGER, "manager"),
+    "generation": _pattern(ids.GENERATION, "generation"),
+    "lease": _pattern(ids.LEASE, "lease"),
+    "recovery": _pattern(ids.RECOVERY, "recovery"),
+    "by": _manager_or_recovery,
+    "pid": _at_least(1),
+    "device": _at_least(0),
+    "inode": _at_least(0),
+    "started": _at_least(0),
+    "reason": _text,
+    "outcome": _text,
+    "label": _text,
+}
+_ID_FIELDS: Final = ("manager", "generation", "by", "recovery")
+# Anything in a damaged payload that looks like an id: a reader holds on to
+# whatever such a record might name.
+_ID_LIKE: Final = re.compile(r"[0-9a-f]{32}|[a-z2-7]{16}")
 
 
 @attrs.frozen
@@ -224,22 +339,42 @@ def encode(event: Event) -> tuple[str, str]:
 def decode(seq: int, kind: str, payload: str) -> Event:
     """Rebuild the event stored as ``(kind, payload)`` at *seq*, checking its schema.
 
-    Raises :class:`RuleViolation` for a kind this version does not know or a
-    payload that does not fit its kind.
+    Raises :class:`UnknownKind` for a kind this version does not know and
+    :class:`RuleViolation` for a payload that does not fit its kind: a field
+    missing, extra, of the wrong type, or an id not in its canonical form.
     """
     cls = KINDS.get(kind)
     if cls is None:
-        raise RuleViolation(seq, f"has kind {kind!r}, which this version does not know")
+        raise UnknownKind(seq, f"has kind {kind[:80]!r}, which this version does not know")
     try:
         fields = json.loads(payload)
     except ValueError as e:
         raise RuleViolation(seq, f"has a payload that is not JSON ({e})") from None
     expected = _FIELDS[kind]
-    if not isinstance(fields, dict) or fields.keys() != expected.keys():
-        raise RuleViolation(seq, f"has a payload that does not fit kind {kind!r}: {payload}")
-    for name, typ in expected.items():
-        value = fields[name]
+    if not isinstance(fields, dict) or not (
+        expected.keys() - _OPTIONAL[kind] <= fields.keys() <= expected.keys()
+    ):
+        raise RuleViolation(seq, f"has a payload that does not fit kind {kind!r}: "
+                            f"{payload[:300]}")
+    for name, value in fields.items():
         # bool is an int to Python but never a valid field here.
-        if type(value) is not typ:
-            raise RuleViolation(seq, f"has field {name!r} of the wrong type: {payload}")
+        if type(value) is not expected[name]:
+            raise RuleViolation(seq, f"has field {name!r} of the wrong type: {payload[:300]}")
+        check = _CHECKS.get(name)
+        problem = None if check is None else check(value)
+        if problem is not None:
+            raise RuleViolation(seq, f"has field {name!r} that {problem}: {str(value)[:80]!r}")
     return cls(**fields)
+
+
+def named_ids(event: Event) -> frozenset[str]:
+    """The manager, generation and recovery ids *event* names, for holding on to them.
+
+    For an :class:`Unreadable` record, anything in its payload shaped like
+    an id: what it meant cannot be known, so everything it might name is kept.
+    """
+    if isinstance(event, Unreadable):
+        return frozenset(_ID_LIKE.findall(event.payload))
+    return frozenset(
+        value for name in _ID_FIELDS if isinstance(value := getattr(event, name, None), str)
+    )

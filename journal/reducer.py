@@ -8,7 +8,14 @@ written so that a journal of millions of events replays in linear time.
 An event that the rules forbid (a lease on a sealed manager, a second removal
 of one generation) raises :class:`RuleViolation`: a journal holding one was
 not written by a correct manager, and guessing what it meant would be worse
-than saying so.
+than saying so.  A writer checks its events against these rules before it
+commits them, so a correct manager never writes one.
+
+A reader that must carry on past such a record (recovery, which must not
+let one bad record brick a whole root) folds *tolerantly*: the record is
+refused as before, and every manager and generation it names is *held*
+(``State.held``): kept as it is, never removed by anyone, and reported,
+until a person decides.
 """
 
 from __future__ import annotations
@@ -18,8 +25,10 @@ from typing import Any, Final
 
 import attrs
 
-from journal.errors import RuleViolation
+from journal.errors import RuleViolation, UnknownKind
 from journal.events import (
+    KINDS,
+    CommandStarted,
     GenerationCreated,
     GenerationReady,
     LeaseAcquired,
@@ -27,6 +36,7 @@ from journal.events import (
     ManagerClosed,
     ManagerDied,
     ManagerOpened,
+    Reappeared,
     Record,
     RecoveryStarted,
     Released,
@@ -34,6 +44,8 @@ from journal.events import (
     RemovalStarted,
     Retained,
     Rotated,
+    Unreadable,
+    named_ids,
 )
 
 __all__ = [
@@ -43,6 +55,8 @@ __all__ = [
     "ManagerState",
     "State",
     "apply",
+    "command_key",
+    "held_by",
     "removal_due",
     "replay",
 ]
@@ -53,7 +67,9 @@ class ManagerState:
     """One manager as the journal knows it.
 
     ``generations`` holds the ids of its generations not yet removed;
-    ``ended`` is None while it lives, then "closed" or "dead".
+    ``ended`` is None while it lives, then "closed" or "dead", and
+    ``ended_by`` names who ended it: itself, or the recovery pass that
+    found it dead.
     """
 
     id: str
@@ -66,6 +82,7 @@ class ManagerState:
     generations: frozenset[str] = frozenset()
     ended: str | None = None
     ended_seq: int | None = None
+    ended_by: str | None = None
 
 
 @attrs.frozen
@@ -75,7 +92,10 @@ class GenerationState:
     ``manager`` is None for a stray: an entry with the generation prefix that
     recovery found on disk without any record of it.  ``removal`` is None,
     then "started", then "finished"; ``removal_outcome`` says how it ended:
-    "removed", "absent" or "refused: <why>".
+    "removed", "absent" or "refused: <why>".  ``commands`` holds a
+    ``"pid:started"`` key (:func:`command_key`) for each process started
+    on one of its leases: removal waits for those that still run, even
+    after their lease is released.
     """
 
     id: str
@@ -93,18 +113,22 @@ class GenerationState:
     removal_by: str | None = None
     removal_reason: str | None = None
     removal_outcome: str | None = None
+    commands: frozenset[str] = frozenset()
 
 
 @attrs.frozen
 class State:
     """Everything derived from the first ``seq`` events of a journal.
 
+    ``held`` maps each manager or generation id named by a record the rules
+    refused (in a tolerant fold) to the seq of the first such record.
     The mappings are never mutated once a state is built; treat them as read-only.
     """
 
     managers: Mapping[str, ManagerState] = attrs.field(factory=dict)
     generations: Mapping[str, GenerationState] = attrs.field(factory=dict)
     seq: int = 0
+    held: Mapping[str, int] = attrs.field(factory=dict)
 
 
 EMPTY: Final = State()
@@ -115,18 +139,33 @@ def removal_due(generation: GenerationState) -> bool:
     return generation.retired and not generation.leases and generation.removal is None
 
 
+def held_by(state: State, generation: GenerationState) -> int | None:
+    """The seq of a refused record that holds *generation* (naming it or its manager), or None."""
+    if not state.held:
+        return None
+    seq = state.held.get(generation.id)
+    if seq is None and generation.manager is not None:
+        seq = state.held.get(generation.manager)
+    return seq
+
+
+def command_key(pid: int, started: int) -> str:
+    """How a process started on a lease is kept in :attr:`GenerationState.commands`."""
+    return f"{pid}:{started}"
+
+
 def _with_leases(g: GenerationState, leases: frozenset[str]) -> GenerationState:
     """*g* with other leases: ``attrs.evolve`` without its cost, on the hottest path."""
     return GenerationState(
         g.id, g.manager, g.created_seq, g.created_at, g.ready, g.device, g.inode, leases,
         g.retired, g.retired_seq, g.removal, g.removal_seq, g.removal_by, g.removal_reason,
-        g.removal_outcome,
+        g.removal_outcome, g.commands,
     )
 
 
 def _with_owners(m: ManagerState, owners: int) -> ManagerState:
     return ManagerState(m.id, m.pid, m.opened_seq, m.opened_at, owners, m.sealed, m.current,
-                        m.generations, m.ended, m.ended_seq)
+                        m.generations, m.ended, m.ended_seq, m.ended_by)
 
 
 def apply(state: State, record: Record) -> State:
@@ -136,11 +175,15 @@ def apply(state: State, record: Record) -> State:
     return fold.state()
 
 
-def replay(records: Iterable[Record], initial: State = EMPTY) -> State:
-    """Fold :func:`apply` over *records*, starting from *initial*."""
+def replay(records: Iterable[Record], initial: State = EMPTY, *, tolerant: bool = False) -> State:
+    """Fold :func:`apply` over *records*, starting from *initial*.
+
+    *tolerant* holds what a refused record names instead of raising (see
+    :class:`Fold`).
+    """
     # Equivalent to functools.reduce(apply, records, initial), but one Fold
     # is updated in place instead of copying both maps per event.
-    fold = Fold(initial)
+    fold = Fold(initial, tolerant=tolerant)
     for record in records:
         fold.step(record)
     return fold.state()
@@ -153,20 +196,25 @@ class Fold:
     state so far.  Its ``managers`` and ``generations`` are its own working
     maps, readable between steps (to tell a story as it unfolds) and never
     to be changed from outside.  A rule that refuses a record raises
-    :class:`RuleViolation` before changing anything but ``seq``.
+    :class:`RuleViolation` before changing anything but ``seq``; a
+    *tolerant* fold instead adds what the record names to ``held``, appends
+    the violation to ``refused`` and carries on.
     """
 
-    __slots__ = ("generations", "managers", "seq")
+    __slots__ = ("generations", "held", "managers", "refused", "seq", "tolerant")
 
-    def __init__(self, state: State = EMPTY) -> None:
+    def __init__(self, state: State = EMPTY, *, tolerant: bool = False) -> None:
         self.managers = dict(state.managers)
         self.generations = dict(state.generations)
+        self.held = dict(state.held)
         self.seq = state.seq
+        self.tolerant = tolerant
+        self.refused: list[RuleViolation] = []
 
     def state(self) -> State:
         """The state after the records stepped so far (a copy: stepping on leaves it be)."""
         return State(managers=dict(self.managers), generations=dict(self.generations),
-                     seq=self.seq)
+                     seq=self.seq, held=dict(self.held))
 
     def step(self, record: Record) -> None:
         # Increasing, not consecutive: a manager folds only the events it
@@ -175,7 +223,14 @@ class Fold:
         if record.seq <= self.seq:
             raise RuleViolation(record.seq, f"follows event {self.seq}: out of order")
         self.seq = record.seq
-        _RULES[type(record.event)](self, record, record.event)
+        try:
+            _RULES[type(record.event)](self, record, record.event)
+        except RuleViolation as e:
+            if not self.tolerant:
+                raise
+            self.refused.append(e)
+            for named in named_ids(record.event):
+                self.held.setdefault(named, record.seq)
 
     # -- lookups that enforce the rules ----------------------------------------
 
@@ -284,7 +339,7 @@ def _created(d: Fold, r: Record, e: GenerationCreated) -> None:
     m = manager
     d.managers[e.manager] = ManagerState(
         m.id, m.pid, m.opened_seq, m.opened_at, m.owners, m.sealed, e.generation,
-        m.generations | {e.generation}, m.ended, m.ended_seq,
+        m.generations | {e.generation}, m.ended, m.ended_seq, m.ended_by,
     )
 
 
@@ -298,7 +353,7 @@ def _ready(d: Fold, r: Record, e: GenerationReady) -> None:
     d.generations[e.generation] = GenerationState(
         g.id, g.manager, g.created_seq, g.created_at, True, e.device, e.inode, g.leases,
         g.retired, g.retired_seq, g.removal, g.removal_seq, g.removal_by, g.removal_reason,
-        g.removal_outcome,
+        g.removal_outcome, g.commands,
     )
 
 
@@ -323,6 +378,17 @@ def _lease_released(d: Fold, r: Record, e: LeaseReleased) -> None:
     if e.lease not in generation.leases:
         raise RuleViolation(r.seq, f"releases lease {e.lease}, which is not held")
     d.generations[e.generation] = _with_leases(generation, generation.leases - {e.lease})
+
+
+@_rule(CommandStarted)
+def _command_started(d: Fold, r: Record, e: CommandStarted) -> None:
+    d.live_manager(r.seq, e.manager)
+    generation = d.owned_generation(r.seq, e.manager, e.generation)
+    if e.lease not in generation.leases:
+        raise RuleViolation(r.seq, f"starts a command on lease {e.lease}, which is not held")
+    d.generations[e.generation] = attrs.evolve(
+        generation, commands=generation.commands | {command_key(e.pid, e.started)}
+    )
 
 
 @_rule(RemovalStarted)
@@ -375,19 +441,43 @@ def _removal_finished(d: Fold, r: Record, e: RemovalFinished) -> None:
         )
 
 
-def _end(d: Fold, r: Record, manager_id: str, how: str) -> None:
+@_rule(Reappeared)
+def _reappeared(d: Fold, r: Record, e: Reappeared) -> None:
+    generation = d.generation(r.seq, e.generation)
+    if generation.removal != "finished" or (generation.removal_outcome or "").startswith(
+        "refused"
+    ):
+        raise RuleViolation(r.seq, f"finds generation {e.generation} on disk again, "
+                            "which was never journaled as removed")
+    d.generations[e.generation] = attrs.evolve(
+        generation, removal="started", removal_seq=r.seq, removal_by=e.by,
+        removal_reason="it was on disk again after its removal (a power loss undid it)",
+        removal_outcome=None,
+    )
+
+
+def _end(d: Fold, r: Record, manager_id: str, how: str, by: str) -> None:
     manager = d.retire(r.seq, d.live_manager(r.seq, manager_id), drop_leases=True)
-    d.managers[manager_id] = attrs.evolve(manager, sealed=True, ended=how, ended_seq=r.seq)
+    d.managers[manager_id] = attrs.evolve(manager, sealed=True, ended=how, ended_seq=r.seq,
+                                          ended_by=by)
 
 
 @_rule(ManagerClosed)
 def _closed(d: Fold, r: Record, e: ManagerClosed) -> None:
-    _end(d, r, e.manager, "closed")
+    _end(d, r, e.manager, "closed", e.manager)
 
 
 @_rule(ManagerDied)
 def _died(d: Fold, r: Record, e: ManagerDied) -> None:
-    _end(d, r, e.manager, "dead")
+    _end(d, r, e.manager, "dead", e.recovery)
+
+
+@_rule(Unreadable)
+def _unreadable(d: Fold, r: Record, e: Unreadable) -> None:
+    # Refused the way decode refused it, so that whoever reports it gives
+    # the matching fix (an upgrade for a kind from a newer version).
+    error = RuleViolation if e.stored_kind in KINDS else UnknownKind
+    raise error(r.seq, e.reason)
 
 
 @_rule(RecoveryStarted)

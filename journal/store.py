@@ -31,7 +31,7 @@ import sqlite3
 import stat
 import threading
 from collections import Counter
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from pathlib import Path
 from time import monotonic, sleep
 from typing import Any, Final
@@ -47,8 +47,9 @@ from journal.errors import (
     JournalReadOnly,
     JournalVersionError,
     RuleViolation,
+    UnknownKind,
 )
-from journal.events import Event, Record, decode, encode
+from journal.events import Event, Record, Unreadable, decode, encode
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "Store"]
 
@@ -58,13 +59,15 @@ APPLICATION_ID: Final = 0x53544D50
 _GENESIS: Final = bytes(16)
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 _MOVE_ASIDE: Final = "Move it aside (the manager then starts a new journal) or pass another root"
-# How journal.events.decode ends the reason for a kind it does not know.
-_UNKNOWN_KIND: Final = "which this version does not know"
+_RETRY: Final = "Nothing already committed was lost; retry, and report it if it persists"
 
 
 # The journal files this process has connections to, by (device, inode).
 _OPEN: Final[Counter[tuple[int, int]]] = Counter()
 _OPEN_LOCK: Final = threading.Lock()
+# Connections inherited through fork(), kept referenced so that they are
+# never closed (see Store.forget).
+_FORKED: Final[list[sqlite3.Connection]] = []
 
 
 def chain(previous: bytes, seq: int, time: float, kind: str, payload: str) -> bytes:
@@ -108,6 +111,10 @@ class Store:
         self._lock = threading.Lock()
         self._busy_timeout = busy_timeout
         self._identity: tuple[int, int] | None = None
+        # Set when a failed transaction could not be undone, or a commit's
+        # outcome could not be read back: nothing more is written through
+        # this store, so nothing can be written on a false premise.
+        self.broken: str | None = None
         with _OPEN_LOCK:
             self._check_header()
             self._conn = self._connect(busy_timeout)
@@ -351,55 +358,122 @@ class Store:
 
     # -- writing -------------------------------------------------------------
 
-    def append(self, events: Sequence[Event], *, time: float) -> list[Record]:
+    def append(
+        self,
+        events: Sequence[Event],
+        *,
+        time: float,
+        decide: Callable[[list[Record]], object] | None = None,
+    ) -> list[Record]:
         """Commit *events* as one transaction and return them as records.
 
         Returns only once the commit is durable.  Either all of *events* are
         committed, in order and with consecutive sequence numbers, or none is
-        and a :class:`JournalError` says why.
+        and the error says why.  *decide*, when given, sees the records with
+        their final sequence numbers inside the transaction, before the
+        commit: whatever it raises (a rule the records break) rolls the
+        transaction back and propagates, so nothing it refuses is ever written.
+
+        A commit whose outcome SQLite leaves uncertain (an I/O error while
+        committing) is read back: the records are returned if they are in
+        the journal after all.  When even that cannot be told, the store
+        marks itself :attr:`broken` and refuses every later write.
         """
         rows = [encode(event) for event in events]
         # The digest covers the time as SQLite gives it back: a float, and
         # never -0.0, which a REAL column returns as 0.0.
         time = float(time) + 0.0
-        records = []
-        with self._transaction("append to") as conn:
-            last = conn.execute(
-                "SELECT seq, digest FROM events ORDER BY seq DESC LIMIT 1"
-            ).fetchone()
-            seq, digest = (0, _GENESIS) if last is None else (last[0], last[1])
-            for event, (kind, payload) in zip(events, rows, strict=True):
-                seq += 1
-                digest = chain(digest, seq, time, kind, payload)
-                conn.execute(
-                    "INSERT INTO events (seq, time, kind, payload, digest) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (seq, time, kind, payload, digest),
-                )
-                records.append(Record(seq, time, event))
+        records: list[Record] = []
+        last: tuple[int, bytes] | None = None
+        try:
+            with self._transaction("append to") as conn:
+                row = conn.execute(
+                    "SELECT seq, digest FROM events ORDER BY seq DESC LIMIT 1"
+                ).fetchone()
+                seq, digest = (0, _GENESIS) if row is None else (row[0], row[1])
+                for event, (kind, payload) in zip(events, rows, strict=True):
+                    seq += 1
+                    digest = chain(digest, seq, time, kind, payload)
+                    conn.execute(
+                        "INSERT INTO events (seq, time, kind, payload, digest) "
+                        "VALUES (?, ?, ?, ?, ?)",
+                        (seq, time, kind, payload, digest),
+                    )
+                    records.append(Record(seq, time, event))
+                if decide is not None:
+                    decide(records)
+                # From here on only COMMIT is left, whose failure may or may
+                # not have made the records durable.
+                last = (seq, digest)
+        except JournalError:
+            if last is not None and records and self._committed(*last):
+                return records
+            raise
         return records
+
+    def _committed(self, seq: int, digest: bytes) -> bool:
+        """Whether event *seq* with *digest* is in the journal, after a failed COMMIT."""
+        with self._lock:
+            try:
+                row = self._conn.execute(
+                    "SELECT digest FROM events WHERE seq = ?", (seq,)
+                ).fetchone()
+            except sqlite3.Error as e:
+                self._break(f"whether event {seq} was committed could not be read back ({e})")
+                raise self._translate(e, "read") from e
+        return row is not None and bytes(row[0]) == digest
 
     @contextlib.contextmanager
     def _transaction(self, doing: str) -> Iterator[sqlite3.Connection]:
-        """One write transaction: committed when the block ends, rolled back if it raises."""
+        """One write transaction: committed when the block ends, rolled back if it raises.
+
+        Whatever fails, the connection is left outside any transaction: a
+        ROLLBACK that fails, or leaves one open (SQLite keeps it after some
+        I/O errors), closes the connection and opens a new one.  Otherwise
+        the connection would keep the journal's write lock, and every other
+        writer would wait for it in vain.
+        """
         with self._lock:
+            if self.broken is not None:
+                raise JournalError(self.path, f"could not {doing} it: {self.broken}",
+                                   "Close the manager and open a new one")
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
                 try:
                     yield self._conn
                     self._conn.execute("COMMIT")
                 except BaseException:
-                    if self._conn.in_transaction:
-                        self._conn.execute("ROLLBACK")
+                    self._abort()
                     raise
             except sqlite3.Error as e:
                 raise self._translate(e, doing) from e
+
+    def _abort(self) -> None:
+        """End the open transaction, if any, whatever it takes (the caller holds _lock)."""
+        if not self._conn.in_transaction:
+            return
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.execute("ROLLBACK")
+        if self._conn.in_transaction:
+            self._reconnect()
+
+    def _reconnect(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.close()
+        try:
+            self._conn = self._connect(self._busy_timeout)
+            self._conn.execute("PRAGMA synchronous=FULL")
+        except (sqlite3.Error, JournalError) as e:
+            self._break(f"its connection could not be reopened after a failed write ({e})")
+
+    def _break(self, reason: str) -> None:
+        self.broken = reason
 
     # -- reading -------------------------------------------------------------
 
     def rows(
         self, *, after: int = 0, until: int | None = None, batch: int = 20_000
-    ) -> Iterator[tuple[int, float, str, str, bytes]]:
+    ) -> Generator[tuple[int, float, str, str, bytes], None, None]:
         """Raw ``(seq, time, kind, payload, digest)`` rows after *after* (up to *until*).
 
         Fetched *batch* at a time, all from one read snapshot, so a journal of
@@ -426,24 +500,39 @@ class Store:
                     return
                 yield from chunk
         finally:
-            cursor.close()
+            # A generator closed late (collected after the store failed or
+            # closed) must not print "Exception ignored" on its way out.
+            with contextlib.suppress(sqlite3.Error):
+                cursor.close()
 
-    def records(self, *, after: int = 0, until: int | None = None) -> Iterator[Record]:
+    def records(
+        self, *, after: int = 0, until: int | None = None, tolerant: bool = False
+    ) -> Generator[Record, None, None]:
         """Decoded records after sequence number *after* (up to *until*), in order.
 
         Raises :class:`JournalCorrupt` at a gap in the sequence or a record
-        that does not decode: nothing after such a point is trusted.
+        that does not decode: nothing after such a point is trusted.  With
+        *tolerant*, a gap is passed over and a record that does not decode
+        comes as an :class:`~journal.events.Unreadable` event, for a
+        tolerant fold to refuse and hold on to what it may name.
         """
         expected = after + 1
-        for seq, time, kind, payload, _ in self.rows(after=after, until=until):
-            try:
-                if seq != expected:
-                    raise RuleViolation(seq, f"follows event {expected - 1}: a gap")
-                event = decode(seq, kind, payload)
-            except RuleViolation as e:
-                raise self.corrupt(e) from e
-            expected = seq + 1
-            yield Record(seq, time, event)
+        rows = self.rows(after=after, until=until)
+        try:
+            for seq, time, kind, payload, _ in rows:
+                event: Event
+                try:
+                    if seq != expected and not tolerant:
+                        raise RuleViolation(seq, f"follows event {expected - 1}: a gap")
+                    event = decode(seq, kind, payload)
+                except RuleViolation as e:
+                    if not tolerant:
+                        raise self.corrupt(e) from e
+                    event = Unreadable(kind, payload, e.reason)
+                expected = seq + 1
+                yield Record(seq, time, event)
+        finally:
+            rows.close()
 
     def query(self, sql: str, params: tuple[object, ...] = ()) -> list[Any]:
         """Rows of a read-only SQL query, errors translated and naming the file."""
@@ -690,13 +779,29 @@ class Store:
             if self._identity is not None:
                 _OPEN[self._identity] -= 1
                 self._identity = None
-                self._conn.close()
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.close()
+
+    def forget(self) -> None:
+        """Let go of a connection inherited through fork() without touching the file.
+
+        The parent still uses the same SQLite file: the child must neither
+        write through the copy nor close it (closing runs SQLite's
+        clean-up of a last connection), so the copy is parked until the
+        process ends.
+        """
+        with _OPEN_LOCK:
+            if self._identity is not None:
+                _OPEN[self._identity] -= 1
+                self._identity = None
+                _FORKED.append(self._conn)
+        self.broken = "this is a forked copy of another process's journal connection"
 
     # -- errors --------------------------------------------------------------
 
     def corrupt(self, error: RuleViolation) -> JournalCorrupt:
         """Name this file in a rule violation found while reading it."""
-        if error.reason.endswith(_UNKNOWN_KIND):
+        if isinstance(error, UnknownKind):
             # The one violation a newer sessiontemp makes on purpose: moving
             # the journal aside would lose its history, upgrading keeps it.
             return JournalCorrupt(
@@ -708,39 +813,40 @@ class Store:
         return JournalCorrupt(
             self.path,
             f"event {error.seq} {error.reason}",
-            "It was changed by something other than sessiontemp, or by a newer version; "
-            "run `journal-inspect verify` on it, then move it aside to start afresh",
+            "It was changed by something other than sessiontemp; run `journal-inspect verify` "
+            "on it. Managers and recovery carry on around such a record and keep what it names",
         )
 
     def _translate(self, e: sqlite3.Error, doing: str) -> JournalError:
         # sqlite_errorcode is the extended code (SQLITE_IOERR_WRITE is 778,
-        # not 10): its low byte is the primary code compared below.
+        # not 10): its low byte is the primary code compared below.  Codes,
+        # never message texts, decide the class: messages change between
+        # SQLite versions.
         extended = getattr(e, "sqlite_errorcode", None)
         code = None if extended is None else extended & 0xFF
         message = str(e)
-        if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in message:
+        if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
             return JournalBusy(
                 self.path,
                 f"could not {doing} it: another process held its write lock for too long",
-                "Find the process with `fuser` on the file, or retry later",
+                "Find the process with `fuser` on the file, or retry later; nothing already "
+                "committed was lost",
             )
-        if code == sqlite3.SQLITE_FULL or "full" in message:
+        if code == sqlite3.SQLITE_FULL:
             return JournalFull(
                 self.path,
                 f"could not {doing} it: the file system is full ({message})",
                 "Free space on it; nothing already committed was lost",
             )
-        if code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_CANTOPEN) or (
-            "readonly" in message
-        ):
+        if code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_CANTOPEN):
             return JournalReadOnly(
                 self.path,
                 f"could not {doing} it: it or its file system does not accept writes ({message})",
                 "Make it writable, or pass a root on a writable file system",
             )
-        if code == sqlite3.SQLITE_NOTADB or "not a database" in message:
+        if code == sqlite3.SQLITE_NOTADB:
             return JournalCorrupt(self.path, "is not a SQLite database", _MOVE_ASIDE)
-        if code == sqlite3.SQLITE_CORRUPT or "malformed" in message:
+        if code == sqlite3.SQLITE_CORRUPT:
             return JournalCorrupt(self.path, f"is damaged ({message})", _MOVE_ASIDE)
         if code == sqlite3.SQLITE_IOERR and not all(
             os.access(p, os.W_OK) for p in (self.path, self.path.with_name(self.path.name + "-wal"))
@@ -759,4 +865,5 @@ class Store:
                 f"could not {doing} it: I/O error ({message})",
                 f"Check the disk holding it ({os.strerror(errno.EIO)})",
             )
-        return JournalError(self.path, f"could not {doing} it ({message})", _MOVE_ASIDE)
+        return JournalError(self.path, f"could not {doing} it ({message})", _RETRY)
+

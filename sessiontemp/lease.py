@@ -3,7 +3,9 @@
 A lease holds a shared lock on the directory through its own descriptor.
 :meth:`Lease.popen` passes that descriptor to the child, so the lock (and
 with it the directory) outlives the lease, and even the manager, for as long
-as the command runs.
+as the command runs.  It also journals the child's pid and start time
+(:meth:`Lease.track`), the second liveness signal, for a command that
+closes the descriptors it inherited.
 """
 
 from __future__ import annotations
@@ -32,11 +34,15 @@ class Lease:
     Use it as a context manager, or call :meth:`release` (idempotent) yourself.
     """
 
-    def __init__(self, manager: Manager, generation: str, lease: str, path: Path, fd: int) -> None:
+    def __init__(
+        self, manager: Manager, generation: str, lease: str, path: Path, fd: int, *,
+        label: str = "",
+    ) -> None:
         self.manager = manager
         self.generation = generation
         self.id = lease
         self.path = path
+        self.label = label
         self._fd: int | None = fd
         self._lock = threading.Lock()
 
@@ -46,7 +52,7 @@ class Lease:
 
     @property
     def released(self) -> bool:
-        """True once :meth:`release` ran; commands it started may still hold the directory."""
+        """Whether the lease was given back (or voided by its manager's close)."""
         return self._fd is None
 
     def env(self) -> dict[str, str]:
@@ -60,20 +66,37 @@ class Lease:
 
         Takes the keyword arguments of :class:`subprocess.Popen`; ``env``, if
         given, replaces ``os.environ`` as the base the temporary variables are
-        set on, and ``pass_fds`` is extended, not replaced.
+        set on, and ``pass_fds`` is extended, not replaced.  The child is
+        tracked (:meth:`track`), so its directory stays while it runs even
+        if it closes the descriptors it inherited.
         """
         given: Mapping[str, str] | None = kwargs.pop("env", None)
         base = os.environ if given is None else given
         env = {**base, **self.env()}
         with self._lock:
             if self._fd is None:
-                raise Unavailable(f"lease {self.id} on {self.path} was already released; "
-                                  "acquire a new one to start a command")
+                raise Unavailable(self.path, f"lease {self.id} was already released",
+                                  "Acquire a new lease to start a command")
             pass_fds = (*kwargs.pop("pass_fds", ()), self._fd)
             # The child shares the locked open file description, so the
             # directory stays locked until the child exits, whatever happens
             # to this process.
-            return subprocess.Popen(args, env=env, pass_fds=pass_fds, **kwargs)
+            child = subprocess.Popen(args, env=env, pass_fds=pass_fds, **kwargs)
+        self.track(child.pid)
+        return child
+
+    def track(self, pid: int) -> bool:
+        """Journal that process *pid* uses this lease's directory.
+
+        Its directory is then not removed while that process runs (matched
+        by pid and start time, so a reused pid does not count), even after
+        the lease is released and even if the process closed the lock
+        descriptor it inherited.  Returns False when it could not be
+        recorded: the process is already gone, the lease was released, or
+        the journal refused the write (logged); the lock still protects a
+        child that kept the descriptor.
+        """
+        return self.manager._track(self, pid)
 
     def release(self) -> None:
         """Give the lease back; later calls do nothing.

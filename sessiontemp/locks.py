@@ -1,14 +1,26 @@
 """Liveness from the kernel: the locks that say who is still alive.
 
-Two kinds, both released by the kernel when their holder dies, so a crash
-can never leave a lock that lies:
+Three kinds, all ``flock`` locks, released by the kernel when their holder
+dies, so a crash can never leave a lock that lies:
 
-* a manager's liveness lock, a ``filelock.FileLock`` on
-  ``ROOT/managers/<id>.lock``, held for the manager's lifetime;
-* a shared ``flock`` on a generation directory itself, held by its manager
-  and by every lease.  A lease's lock descriptor is passed to the command it
+* a manager's liveness lock, an exclusive lock on ``ROOT/managers/<id>.lock``
+  held for the manager's lifetime (:class:`Liveness`);
+* a shared lock on a generation directory itself, held by its manager and
+  by every lease.  A lease's lock descriptor is passed to the command it
   runs, so the lock lives until the command exits even if the manager dies
-  first.  systemd-tmpfiles probes the same lock and skips a held directory.
+  first;
+* a shared lock on the root directory, held by every live manager
+  (:func:`hold_root`).
+
+systemd-tmpfiles probes every directory it would age-clean with
+``flock(LOCK_EX | LOCK_NB)`` and skips the whole subtree of one it cannot
+lock: the root's lock keeps the journal and the lock files safe from it
+while any manager lives, a generation's lock keeps the generation safe
+while any command uses it.
+
+A lock is only ever given up by closing its descriptor, never by
+``LOCK_UN``: a forked child shares the open file description, and an
+unlock through its copy would free the parent's lock behind its back.
 
 Pids and ages are never used to decide liveness: pids are reused, and a
 command may legitimately run for days.
@@ -16,45 +28,120 @@ command may legitimately run for days.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
-from pathlib import Path
+import secrets
+from time import monotonic, sleep
 from typing import Final
 
-import filelock
+from sessiontemp.root import DIR_FLAGS, lock_file_name
 
-__all__ = ["hold_manager", "lock_shared", "probe_manager", "try_exclusive"]
+__all__ = [
+    "Liveness",
+    "hold_root",
+    "is_locked",
+    "lock_shared",
+    "probe_liveness",
+    "try_exclusive",
+]
 
-_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-
-
-def _manager_lock(path: Path) -> filelock.FileLock:
-    # thread_local=False: the lock belongs to the manager, not to whichever
-    # thread opened it.  fallback_to_soft=False: a marker file says nothing
-    # about liveness after a crash, so a file system without flock must fail.
-    return filelock.FileLock(path, timeout=0, thread_local=False, fallback_to_soft=False)
-
-
-def hold_manager(path: Path) -> filelock.FileLock:
-    """Take the liveness lock of a new manager; it is never contended."""
-    lock = _manager_lock(path)
-    lock.acquire()
-    return lock
+_FILE_FLAGS: Final = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def probe_manager(path: Path) -> filelock.FileLock | None:
+class Liveness:
+    """A manager's liveness lock file, created and held under ``ROOT/managers``.
+
+    Everything is relative to the held ``managers`` descriptor, never by
+    path.  If the file is deleted while the manager lives (by hand, or by
+    an age-based cleaner), :meth:`check` notices and puts a new, already
+    locked one in its place.
+    """
+
+    def __init__(self, managers_fd: int, manager: str) -> None:
+        self._dir = managers_fd
+        self.name = lock_file_name(manager)
+        # A new manager's file: no recovery looks for it until the journal
+        # names the manager, which happens only after this.
+        fd = os.open(self.name, _FILE_FLAGS | os.O_CREAT, 0o600, dir_fd=managers_fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+
+    def check(self) -> bool:
+        """Put the lock file back if it is gone or replaced; True when it had to."""
+        mine = os.fstat(self.fd)
+        try:
+            named = os.stat(self.name, dir_fd=self._dir, follow_symlinks=False)
+            if (named.st_dev, named.st_ino) == (mine.st_dev, mine.st_ino):
+                return False
+        except FileNotFoundError:
+            pass
+        # Made and locked under another name, then renamed into place: a
+        # recovery that probes the name must never find it unlocked.
+        spare = f".{self.name}.{secrets.token_hex(4)}"
+        fd = os.open(spare, _FILE_FLAGS | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=self._dir)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.rename(spare, self.name, src_dir_fd=self._dir, dst_dir_fd=self._dir)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(spare, dir_fd=self._dir)
+            raise
+        old, self.fd = self.fd, fd
+        os.close(old)
+        return True
+
+    def unlink(self) -> None:
+        """Remove the lock file (only once the manager's end is journaled)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.name, dir_fd=self._dir)
+
+    def close(self) -> None:
+        """Give the lock up: the kernel frees it with the last descriptor."""
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
+
+
+def probe_liveness(managers_fd: int, manager: str) -> int | None:
     """Take a manager's liveness lock if its holder is gone.
 
-    Returns the held lock (the manager is dead; release it when done), or
-    None while the manager lives.
+    Returns the descriptor holding the lock (the manager is dead or has
+    finished closing; close it when done), or None while the manager lives.
+    Raises FileNotFoundError when there is no lock file: opening it would
+    create one and always win its lock, declaring dead a manager that may
+    well be alive.
     """
-    lock = _manager_lock(path)
-    try:
-        lock.acquire()
-    except filelock.Timeout:
-        return None
-    return lock
+    fd = os.open(lock_file_name(manager), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 dir_fd=managers_fd)
+    if try_exclusive(fd):
+        return fd
+    os.close(fd)
+    return None
+
+
+def hold_root(root_fd: int, *, patience: float) -> bool:
+    """Hold a shared lock on the root directory through *root_fd*, waiting up to *patience*.
+
+    Only an exclusive holder blocks it: an age-based cleaner in the middle
+    of the root.  Returns False when it stays blocked; the manager works on
+    without it.
+    """
+    deadline = monotonic() + patience
+    while True:
+        try:
+            fcntl.flock(root_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return True
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN) or monotonic() >= deadline:
+                return False
+        sleep(0.01)
 
 
 def lock_shared(dir_fd: int, name: str) -> int:
@@ -63,7 +150,7 @@ def lock_shared(dir_fd: int, name: str) -> int:
     Returns the descriptor that carries the lock; closing it (in every
     process that shares it) releases the lock.
     """
-    fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
     try:
         # Non-blocking: only a remover holds it exclusively, and a generation
         # being removed must not be handed out.
@@ -87,7 +174,7 @@ def try_exclusive(fd: int) -> bool:
 
 def is_locked(dir_fd: int, name: str) -> bool:
     """Whether anyone holds a lock on the directory *name* (probing, then letting go)."""
-    fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
     try:
         return not try_exclusive(fd)
     finally:

@@ -10,23 +10,37 @@ generation is removed when its last lease goes.
 Every step is committed to the journal before it touches the file system,
 and what the manager knows is the reducer's state over the events it
 appended: there is no second bookkeeping.  The write path of one operation
-reads top to bottom: check the state, append, apply, act on the file system.
+reads top to bottom: check the state, append (the reducer decides inside
+the transaction, so nothing it would refuse is ever committed), apply,
+act on the file system.  Whatever fails or interrupts an operation, the
+manager's state is the journal's: an operation called from the main
+thread runs whole in a worker thread (:mod:`sessiontemp.shield`), and a
+failure between two steps leaves work that the next operation, or the next
+recovery, finishes.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
 import threading
 import time
-import uuid
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import Final
 
-from journal.errors import JournalError, SessionTempError, Unavailable, UnsafeRoot
+from journal import ids
+from journal.errors import (
+    ForkedCopy,
+    JournalError,
+    RuleViolation,
+    SessionTempError,
+    Unavailable,
+    UnsafeRoot,
+)
 from journal.events import (
+    CommandStarted,
     Event,
     GenerationCreated,
     GenerationReady,
@@ -34,23 +48,37 @@ from journal.events import (
     LeaseReleased,
     ManagerClosed,
     ManagerOpened,
+    Record,
     Released,
     Retained,
     Rotated,
 )
-from journal.reducer import EMPTY, ManagerState, State, apply, removal_due
+from journal.reducer import EMPTY, ManagerState, State, removal_due, replay
 from journal.store import Store
-from sessiontemp import recovery
+from sessiontemp import processes, recovery
+from sessiontemp.handles import Handles
 from sessiontemp.lease import Lease
-from sessiontemp.locks import hold_manager, lock_shared
+from sessiontemp.locks import Liveness, hold_root, lock_shared
 from sessiontemp.log import logger
-from sessiontemp.removal import remove_generation
-from sessiontemp.root import MANAGERS_DIR, Root, generation_name, new_generation_id
+from sessiontemp.removal import Target, remove
+from sessiontemp.root import Root, generation_name
+from sessiontemp.shield import shielded
 from sessiontemp.steps import StepHook, Steps
 
-__all__ = ["Manager"]
+__all__ = ["DEFAULT_STALE_AFTER", "Manager"]
 
-DEFAULT_STALE_AFTER = 86400.0
+DEFAULT_STALE_AFTER: Final = recovery.DEFAULT_STALE_AFTER
+
+# Every manager of this process, so that a forked child can disarm its copies.
+_MANAGERS: Final[weakref.WeakSet[Manager]] = weakref.WeakSet()
+
+
+def _disarm_copies() -> None:
+    for manager in list(_MANAGERS):
+        manager._handles.forget()
+
+
+os.register_at_fork(after_in_child=_disarm_copies)
 
 
 class Manager:
@@ -61,11 +89,15 @@ class Manager:
     (:class:`UnsafeRoot`), opens ``root / "journal.sqlite3"``, runs recovery
     (removing what dead managers left, unknown entries older than
     *stale_after* seconds) and starts with zero owners: call :meth:`retain`.
+    It is a context manager: leaving the block closes it.
 
     *clock* gives the wall-clock time written into events and used for the
     stale sweep; *busy_timeout* bounds the wait for another process's journal
     write; *step_hook* sees every durable step before it happens (tests use
     it to inject failures and crashes).
+
+    A forked child owns nothing of its parent's manager: its copy refuses
+    every operation with :class:`ForkedCopy`, and closing it does nothing.
     """
 
     def __init__(
@@ -77,53 +109,57 @@ class Manager:
         busy_timeout: float = 30.0,
         step_hook: StepHook | None = None,
     ) -> None:
-        if stale_after < 0:
-            raise ValueError(f"stale_after must be >= 0 seconds, not {stale_after!r}")
-        self.id = uuid.uuid4().hex
+        recovery.check_stale_after(stale_after)
+        self.id = ids.new_manager()
         self._clock = clock
         self._steps = Steps(step_hook)
         self._mutex = threading.RLock()
         self._state: State = EMPTY
-        self._closed = False
-        # Operating-system handles, not lifecycle state: the manager's own
-        # shared lock on each generation it keeps alive, and the open leases
-        # whose descriptors close() must give up.
-        self._generation_fds: dict[str, int] = {}
-        self._leases: dict[str, Lease] = {}
-        self._root = Root.open(root)
+        self.recovery = recovery.Report(ran=False)
+        self._handles = shielded(
+            lambda: self._open(root, stale_after, busy_timeout), lambda handles: self.close()
+        )
+        _MANAGERS.add(self)
+        logger.debug("manager.opened", manager=self.id, path=str(self._handles.root.path))
+
+    def _open(self, root: os.PathLike[str] | str | None, stale_after: float,
+              busy_timeout: float) -> Handles:
+        handles = Handles(Root.open(root))
+        # Set at once: whatever fails below, close_all() gives back what was had.
+        self._handles = handles
         try:
-            self._root.check_journal()
-            self._store = Store(self._root.journal_path, busy_timeout=busy_timeout)
-            try:
-                self.recovery = recovery.run(
-                    self._root, self._store, stale_after=stale_after, clock=clock,
-                    steps=self._steps, wait=False,
-                )
-                # The liveness lock is taken before the journal names this
-                # manager, so a recovery that sees the name finds the lock.
-                self._steps.before("lock", f"manager {self.id}")
-                # The liveness lock file is opened by path, through the root's name.
-                self._root.check_identity()
-                self._liveness = hold_manager(self._root.manager_lock_path(self.id))
-                try:
-                    self._append(ManagerOpened(self.id, os.getpid()))
-                except BaseException:
-                    self._liveness.release()
-                    raise
-            except BaseException:
-                self._store.close()
-                raise
+            handles.root.check_journal()
+            handles.store = Store(handles.root.journal_path, busy_timeout=busy_timeout)
+            self.recovery = recovery.run(
+                handles.root, handles.store, stale_after=stale_after, clock=self._clock,
+                steps=self._steps, wait=False,
+            )
+            # Keeps an age-based cleaner (systemd-tmpfiles) out of the whole
+            # root, journal and lock files included, while the manager lives.
+            if not hold_root(handles.root.fd, patience=busy_timeout):
+                logger.warning("root.unlocked", manager=self.id, path=str(handles.root.path),
+                               reason="another process holds the root's exclusive lock")
+            # The liveness lock is taken before the journal names this
+            # manager, so a recovery that sees the name finds the lock.
+            self._steps.before("lock", f"manager {self.id}")
+            handles.liveness = Liveness(handles.root.managers_fd, self.id)
+            self._append(ManagerOpened(self.id, os.getpid()))
         except BaseException:
-            self._root.close()
+            if handles.liveness is not None and (
+                handles.store is None or handles.store.broken is None
+            ):
+                # Never journaled: nobody will look for the file.
+                handles.liveness.unlink()
+            handles.close_all()
             raise
-        logger.debug("manager.opened", manager=self.id, path=str(self._root.path))
+        return handles
 
     # -- what the journal says -------------------------------------------------
 
     @property
     def root(self) -> Path:
-        """The root directory holding the journal and the generation directories."""
-        return self._root.path
+        """The root directory this manager's journal and generations live in."""
+        return self._handles.root.path
 
     @property
     def state(self) -> State:
@@ -136,18 +172,18 @@ class Manager:
 
     @property
     def sealed(self) -> bool:
-        """True once the last owner released: no new lease is ever handed out again."""
+        """Whether the last owner has released the manager: it hands out no more leases."""
         return self._me.sealed
 
     @property
     def owners(self) -> int:
-        """How many owners hold the session now (retains not yet released)."""
+        """How many owners hold the manager (retains not yet released)."""
         return self._me.owners
 
     @property
     def closed(self) -> bool:
-        """True once :meth:`close` ran: the journal and the liveness lock are given up."""
-        return self._closed
+        """Whether the manager has ended: closed, or let go of its handles after a failure."""
+        return self._handles.closed or self._me.ended is not None
 
     @property
     def current_dir(self) -> Path | None:
@@ -156,30 +192,22 @@ class Manager:
             current = self._me.current
             if current is None or not self._state.generations[current].ready:
                 return None
-            return self._root.path / generation_name(current)
+            return self.root / generation_name(current)
 
     def __repr__(self) -> str:
         me = self._me
-        return (f"<Manager {self.id} at {self._root.path} owners={me.owners} "
-                f"sealed={me.sealed} closed={self._closed}>")
+        return (f"<Manager {self.id} at {self.root} owners={me.owners} "
+                f"sealed={me.sealed} closed={self.closed}>")
 
     # -- owners ----------------------------------------------------------------
 
     def retain(self) -> None:
         """Add an owner.  On a sealed manager this changes nothing: it stays sealed."""
-        with self._mutex:
-            if self._closed:
-                return
-            self._append(Retained(self.id))
-            self._settle()
+        self._operate(lambda: self._append(Retained(self.id)))
 
     def release(self) -> None:
         """Drop an owner.  The last one seals the manager and retires its generation."""
-        with self._mutex:
-            if self._closed:
-                return
-            self._append(Released(self.id))
-            self._settle()
+        self._operate(lambda: self._append(Released(self.id)))
 
     def rotate(self) -> None:
         """Retire the current generation; the next acquire gets a fresh directory.
@@ -187,128 +215,217 @@ class Manager:
         Commands holding leases on the old one keep it until they release.
         Does nothing on a sealed manager.
         """
-        with self._mutex:
-            if self._closed:
-                return
-            self._append(Rotated(self.id))
-            self._settle()
+        self._operate(lambda: self._append(Rotated(self.id)))
+
+    def _operate(self, change: Callable[[], None]) -> None:
+        """Run one owner operation: nothing once closed, then settle what it changed."""
+        self._refuse_forked()
+
+        def operation() -> None:
+            with self._mutex:
+                if self.closed:
+                    return
+                self._keep_alive()
+                change()
+                self._settle()
+
+        shielded(operation)
 
     # -- leases ----------------------------------------------------------------
 
-    def acquire(self) -> Lease:
+    def acquire(self, *, label: str = "") -> Lease:
         """Lease the current generation, making it first if there is none.
 
-        Raises :class:`Unavailable` when the manager is sealed, closed or has
-        no owner, or when the directory cannot be made or the journal cannot
-        record it.  Never falls back to any other directory.
+        *label* says, for people reading the journal, what the lease is for
+        (a command line, a test's name).  Raises :class:`Unavailable` when
+        the manager is sealed, closed or has no owner, or when the directory
+        cannot be made or the journal cannot record it.  Never falls back
+        to any other directory.
         """
+        self._refuse_forked()
+        return shielded(lambda: self._acquire(label), lambda lease: lease.release())
+
+    def _acquire(self, label: str) -> Lease:
         with self._mutex:
-            if self._closed:
-                raise Unavailable(f"manager {self.id} is closed; open a new Manager")
+            if self.closed:
+                raise self._unavailable(f"manager {self.id} is closed", "Open a new Manager")
             me = self._me
             if me.sealed:
-                raise Unavailable(f"manager {self.id} is sealed: its last owner released it. "
-                                  "Open a new Manager for a new session")
+                raise self._unavailable(f"manager {self.id} is sealed: its last owner released "
+                                        "it", "Open a new Manager for a new session")
             if me.owners == 0:
-                raise Unavailable(f"manager {self.id} has no owner; call retain() first")
+                raise self._unavailable(f"manager {self.id} has no owner", "Call retain() first")
             try:
                 # The lease hands out a path through the root's name: it must
                 # still name the directory the generation is made in.
-                self._root.check_identity()
+                self._handles.root.check_identity()
             except UnsafeRoot as e:
-                raise Unavailable(f"no lease: {e}") from e
+                raise self._unavailable(str(e), "Open a new Manager on a safe root") from e
             try:
+                self._keep_alive()
+                # Work a failure left (a directory half made, a removal due)
+                # is finished before anything new begins.
                 self._settle()
-                return self._lease()
-            except JournalError as e:
-                raise Unavailable(f"the journal could not record the lease: {e}") from e
+                return self._lease(label)
+            except (JournalError, RuleViolation) as e:
+                raise self._unavailable(f"the journal could not record the lease: {e}",
+                                        "No directory was handed out; retry once fixed") from e
 
-    def _lease(self) -> Lease:
-        generation = self._me.current or self._make_generation()
+    def _lease(self, label: str) -> Lease:
+        current = self._me.current
+        if current is not None and not self._state.generations[current].ready:
+            raise self._unavailable(
+                f"directory {generation_name(current)} was left half made and could not be "
+                "cleared yet", "Retry once the journal accepts writes again",
+            )
+        made: tuple[str, int, GenerationReady] | None = None
+        if current is None:
+            made = self._make_generation()
+            generation = made[0]
+        else:
+            generation = current
         name = generation_name(generation)
-        lease = secrets.token_hex(8)
-        self._append(LeaseAcquired(self.id, generation, lease))
+        lease = ids.new_lease()
         try:
             self._steps.before("lock", name)
-            fd = lock_shared(self._root.fd, name)
-        except OSError as e:
-            # The journal says leased, the directory says otherwise: take the
-            # lease back and retire the generation so the next acquire starts
-            # clean.
-            self._append(LeaseReleased(self.id, generation, lease))
-            self._append(Rotated(self.id))
-            self._settle()
-            logger.warning("generation.vanished", manager=self.id, generation=generation,
-                           reason=str(e))
-            raise Unavailable(f"{self._root.path / name} could not be locked ({e.strerror}); "
-                              "it was retired, try again") from e
-        held = Lease(self, generation, lease, self._root.path / name, fd)
-        self._leases[lease] = held
+            # Locked before the lease is journaled: a lease in the journal
+            # always has its lock, and a lock taken for a lease that could
+            # not be journaled is simply closed.
+            fd = lock_shared(self._handles.root.fd, name)
+        except BaseException as e:
+            if made is not None:
+                self._unmake(made, e)
+            elif isinstance(e, OSError):
+                self._vanished(generation, e)
+            raise
+        try:
+            ready = [] if made is None else [made[2]]
+            self._append(*ready, LeaseAcquired(self.id, generation, lease, label))
+        except BaseException as e:
+            os.close(fd)
+            if made is not None:
+                self._unmake(made, e)
+            raise
+        if made is not None:
+            self._handles.generations[generation] = made[1]
+            # Its ready event came just before the lease's, in one commit.
+            logger.info("generation.created", manager=self.id, generation=generation,
+                        path=str(self.root / name), seq=self._state.seq - 1)
+        held = Lease(self, generation, lease, self.root / name, fd, label=label)
+        self._handles.leases[lease] = held
         logger.debug("lease.acquired", manager=self.id, generation=generation, lease=lease,
                      seq=self._state.seq)
         return held
 
-    def _make_generation(self) -> str:
-        generation = new_generation_id()
+    def _unmake(self, made: tuple[str, int, GenerationReady], error: BaseException) -> None:
+        """Give up a generation made for a lease that could not be handed out."""
+        os.close(made[1])
+        # An exception the process lives on from: clear the directory now.
+        # Anything else (the process is going down) is left to recovery.
+        if isinstance(error, Exception):
+            self._abandon(made[0], f"could not be handed out: {error}")
+
+    def _vanished(self, generation: str, error: OSError) -> None:
+        """The current directory cannot be locked: retire it, so the next acquire starts clean."""
+        self._append(Rotated(self.id))
+        self._settle()
+        logger.warning("generation.vanished", manager=self.id, generation=generation,
+                       reason=str(error))
+        raise self._unavailable(
+            f"{self.root / generation_name(generation)} could not be locked ({error.strerror})",
+            "It was retired; try again",
+        ) from error
+
+    def _make_generation(self) -> tuple[str, int, GenerationReady]:
+        """Journal, make and lock a new generation; its ready event is left to the caller."""
+        generation = ids.new_generation()
         name = generation_name(generation)
         self._append(GenerationCreated(self.id, generation))
+        root_fd = self._handles.root.fd
         fd = -1
         try:
             self._steps.before("mkdir", name)
-            os.mkdir(name, 0o700, dir_fd=self._root.fd)
+            os.mkdir(name, 0o700, dir_fd=root_fd)
             self._steps.before("lock", name)
-            fd = lock_shared(self._root.fd, name)
+            fd = lock_shared(root_fd, name)
             # mkdir's mode passes through the umask, which may take the
             # owner's own bits away; the directory must be exactly 0700.
             os.fchmod(fd, 0o700)
             st = os.fstat(fd)
-        except OSError as e:
+        except BaseException as e:
             if fd >= 0:
                 os.close(fd)
+            if not isinstance(e, OSError):
+                raise
             self._abandon(generation, f"could not be made: {e.strerror}")
             logger.warning("generation.failed", manager=self.id, generation=generation,
                            reason=str(e))
-            raise Unavailable(
-                f"could not make a private directory in {self._root.path}: {e.strerror}. "
-                "Free space or fix the root; no other directory will be used"
+            raise self._unavailable(
+                f"could not make a private directory: {e.strerror}",
+                "Free space or fix the root; no other directory will be used",
             ) from e
-        try:
-            self._append(GenerationReady(self.id, generation, st.st_dev, st.st_ino))
-        except BaseException:
-            os.close(fd)
-            self._abandon(generation, "its creation could not be journaled")
-            raise
-        self._generation_fds[generation] = fd
-        logger.info("generation.created", manager=self.id, generation=generation,
-                    path=str(self._root.path / name), seq=self._state.seq)
-        return generation
+        return generation, fd, GenerationReady(self.id, generation, st.st_dev, st.st_ino)
 
     def _abandon(self, generation: str, reason: str) -> None:
-        """Undo a generation that never became ready; failures are left to recovery."""
+        """Undo a generation that never became ready; failures are left for later."""
         try:
             self._remove(generation, reason)
-        except SessionTempError as e:
+        except (OSError, SessionTempError) as e:
             logger.warning("generation.abandon_failed", manager=self.id,
                            generation=generation, reason=str(e))
 
     def _release_lease(self, lease: Lease) -> None:
-        with self._mutex:
-            if self._closed or lease.released:
-                lease._drop_lock()
-                return
-            try:
-                self._append(LeaseReleased(self.id, lease.generation, lease.id))
-            except JournalError as e:
-                # Keep the lock: without a journaled release the directory
-                # must stay, and the next recovery sees the lease as void.
-                logger.error("lease.release_failed", manager=self.id, lease=lease.id,
-                             reason=str(e))
-                return
+        if self._handles.forked:
             lease._drop_lock()
-            del self._leases[lease.id]
-            logger.debug("lease.released", manager=self.id, generation=lease.generation,
-                         lease=lease.id, seq=self._state.seq)
-            self._settle()
+            return
+
+        def operation() -> None:
+            with self._mutex:
+                generation = self._state.generations.get(lease.generation)
+                if self.closed or generation is None or lease.id not in generation.leases:
+                    lease._drop_lock()
+                    return
+                try:
+                    self._append(LeaseReleased(self.id, lease.generation, lease.id))
+                except JournalError as e:
+                    # Keep the lock: without a journaled release the directory
+                    # must stay; a later release() tries again, and the next
+                    # recovery after this manager ends sees the lease as void.
+                    logger.error("lease.release_failed", manager=self.id, lease=lease.id,
+                                 reason=str(e))
+                    return
+                lease._drop_lock()
+                del self._handles.leases[lease.id]
+                logger.debug("lease.released", manager=self.id, generation=lease.generation,
+                             lease=lease.id, seq=self._state.seq)
+                self._settle()
+
+        shielded(operation)
+
+    def _track(self, lease: Lease, pid: int) -> bool:
+        """Journal that *pid* was started on *lease*; False when it cannot be recorded."""
+        if self._handles.forked:
+            return False
+        started = processes.start_time(pid)
+        if started is None:
+            return False
+
+        def operation() -> bool:
+            with self._mutex:
+                generation = self._state.generations.get(lease.generation)
+                if self.closed or generation is None or lease.id not in generation.leases:
+                    return False
+                try:
+                    self._append(CommandStarted(self.id, lease.generation, lease.id, pid,
+                                                started))
+                except JournalError as e:
+                    # The lock the command inherited still protects it.
+                    logger.warning("command.untracked", manager=self.id, lease=lease.id,
+                                   pid=pid, reason=str(e))
+                    return False
+                return True
+
+        return shielded(operation)
 
     # -- the end -----------------------------------------------------------------
 
@@ -319,33 +436,41 @@ class Manager:
         command started with :meth:`Lease.popen` stays until that command
         exits and a later recovery removes it.  Leases not yet released
         become void: their ``release()`` does nothing.  Idempotent.
+
+        When the end cannot be journaled (a full disk, a journal locked
+        for too long), every lock is given up all the same and the
+        liveness lock file is left: the next recovery then finds the
+        manager dead and removes what it left.
         """
+        if self._handles.forked:
+            return
+        shielded(self._close)
+
+    def _close(self) -> None:
         with self._mutex:
-            if self._closed:
+            handles = self._handles
+            if handles.closed:
                 return
-            try:
-                self._append(ManagerClosed(self.id))
-            except JournalError as e:
-                logger.error("manager.close_failed", manager=self.id, reason=str(e))
-            for lease in self._leases.values():
+            journaled = self._me.ended is not None
+            if not journaled:
+                try:
+                    self._append(ManagerClosed(self.id))
+                    journaled = True
+                except JournalError as e:
+                    logger.error("manager.close_failed", manager=self.id, reason=str(e))
+            for lease in list(handles.leases.values()):
                 lease._drop_lock()
-            self._leases.clear()
-            if self._me.ended is not None:
-                self._settle(finish_started=True)
-            for fd in self._generation_fds.values():
-                os.close(fd)
-            self._generation_fds.clear()
-            self._closed = True
+            handles.leases.clear()
+            if journaled:
+                self._settle()
             self._steps.before("unlock", f"manager {self.id}")
             # The lock file goes first: once the lock is free, a recovery
-            # may take it and would otherwise race our unlink.
-            # Relative to the descriptor: if the root's name was swapped, the
-            # file to unlink is still ours, not one in the replacement.
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{MANAGERS_DIR}/{self.id}.lock", dir_fd=self._root.fd)
-            self._liveness.release()
-            self._store.close()
-            self._root.close()
+            # may take it and would otherwise race our unlink.  Only with
+            # the end journaled: without it, the file is how a recovery
+            # finds this manager dead.
+            if journaled and handles.liveness is not None:
+                handles.liveness.unlink()
+            handles.close_all()
         logger.debug("manager.closed", manager=self.id)
 
     def __enter__(self) -> Manager:
@@ -362,29 +487,58 @@ class Manager:
     # -- the write path ------------------------------------------------------------
 
     def _append(self, *events: Event) -> None:
-        """Commit *events* durably, then apply them to the manager's state."""
-        self._steps.before("journal", ",".join(e.kind for e in events))
-        records = self._store.append(events, time=self._clock())
-        state = self._state
-        for record in records:
-            state = apply(state, record)
-        self._state = state
+        """Commit *events* durably, and only then apply them to the manager's state.
 
-    def _settle(self, *, finish_started: bool = False) -> None:
-        """Act on what the state now says: drop locks on retired generations, remove drained ones.
-
-        With *finish_started*, removals begun earlier and left unfinished
-        (a failure) are tried again too.  Never raises for a failed removal.
+        The reducer decides inside the transaction: an event it refuses
+        raises before the commit, so the journal never holds it.
         """
-        generations = self._state.generations
-        for generation, fd in list(self._generation_fds.items()):
-            if generations[generation].retired:
+        self._steps.before("journal", ",".join(e.kind for e in events))
+        decided: list[State] = []
+
+        def decide(records: list[Record]) -> None:
+            decided.append(replay(records, self._state))
+
+        store = self._handles.store
+        assert store is not None
+        try:
+            store.append(events, time=self._clock(), decide=decide)
+        except JournalError:
+            if store.broken is not None:
+                self._break(store.broken)
+            raise
+        self._state = decided[-1]
+
+    def _break(self, reason: str) -> None:
+        """Stop: the journal cannot be trusted to say what this manager did.
+
+        Every handle is let go as if the process had died, so a recovery
+        finds the manager dead and finishes its work from the journal.
+        """
+        logger.error("manager.broken", manager=self.id, reason=reason)
+        self._handles.close_all()
+
+    def _settle(self) -> None:
+        """Act on what the state now says, finishing work a failure left behind.
+
+        Drops the manager's locks on retired generations, clears a current
+        generation that was never made ready (its creation failed), and
+        removes every generation whose removal is due or was started.
+        Never raises for a failed removal: the next settle, or recovery,
+        tries again.
+        """
+        state = self._state
+        for generation in list(self._handles.generations):
+            if state.generations[generation].retired:
                 self._steps.before("unlock", generation_name(generation))
-                os.close(fd)
-                del self._generation_fds[generation]
+                self._handles.drop_generation(generation)
+        me = self._me
+        if me.ended is None and me.current is not None and not state.generations[
+            me.current
+        ].ready:
+            self._abandon(me.current, "its creation did not finish")
         for generation in sorted(self._me.generations):
-            state = generations[generation]
-            if removal_due(state) or (finish_started and state.removal == "started"):
+            current = self._state.generations[generation]
+            if removal_due(current) or current.removal == "started":
                 try:
                     self._remove(generation, "retired and no lease left")
                 except (OSError, SessionTempError) as e:
@@ -392,11 +546,32 @@ class Manager:
                                    generation=generation, reason=str(e))
 
     def _remove(self, generation: str, reason: str) -> None:
-        outcome = remove_generation(
-            self._root.fd, self._state.generations[generation], by=self.id, reason=reason,
-            append=lambda events: self._append(*events), steps=self._steps,
-        )
-        log = logger.info if outcome in ("removed", "absent") else logger.warning
-        log(f"generation.{outcome}", manager=self.id, generation=generation,
-            path=str(self._root.path / generation_name(generation)), seq=self._state.seq)
+        target = Target.known(self._state.generations[generation], by=self.id, reason=reason,
+                              root=str(self.root))
+        result = remove(self._handles.root.fd, target, journal=lambda events: self._append(
+            *events), steps=self._steps)
+        log = logger.info if result.outcome in ("removed", "absent") else logger.warning
+        log(f"generation.{result.outcome}", manager=self.id, generation=generation,
+            path=str(self.root / generation_name(generation)), seq=self._state.seq,
+            reason=result.detail or reason)
+
+    # -- guards --------------------------------------------------------------------
+
+    def _keep_alive(self) -> None:
+        """Put the liveness lock file back if something deleted it meanwhile."""
+        liveness = self._handles.liveness
+        if liveness is not None and liveness.check():
+            logger.warning("manager.lock_recreated", manager=self.id,
+                           path=str(self._handles.root.manager_lock_path(self.id)))
+
+    def _refuse_forked(self) -> None:
+        if self._handles.forked:
+            raise ForkedCopy(
+                self.root, f"manager {self.id} belongs to process {self._handles.pid}; this "
+                f"is a forked copy in process {os.getpid()}",
+                "Open a new Manager in the child, or start children with lease.popen",
+            )
+
+    def _unavailable(self, reason: str, fix: str) -> Unavailable:
+        return Unavailable(self.root, reason, fix)
 

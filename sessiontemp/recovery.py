@@ -16,38 +16,51 @@ newest checkpoint on, and writes a new checkpoint when one is due; then it:
 A live manager's generations are never touched: they are its own business.
 Each removal is journaled; one entry that cannot be handled is logged,
 reported as skipped and does not stop the pass.
+
+The journal is replayed tolerantly: a record the lifecycle rules refuse (a
+bug, a forgery, a torn edit) does not stop the pass; everything it names is
+held, kept on disk and reported with the record's seq, and the rest of the
+root is recovered as usual.  A generation journaled as removed but found
+on disk again (directory operations are not fsynced, so a power loss can
+undo a removal) is removed again when its identity is the journaled one and
+no lock holds it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
-import secrets
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Final
 
 import attrs
 import filelock
 
-from journal import checkpoint
-from journal.errors import JournalError, RuleViolation
-from journal.events import Event, ManagerDied, RecoveryStarted, RemovalFinished, RemovalStarted
-from journal.reducer import GenerationState, State, replay
+from journal import checkpoint, ids
+from journal.errors import JournalError
+from journal.events import Event, ManagerDied, Reappeared, RecoveryStarted, RemovalStarted
+from journal.reducer import Fold, GenerationState, State, held_by
 from journal.store import Store
-from sessiontemp.locks import probe_manager
+from sessiontemp.locks import probe_liveness, try_exclusive
 from sessiontemp.log import logger
-from sessiontemp.removal import finish, remove_generation, seize
+from sessiontemp.removal import Target, remove
 from sessiontemp.root import (
-    MANAGERS_DIR,
     TRASH_PREFIX,
     Root,
     generation_id_of,
     generation_name,
-    trash_name,
+    lock_file_name,
 )
 from sessiontemp.steps import StepHook, Steps
 
-__all__ = ["Removed", "Report", "Skipped", "recover", "run"]
+__all__ = ["DEFAULT_STALE_AFTER", "Removed", "Report", "Skipped", "check_stale_after",
+           "recover", "run"]
+
+# Unknown generation directories older than this (seconds) are swept.
+DEFAULT_STALE_AFTER: Final = 86400.0
 
 # How old an unknown liveness lock file must be before it counts as litter.
 _LOCK_GRACE = 60.0
@@ -80,15 +93,24 @@ class Report:
     ran: bool = True
 
 
+def check_stale_after(stale_after: float) -> None:
+    """Refuse an age that is not a finite number of seconds >= 0 (NaN compares false to all)."""
+    if not (isinstance(stale_after, int | float) and math.isfinite(stale_after)
+            and stale_after >= 0):
+        raise ValueError(f"stale_after must be a finite number of seconds >= 0, not "
+                         f"{stale_after!r}")
+
+
 def recover(
     root: os.PathLike[str] | str | None = None,
     *,
-    stale_after: float = 86400.0,
+    stale_after: float = DEFAULT_STALE_AFTER,
     clock: Callable[[], float] = time.time,
     busy_timeout: float = 30.0,
     step_hook: StepHook | None = None,
 ) -> Report:
     """Run one recovery pass on *root* (None: the per-user default), waiting for any other."""
+    check_stale_after(stale_after)
     opened = Root.open(root)
     try:
         opened.check_journal()
@@ -145,7 +167,7 @@ class _Pass:
         self.stale_after = stale_after
         self.clock = clock
         self.steps = steps
-        self.id = secrets.token_hex(8)
+        self.id = ids.new_recovery()
         self.state = State()
         self.checkpointed = 0
         self.started = False
@@ -200,11 +222,23 @@ class _Pass:
         self.checkpointed = self.state.seq
 
     def refresh(self) -> None:
-        """Bring the state up to the journal's end, through events others appended."""
+        """Bring the state up to the journal's end, through events others appended.
+
+        Tolerantly: a record the rules refuse is logged, and what it names is
+        held (never removed) instead of stopping the pass.
+        """
+        fold = Fold(self.state, tolerant=True)
+        records = self.store.records(after=self.state.seq, tolerant=True)
         try:
-            self.state = replay(self.store.records(after=self.state.seq), self.state)
-        except RuleViolation as e:
-            raise self.store.corrupt(e) from e
+            for record in records:
+                fold.step(record)
+        finally:
+            records.close()
+        for refused in fold.refused:
+            error = self.store.corrupt(refused)
+            logger.error("journal.refused", path=str(self.store.path), seq=refused.seq,
+                         reason=f"{error.reason}; what it names is kept. {error.fix}")
+        self.state = fold.state()
 
     def append(self, events: Sequence[Event]) -> None:
         if not self.started:
@@ -220,16 +254,16 @@ class _Pass:
         for manager in list(self.state.managers.values()):
             if manager.ended is not None:
                 continue
-            lock_path = self.root.manager_lock_path(manager.id)
-            if not lock_path.exists():
+            try:
+                fd = probe_liveness(self.root.managers_fd, manager.id)
+            except FileNotFoundError:
                 # Probing would create a new file and always win its lock,
                 # declaring dead a manager that may well be alive.
-                self.skip(lock_path, f"the liveness lock of manager {manager.id} is missing, "
-                          "so whether it lives cannot be told; its generations are left alone",
-                          "")
+                self.skip(self.root.manager_lock_path(manager.id),
+                          f"the liveness lock of manager {manager.id} is missing, so whether "
+                          "it lives cannot be told; its generations are left alone", "")
                 continue
-            lock = probe_manager(lock_path)
-            if lock is None:
+            if fd is None:
                 continue
             try:
                 # The lock came free either by death or by close(); close
@@ -240,9 +274,11 @@ class _Pass:
                     self.dead.append(manager.id)
                     logger.warning("manager.dead", manager=manager.id, pid=manager.pid,
                                    recovery=self.id, seq=self.state.seq)
-                lock_path.unlink(missing_ok=True)
+                # Its end is journaled now: the file has served its purpose.
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(lock_file_name(manager.id), dir_fd=self.root.managers_fd)
             finally:
-                lock.release()
+                os.close(fd)
 
     def orphaned(self, generation: GenerationState) -> bool:
         """Whether *generation* is recovery's to remove: nobody else will ever do it.
@@ -266,18 +302,26 @@ class _Pass:
     def let_go(self, manager_id: str) -> bool:
         """Whether a closed manager has given up its liveness lock."""
         if manager_id not in self.finished_closing:
-            lock_path = self.root.manager_lock_path(manager_id)
-            if lock_path.exists():
-                lock = probe_manager(lock_path)
-                if lock is None:
-                    return False
-                lock.release()
+            try:
+                fd = probe_liveness(self.root.managers_fd, manager_id)
+            except FileNotFoundError:
+                fd = -1
+            if fd is None:
+                return False
+            if fd >= 0:
+                os.close(fd)
             # Once let go, never taken again: remember it for this pass.
             self.finished_closing.add(manager_id)
         return True
 
     def remove_known(self, generation: GenerationState) -> None:
         path = self.root.path / generation_name(generation.id)
+        held = held_by(self.state, generation)
+        if held is not None:
+            self.skip(path, f"kept: event {held}, which the lifecycle rules refuse, names it "
+                      "or its manager. Run `journal-inspect verify`; see the README's "
+                      "'A record the rules refuse'", generation.id)
+            return
         manager = self.state.managers.get(generation.manager or "")
         if generation.removal == "started":
             reason = generation.removal_reason or "its removal was interrupted"
@@ -285,25 +329,30 @@ class _Pass:
             reason = f"manager {manager.id} (pid {manager.pid}) died"
         else:
             reason = f"manager {generation.manager} closed while it was held"
+        self.remove_target(Target.known(generation, by=self.id, reason=reason,
+                                        root=str(self.root.path)), path, reason)
+
+    def remove_target(self, target: Target, path: Path, reason: str) -> None:
+        """Remove through the one removal routine, and report how it went."""
         try:
-            outcome = remove_generation(
-                self.root.fd, generation, by=self.id, reason=reason, append=self.append,
-                steps=self.steps,
-            )
+            result = remove(self.root.fd, target, journal=self.append, steps=self.steps)
         except JournalError:
             # Not a bad entry but a journal that cannot be written: stop.
             raise
-        except OSError as e:
-            self.skip(path, f"removal failed: {e}", generation.id)
+        except FileNotFoundError:
+            # Gone meanwhile (another remover of a stray): nothing to report.
             return
-        if outcome == "busy":
-            self.skip(path, "a running command still holds it", generation.id)
-        elif outcome == "refused":
-            self.skip(path, "it was replaced by something else; left alone", generation.id)
+        except OSError as e:
+            self.skip(path, f"removal failed: {e}", target.generation)
+            return
+        if result.outcome == "busy":
+            self.skip(path, f"still in use: {result.detail}", target.generation)
+        elif result.outcome == "refused":
+            self.skip(path, f"{result.detail}; left alone", target.generation)
         else:
-            self.removed.append(Removed(path, generation.id, reason))
-            logger.info(f"generation.{outcome}", recovery=self.id, generation=generation.id,
-                        path=str(path), reason=reason)
+            self.removed.append(Removed(path, target.generation, reason))
+            logger.info(f"generation.{result.outcome}", recovery=self.id,
+                        generation=target.generation, path=str(path), reason=reason)
 
     def sweep_unknown(self) -> None:
         names = os.listdir(self.root.fd)
@@ -315,54 +364,60 @@ class _Pass:
             if generation is None:
                 continue
             known = self.state.generations.get(generation)
-            if known is not None:
-                if known.removal == "finished":
-                    # Journaled as gone, yet here: the directory operations
-                    # are not fsynced, so a power loss can undo a removal; or
-                    # it was refused as not ours.  Either way a person decides.
-                    self.skip(self.root.path / name, f"the journal says its removal ended "
-                              f"({known.removal_outcome}), yet it is on disk; check it and "
-                              "remove it by hand", generation)
+            path = self.root.path / name
+            if self.state.held.get(generation) is not None or (
+                known is not None and held_by(self.state, known) is not None
+            ):
+                if known is None or known.removal == "finished":
+                    self.skip(path, f"kept: event {self.state.held.get(generation)}, which "
+                              "the lifecycle rules refuse, names it", generation)
                 continue
-            try:
+            if known is None:
                 self.remove_stray(name, generation)
-            except JournalError:
-                raise
-            except FileNotFoundError:
-                continue
-            except OSError as e:
-                self.skip(self.root.path / name, f"removal failed: {e}", generation)
+            elif known.removal == "finished":
+                self.remove_reappeared(name, known)
 
-    def remove_stray(self, name: str, generation: str) -> None:
+    def remove_reappeared(self, name: str, known: GenerationState) -> None:
+        """A generation the journal says is removed, on disk again."""
         path = self.root.path / name
+        if known.removal_outcome is not None and known.removal_outcome.startswith("refused"):
+            # Not ours: refused once already; a person decides.
+            self.skip(path, f"its removal was refused ({known.removal_outcome}); check it "
+                      "and remove it by hand", known.id)
+            return
+        if not self.orphaned(attrs.evolve(known, removal=None)):
+            # Its one writer is its manager for as long as that lives.
+            self.skip(path, "journaled as removed, yet on disk again; it is removed once its "
+                      f"manager {known.manager} has ended", known.id)
+            return
+        if known.device is None or known.inode is None:
+            # No identity to check it against: treat it as unknown.
+            self.remove_stray(name, known.id, reappeared=known)
+            return
+        reason = "on disk again after its removal (a power loss undid it)"
+        self.remove_target(
+            Target.known(known, by=self.id, reason=reason, root=str(self.root.path),
+                         start=Reappeared(known.id, self.id)),
+            path, reason,
+        )
+
+    def remove_stray(self, name: str, generation: str, *,
+                     reappeared: GenerationState | None = None) -> None:
         is_trash = name.startswith(TRASH_PREFIX)
         if not is_trash:
-            st = os.stat(name, dir_fd=self.root.fd, follow_symlinks=False)
-            age = self.clock() - st.st_mtime
-            if age < self.stale_after:
+            try:
+                st = os.stat(name, dir_fd=self.root.fd, follow_symlinks=False)
+            except FileNotFoundError:
                 return
-        found = seize(self.root.fd, (name,), steps=self.steps)
-        if found.status == "busy":
-            self.skip(path, "unknown to the journal and locked by someone", generation)
-            return
-        if found.status == "refused":
-            self.skip(path, f"unknown to the journal and {found.reason}; left alone", generation)
-            return
-        if found.status == "absent":
-            return
+            if self.clock() - st.st_mtime < self.stale_after:
+                return
         reason = ("unknown to the journal, left in the trash" if is_trash else
                   f"unknown to the journal and older than {self.stale_after:g} s")
-        try:
-            self.append([RemovalStarted(generation, self.id, reason)])
-        except BaseException:
-            found.abandon()
-            raise
-        finish(self.root.fd, found, trash_name(generation),
-               steps=self.steps)
-        self.append([RemovalFinished(generation, self.id, "removed")])
-        self.removed.append(Removed(path, generation, reason))
-        logger.info("generation.removed", recovery=self.id, generation=generation,
-                    path=str(path), reason=reason)
+        start: Event = (RemovalStarted(generation, self.id, reason) if reappeared is None
+                        else Reappeared(generation, self.id))
+        target = Target(generation, (name,), self.id, start,
+                        str(self.root.path / generation_name(generation)))
+        self.remove_target(target, self.root.path / name, reason)
 
     def sweep_lock_files(self) -> None:
         """Remove liveness lock files that no manager will use again.
@@ -373,27 +428,47 @@ class _Pass:
         only touched once older than a minute: a manager being opened right
         now creates its file a moment before it locks it.
         """
-        lock_dir = self.root.path / MANAGERS_DIR
-        for name in sorted(os.listdir(lock_dir)):
+        managers_fd = self.root.managers_fd
+        for name in sorted(os.listdir(managers_fd)):
             manager_id = name.removesuffix(".lock")
             known = self.state.managers.get(manager_id)
             if known is not None and known.ended is None:
                 continue
-            path = lock_dir / name
             try:
-                if known is None and self.clock() - path.stat().st_mtime < _LOCK_GRACE:
+                if known is None and self.clock() - os.stat(
+                    name, dir_fd=managers_fd, follow_symlinks=False
+                ).st_mtime < _LOCK_GRACE:
                     continue
-                lock = probe_manager(path)
-                if lock is None:
+                fd = probe_liveness(managers_fd, manager_id) if name.endswith(".lock") else (
+                    _probe_file(managers_fd, name)
+                )
+                if fd is None:
                     continue
                 try:
-                    path.unlink(missing_ok=True)
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(name, dir_fd=managers_fd)
                 finally:
-                    lock.release()
+                    os.close(fd)
             except FileNotFoundError:
                 continue
+            except OSError as e:
+                self.skip(self.root.path / "managers" / name, f"could not be checked ({e})", "")
 
     def skip(self, path: Path, reason: str, generation: str) -> None:
         self.skipped.append(Skipped(path, reason))
         logger.warning("generation.skipped", recovery=self.id, generation=generation,
                        path=str(path), reason=reason)
+
+
+def _probe_file(dir_fd: int, name: str) -> int | None:
+    """The descriptor of *name* locked exclusively if nobody holds it, else None."""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                 dir_fd=dir_fd)
+    try:
+        if try_exclusive(fd):
+            return fd
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)
+    return None

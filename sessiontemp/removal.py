@@ -1,13 +1,18 @@
 """Removing a generation without ever following a link out of it.
 
-Removal is two calls, so the caller can journal in between:
+:func:`remove` is the one routine every remover calls (a manager, a
+recovery pass, for a generation the journal knows or a stray it does not),
+journaling through the callable it is given:
 
 1. :func:`seize` finds the entry under its generation or trash name and takes
    an exclusive lock on it.  The lock fails while any lease or command still
-   holds its shared lock, and then nothing is touched.
-2. :func:`finish` renames it to its trash name (claiming it: a crash from
+   holds its shared lock, and then nothing is touched; so does a recorded
+   command that still runs (:mod:`sessiontemp.processes`).
+2. The start of the removal is journaled.
+3. :func:`finish` renames it to its trash name (claiming it: a crash from
    here on leaves a name the sweep recognises even without a journal), then
    empties and removes it through directory descriptors.
+4. The end is journaled.
 
 Nothing is ever resolved by path: each directory is opened relative to its
 parent's descriptor with O_NOFOLLOW, so a symlink planted inside a generation
@@ -26,15 +31,16 @@ import attrs
 
 from journal.events import Event, RemovalFinished, RemovalStarted
 from journal.reducer import GenerationState
+from sessiontemp import processes
 from sessiontemp.locks import try_exclusive
+from sessiontemp.root import DIR_FLAGS as _DIR_FLAGS
 from sessiontemp.root import generation_name, trash_name
 from sessiontemp.steps import Steps
 
-__all__ = ["Found", "Outcome", "finish", "remove_generation", "seize"]
+__all__ = ["Found", "Outcome", "Result", "Target", "finish", "remove", "seize"]
 
 Outcome: TypeAlias = Literal["removed", "absent", "busy", "refused"]
-
-_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+Journal: TypeAlias = Callable[[Sequence[Event]], object]
 # Descriptors a removal holds at most, whatever the depth of the tree.
 _MAX_HELD: Final = 32
 
@@ -261,48 +267,92 @@ def _kind(mode: int) -> str:
     return "non-directory"
 
 
-def remove_generation(
-    root_fd: int,
-    generation: GenerationState,
-    *,
-    by: str,
-    reason: str,
-    append: Callable[[Sequence[Event]], object],
-    steps: Steps,
-) -> Outcome:
-    """Journal and carry out the removal of a generation the journal knows.
+@attrs.frozen
+class Target:
+    """What to remove, and how its removal is journaled.
+
+    ``names`` are tried in order (the generation's name, then its trash
+    name); ``identity`` is the (device, inode) journaled when it was made,
+    None when unknown; ``start`` is the event that journals the start of the
+    removal, None when a process that then died already journaled it;
+    ``commands`` are the ``"pid:started"`` keys of processes started on its
+    leases; ``path`` is where those processes see it.
+    """
+
+    generation: str
+    names: tuple[str, ...]
+    by: str
+    start: Event | None
+    path: str
+    identity: tuple[int, int] | None = None
+    commands: frozenset[str] = frozenset()
+
+    @classmethod
+    def known(cls, generation: GenerationState, *, by: str, reason: str, root: str,
+              start: Event | None = None) -> Target:
+        """A generation the journal knows; *start* overrides the usual RemovalStarted."""
+        gid = generation.id
+        identity = (
+            (generation.device, generation.inode)
+            if generation.device is not None and generation.inode is not None
+            else None
+        )
+        if start is None and generation.removal != "started":
+            start = RemovalStarted(gid, by, reason)
+        return cls(gid, (generation_name(gid), trash_name(gid)), by, start,
+                   os.path.join(root, generation_name(gid)), identity, generation.commands)
+
+
+@attrs.frozen
+class Result:
+    """How a removal ended; ``detail`` says why for "busy" and "refused"."""
+
+    outcome: Outcome
+    detail: str = ""
+
+
+def remove(root_fd: int, target: Target, *, journal: Journal, steps: Steps) -> Result:
+    """Journal and carry out the removal of *target*: the one removal routine.
 
     The journal hears of the removal after the exclusive lock is taken (so a
     busy generation leaves no trace) and before anything is renamed or
-    deleted (so a crash from there on is finished by recovery).  A removal
-    started earlier, by a process that then died, is finished without being
-    journaled twice.  OSError from the removal itself propagates; what is
-    left stays for the next recovery.
+    deleted (so a crash from there on is finished by recovery).  OSError
+    from the removal itself propagates; what is left stays for the next
+    recovery.
     """
-    gid = generation.id
-    identity = (
-        (generation.device, generation.inode)
-        if generation.device is not None and generation.inode is not None
-        else None
-    )
-    found = seize(root_fd, (generation_name(gid), trash_name(gid)), identity=identity, steps=steps)
+    gid = target.generation
+    found = seize(root_fd, target.names, identity=target.identity, steps=steps)
     if found.status == "busy":
-        return "busy"
-    started: list[Event] = (
-        [] if generation.removal == "started" else [RemovalStarted(gid, by, reason)]
-    )
+        return Result("busy", "a lease or a running command holds its lock")
+    if found.status == "seized" and target.commands:
+        holders = _holders(target)
+        if holders:
+            found.abandon()
+            return Result("busy", "command pid " + ", ".join(map(str, holders)) +
+                          " started on it still runs")
+    started = [] if target.start is None else [target.start]
     if found.status == "absent":
-        append([*started, RemovalFinished(gid, by, "absent")])
-        return "absent"
+        journal([*started, RemovalFinished(gid, target.by, "absent")])
+        return Result("absent")
     if found.status == "refused":
-        append([*started, RemovalFinished(gid, by, f"refused: {found.reason}")])
-        return "refused"
+        journal([*started, RemovalFinished(gid, target.by, f"refused: {found.reason}")])
+        return Result("refused", found.reason)
     try:
         if started:
-            append(started)
+            journal(started)
     except BaseException:
         found.abandon()
         raise
     finish(root_fd, found, trash_name(gid), steps=steps)
-    append([RemovalFinished(gid, by, "removed")])
-    return "removed"
+    journal([RemovalFinished(gid, target.by, "removed")])
+    return Result("removed")
+
+
+def _holders(target: Target) -> list[int]:
+    """Processes that keep *target* alive without its lock: recorded commands, then /proc."""
+    alive = processes.running(target.commands)
+    if alive:
+        return alive
+    # The commands it ran are gone: whatever they left running in the
+    # background (a daemon that closed its descriptors) still names it.
+    return processes.users(target.path, exclude=os.getpid())

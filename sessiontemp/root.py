@@ -18,11 +18,9 @@ Layout::
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import errno
 import os
-import secrets
 import stat
 import tempfile
 from pathlib import Path
@@ -30,9 +28,11 @@ from typing import Final
 
 import attrs
 
+from journal import ids
 from journal.errors import UnsafeRoot
 
 __all__ = [
+    "DIR_FLAGS",
     "GENERATION_PREFIX",
     "JOURNAL_NAME",
     "TRASH_PREFIX",
@@ -40,6 +40,7 @@ __all__ = [
     "default_root",
     "generation_id_of",
     "generation_name",
+    "lock_file_name",
     "new_generation_id",
     "trash_name",
 ]
@@ -50,7 +51,12 @@ JOURNAL_NAME: Final = "journal.sqlite3"
 MANAGERS_DIR: Final = "managers"
 RECOVERY_LOCK: Final = "recovery.lock"
 
-_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# How every directory under the root is opened: never through a symlink
+# (O_NOFOLLOW), never mistaking a file for a directory, never leaked into
+# a child (O_CLOEXEC), and never blocking on whatever is there (O_NONBLOCK).
+DIR_FLAGS: Final = (
+    os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+)
 
 
 def default_root() -> Path:
@@ -58,10 +64,12 @@ def default_root() -> Path:
     return Path(tempfile.gettempdir()) / f"sessiontemp-{os.getuid()}"
 
 
-def new_generation_id() -> str:
-    """An unpredictable id: 80 random bits in lower-case base32 (16 characters)."""
-    # base32 in lower case stays one name on case-insensitive file systems.
-    return base64.b32encode(secrets.token_bytes(10)).decode("ascii").lower()
+new_generation_id = ids.new_generation
+
+
+def lock_file_name(manager: str) -> str:
+    """The name of a manager's liveness lock file inside ``ROOT/managers``."""
+    return f"{manager}.lock"
 
 
 def generation_name(generation: str) -> str:
@@ -73,28 +81,38 @@ def trash_name(generation: str) -> str:
 
 
 def generation_id_of(name: str) -> str | None:
-    """The generation id in a generation or trash name, None for any other name."""
+    """The generation id in a generation or trash name, None for any other name.
+
+    Only a canonical id counts: ``sessiontemp-gen-anything`` was not made
+    by sessiontemp, and its name must never reach the journal.
+    """
     for prefix in (GENERATION_PREFIX, TRASH_PREFIX):
-        if name.startswith(prefix) and len(name) > len(prefix):
+        if name.startswith(prefix) and ids.is_generation(name[len(prefix):]):
             return name[len(prefix):]
     return None
 
 
 @attrs.define
 class Root:
-    """An open, checked root directory."""
+    """An open, checked root directory, and its ``managers`` directory, held open."""
 
     path: Path
     fd: int
     device: int
     inode: int
+    managers_fd: int = -1
 
     @classmethod
     def open(cls, path: os.PathLike[str] | str | None = None) -> Root:
         """Create *path* if missing (0700), check it, and hold it open.
 
-        Raises :class:`UnsafeRoot` naming the path, what is wrong and the fix.
+        Raises :class:`UnsafeRoot` naming the path, what is wrong and the fix,
+        and ValueError for an empty path (which would mean the current
+        directory: never a choice to make by accident).
         """
+        if path is not None and not os.fspath(path):
+            raise ValueError("the root is an empty path; pass a directory, or None for the "
+                             f"per-user default ({default_root()})")
         root = Path(os.path.abspath(default_root() if path is None else path))
         root.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileExistsError):
@@ -102,7 +120,7 @@ class Root:
         try:
             # O_NOFOLLOW: a root pre-created as a symlink by another user
             # would otherwise send every generation to a place they chose.
-            fd = os.open(root, _DIR_FLAGS)
+            fd = os.open(root, DIR_FLAGS)
         except OSError as e:
             if e.errno in (errno.ELOOP, errno.ENOTDIR):
                 # With O_DIRECTORY, Linux reports a symlink as ENOTDIR, not ELOOP.
@@ -110,10 +128,10 @@ class Root:
                 raise UnsafeRoot(root, what, "Remove it or pass another root") from None
             raise UnsafeRoot(root, f"cannot be opened ({e.strerror})",
                              "Fix its permissions or pass another root") from None
+        st = os.fstat(fd)
+        opened = cls(path=root, fd=fd, device=st.st_dev, inode=st.st_ino)
         try:
-            st = os.fstat(fd)
             check_owned_private(root, st)
-            opened = cls(path=root, fd=fd, device=st.st_dev, inode=st.st_ino)
             # The descriptor was checked, not the name: someone who swapped
             # the name between our open and now would get the journal and
             # the lock files, which are opened by path, into their directory.
@@ -129,8 +147,14 @@ class Root:
                     "a symbolic link" if stat.S_ISLNK(managers.st_mode) else "another kind"
                 ) + ")", "Remove it or pass another root")
             check_owned_private(root / MANAGERS_DIR, managers)
+            # Held open like the root: liveness lock files are made and
+            # probed relative to it, never through a path.
+            opened.managers_fd = os.open(MANAGERS_DIR, DIR_FLAGS, dir_fd=fd)
+            if os.fstat(opened.managers_fd).st_ino != managers.st_ino:
+                raise UnsafeRoot(root / MANAGERS_DIR, "was replaced while it was opened",
+                                 "Find out who moved it; then open the root again")
         except BaseException:
-            os.close(fd)
+            opened.close()
             raise
         return opened
 
@@ -167,7 +191,7 @@ class Root:
         return self.path / JOURNAL_NAME
 
     def manager_lock_path(self, manager: str) -> Path:
-        return self.path / MANAGERS_DIR / f"{manager}.lock"
+        return self.path / MANAGERS_DIR / lock_file_name(manager)
 
     @property
     def recovery_lock_path(self) -> Path:
@@ -195,9 +219,12 @@ class Root:
                                  f"(uid {os.getuid()})", "Remove it or pass another root")
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        """Close both descriptors (in a forked child too: it closes only its copies)."""
+        for name in ("managers_fd", "fd"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                setattr(self, name, -1)
+                os.close(fd)
 
 
 def check_owned_private(path: Path, st: os.stat_result) -> None:

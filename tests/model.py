@@ -64,24 +64,11 @@ def simulate_kill(manager: Manager) -> None:
     happens: no event is journaled, nothing is removed, no lock file is
     unlinked.  So: close every lease's lock descriptor, the manager's shared
     locks on its generations, its liveness lock, its journal connection and
-    its root descriptor, and touch nothing on disk.  The object is marked
-    closed only so that a stray call on it does nothing, as a dead process
-    would.
+    its root descriptor, and touch nothing on disk: what the manager's
+    handles do when let go.  The object is then closed, so that a stray
+    call on it does nothing, as a dead process would.
     """
-    for lease in manager._leases.values():
-        if lease._fd is not None:
-            os.close(lease._fd)
-            lease._fd = None
-    manager._leases.clear()
-    for fd in manager._generation_fds.values():
-        os.close(fd)
-    manager._generation_fds.clear()
-    # filelock's release unlocks and closes its descriptor; the file stays,
-    # as after a kill.
-    manager._liveness.release(force=True)
-    manager._store.close()
-    manager._root.close()
-    manager._closed = True
+    manager._handles.close_all()
 
 
 # -- the reference model -------------------------------------------------------------

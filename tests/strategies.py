@@ -33,7 +33,9 @@ What is here, and how to reuse it:
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hashlib
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
@@ -61,8 +63,10 @@ from journal.events import (
 
 __all__ = [
     "EVENT_CLASSES",
+    "FIELD_EXAMPLES",
     "FIELD_VALUES",
     "MANAGER_EVENT_CLASSES",
+    "NAMED_FIELD_VALUES",
     "Lifecycle",
     "ModelGeneration",
     "ModelManager",
@@ -70,10 +74,15 @@ __all__ = [
     "event_fields",
     "events",
     "events_of",
+    "generation_id",
     "generation_states",
+    "hex_id",
+    "hex_ids",
     "ids",
     "legal_records",
     "lifecycles",
+    "manager_id",
+    "manager_ids",
     "records",
     "scaled",
     "snapshot_of",
@@ -99,8 +108,61 @@ MANAGER_EVENT_CLASSES: Final[tuple[type[Event], ...]] = tuple(
 )
 
 FIELD_VALUES: Final[Mapping[type, st.SearchStrategy[Any]]] = {
-    str: st.text(),
+    str: st.text(max_size=200),
     int: st.integers(),
+}
+
+
+def manager_id(name: str) -> str:
+    """A fixed manager id in canonical form, derived from *name* (for tests that write by hand)."""
+    return hashlib.md5(name.encode(), usedforsecurity=False).hexdigest()
+
+
+def generation_id(name: str) -> str:
+    """A fixed generation id in canonical form, derived from *name*."""
+    digest = hashlib.md5(name.encode(), usedforsecurity=False).digest()[:10]
+    return base64.b32encode(digest).decode().lower()
+
+
+def hex_id(name: str) -> str:
+    """A fixed lease or recovery id in canonical form, derived from *name*."""
+    return manager_id(name)[:16]
+
+
+def manager_ids() -> st.SearchStrategy[str]:
+    """A manager id in its canonical form (32 lower-case hex digits)."""
+    return st.text(alphabet="0123456789abcdef", min_size=32, max_size=32)
+
+
+def hex_ids() -> st.SearchStrategy[str]:
+    """A lease or recovery id in its canonical form (16 lower-case hex digits)."""
+    return st.text(alphabet="0123456789abcdef", min_size=16, max_size=16)
+
+
+# Fields whose values are checked beyond their type: ids in canonical form,
+# pids and inode numbers in range.  Any other field takes FIELD_VALUES.
+NAMED_FIELD_VALUES: Final[Mapping[str, st.SearchStrategy[Any]]] = {
+    "manager": manager_ids(),
+    "generation": st.text(alphabet="abcdefghijklmnopqrstuvwxyz234567", min_size=16, max_size=16),
+    "lease": hex_ids(),
+    "recovery": hex_ids(),
+    "by": manager_ids() | hex_ids(),
+    "pid": st.integers(1, 2**31),
+    "device": st.integers(0, 2**63),
+    "inode": st.integers(0, 2**63),
+    "started": st.integers(0, 2**62),
+}
+# One valid value of every field name, for tests that build an event by hand.
+FIELD_EXAMPLES: Final[Mapping[str, Any]] = {
+    "manager": "0123456789abcdef0123456789abcdef",
+    "generation": "abcdefghijk23456",
+    "lease": "0123456789abcdef",
+    "recovery": "fedcba9876543210",
+    "by": "fedcba9876543210",
+    "pid": 7,
+    "device": 7,
+    "inode": 7,
+    "started": 7,
 }
 
 
@@ -117,7 +179,8 @@ def event_fields(cls: type[Event]) -> dict[str, type]:
 def events_of(cls: type[Event]) -> st.SearchStrategy[Event]:
     """One event of class *cls*, every field drawn from :data:`FIELD_VALUES`."""
     return st.builds(
-        cls, **{name: FIELD_VALUES[typ] for name, typ in event_fields(cls).items()}
+        cls, **{name: NAMED_FIELD_VALUES.get(name, FIELD_VALUES[typ])
+                for name, typ in event_fields(cls).items()}
     )
 
 
@@ -178,11 +241,13 @@ def records(
 
 
 def ids() -> st.SearchStrategy[str]:
-    """An id as the library makes them: short, printable, never empty."""
-    return st.text(alphabet="abcdefghijklmnopqrstuvwxyz234567", min_size=1, max_size=16)
+    """A generation id as the library makes them: 16 characters of lower-case base32."""
+    return st.text(alphabet="abcdefghijklmnopqrstuvwxyz234567", min_size=16, max_size=16)
 
 
 # -- the lifecycle model ------------------------------------------------------------
+
+_BASE32: Final = "abcdefghijklmnopqrstuvwxyz234567"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,8 +337,21 @@ class Lifecycle:
         self.snapshots.append(Snapshot(dict(self.managers), dict(self.generations)))
 
     def new_id(self, prefix: str) -> str:
-        """An id no event of this history uses yet."""
-        return f"{prefix}{next(self._counter)}"
+        """An id no event of this history uses yet, in the canonical form of its kind.
+
+        *prefix* says the kind: "m" a manager, "g" or "s" a generation or
+        stray, "l" a lease, "r" a recovery pass.
+        """
+        n = next(self._counter)
+        if prefix == "m":
+            return f"{n:032x}"
+        if prefix in ("l", "r"):
+            return f"{n:016x}"
+        digits = []
+        for _ in range(16):
+            n, d = divmod(n, 32)
+            digits.append(_BASE32[d])
+        return "".join(reversed(digits))
 
     # -- queries -----------------------------------------------------------------
 

@@ -33,7 +33,14 @@ from journal import EMPTY, CheckpointInvalid, Record, State, Store, checkpoint, 
 from journal.events import Event, ManagerClosed, ManagerOpened, Released, Retained, Rotated
 from sessiontemp import Manager, inspect
 from sessiontemp.root import GENERATION_PREFIX
-from tests.strategies import Lifecycle, generation_states, legal_records, lifecycles, scaled
+from tests.strategies import (
+    Lifecycle,
+    generation_states,
+    legal_records,
+    lifecycles,
+    manager_id,
+    scaled,
+)
 
 JOURNAL = "journal.sqlite3"
 
@@ -83,7 +90,7 @@ def closed_lives(count: int) -> list[Event]:
     """*count* managers that open, retain, rotate, release and close: legal filler."""
     events: list[Event] = []
     for i in range(count):
-        m = f"filler{i}"
+        m = manager_id(f"filler{i}")
         events += [ManagerOpened(m, 1000 + i), Retained(m), Rotated(m), Released(m),
                    ManagerClosed(m)]
     return events
@@ -263,7 +270,7 @@ def test_a_checkpoint_copied_from_another_history_is_skipped(tmp_path: Path) -> 
     mine, theirs = Store(tmp_path / "mine.sqlite3"), Store(tmp_path / "theirs.sqlite3")
     try:
         mine.append(closed_lives(2), time=1.0)
-        theirs.append([ManagerOpened("other", 7), *closed_lives(2)], time=1.0)
+        theirs.append([ManagerOpened(manager_id("other"), 7), *closed_lives(2)], time=1.0)
         checkpoint.save(theirs, state_at(theirs, 6))
         conn = raw(tmp_path / "mine.sqlite3")
         conn.execute("ATTACH ? AS theirs", (str(tmp_path / "theirs.sqlite3"),))
@@ -491,8 +498,8 @@ def test_verify_reports_a_checkpoint_that_disagrees_with_the_events(
     checkpoint.save(store, state_at(store, 5), keep=10)
     assert inspect.verify(path).ok
     wrong = state_at(store, 10)
-    manager = wrong.managers["filler0"]
-    lying = State(managers={**wrong.managers, "filler0": type(manager)(
+    manager = wrong.managers[manager_id("filler0")]
+    lying = State(managers={**wrong.managers, manager_id("filler0"): type(manager)(
         manager.id, manager.pid, manager.opened_seq, manager.opened_at, owners=5)},
         generations=wrong.generations, seq=10)
     checkpoint.save(store, lying, keep=10)
@@ -533,7 +540,7 @@ def test_explain_tells_the_same_story_whichever_checkpoint_it_starts_from(root: 
     killed.wait()
     # A stray, first named by the recovery pass that removes it, well after
     # that pass started: its story needs the pass's pid from before.
-    (root / (GENERATION_PREFIX + "stray")).mkdir()
+    (root / (GENERATION_PREFIX + "straystraystrays")).mkdir()
     # Its open's recovery removes what the killed one left, and the stray.
     with Manager(root, stale_after=0) as m:
         m.retain()
@@ -556,7 +563,8 @@ def test_explain_tells_the_same_story_whichever_checkpoint_it_starts_from(root: 
             store.close()
         stories = {gid: inspect.explain(journal, gid, root) for gid in generations}
         assert {s.status for s in stories.values()} == {"removed", "live"}
-        assert "as a stray the journal did not know" in stories["stray"].sentences[0].text
+        stray = stories["straystraystrays"]
+        assert "as a stray the journal did not know" in stray.sentences[0].text
         for seq in range(1, last + 1):
             conn = raw(journal)
             conn.execute("DELETE FROM checkpoints")

@@ -402,8 +402,8 @@ def tampered(root: Path, tmp_path: Path) -> Path:
     ).fetchone()
     manager = json.loads(closed)["manager"]
     conn.execute("INSERT INTO events VALUES (?, 0.0, 'lease.acquired', ?, x'00')",
-                 (last + 1, json.dumps({"generation": "nope", "lease": "l",
-                                        "manager": manager})))
+                 (last + 1, json.dumps({"generation": "nopenopenopenope",
+                                        "lease": "0123456789abcdef", "manager": manager})))
     conn.execute("UPDATE events SET payload = '{\"manager\": 7}' WHERE seq = 2")
     conn.commit()
     conn.close()
@@ -428,7 +428,7 @@ def test_fsck_finds_missing_leftover_trash_and_unknown_entries(
 ) -> None:
     root, ids = used_root
     (root / f"sessiontemp-gen-{ids['rotated']}").mkdir()
-    (root / "sessiontemp-trash-zzzz").mkdir()
+    (root / "sessiontemp-trash-zzzzzzzzzzzzzzzz").mkdir()
     (root / "notes.txt").write_text("mine")
     shutil.rmtree(ids["held_path"])
     result = inspect_json("--root", root, "fsck", ok=1)

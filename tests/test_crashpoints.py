@@ -280,8 +280,9 @@ def is_open(fd: int) -> bool:
 
 def descriptors_of(manager: Manager) -> set[int]:
     """The lock descriptors of *manager* (its journal, root and liveness go by their close)."""
-    leases = {lease._fd for lease in manager._leases.values() if lease._fd is not None}
-    return {*manager._generation_fds.values(), *leases}
+    handles = manager._handles
+    leases = {lease._fd for lease in handles.leases.values() if lease._fd is not None}
+    return {*handles.generations.values(), *leases}
 
 
 def judge(world: World, tally: Tally, where: str) -> None:
@@ -371,18 +372,17 @@ def test_a_recovery_crashed_and_its_successor_crashed_again_are_finished_by_the_
 class MkdirBeforeJournal(Manager):
     """Makes the directory first and journals it after: the bug the journal-first rule forbids."""
 
-    def _make_generation(self) -> str:
+    def _make_generation(self) -> tuple[str, int, GenerationReady]:
         generation = new_generation_id()
         name = generation_name(generation)
+        root_fd = self._handles.root.fd
         self._steps.before("mkdir", name)
-        os.mkdir(name, 0o700, dir_fd=self._root.fd)
+        os.mkdir(name, 0o700, dir_fd=root_fd)
         self._append(GenerationCreated(self.id, generation))
         self._steps.before("lock", name)
-        fd = lock_shared(self._root.fd, name)
+        fd = lock_shared(root_fd, name)
         st = os.fstat(fd)
-        self._append(GenerationReady(self.id, generation, st.st_dev, st.st_ino))
-        self._generation_fds[generation] = fd
-        return generation
+        return generation, fd, GenerationReady(self.id, generation, st.st_dev, st.st_ino)
 
 
 def test_the_enumeration_finds_a_directory_made_before_its_journal_record() -> None:

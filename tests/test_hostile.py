@@ -470,10 +470,12 @@ def test_a_root_renamed_and_replaced_after_open_refuses_leases_and_recovery_and_
     with pytest.raises(Unavailable, match="was replaced after it was opened"):
         manager.acquire()
     held = Root.open(moved)
+    store = manager._handles.store
+    assert store is not None
     try:
         held.path = root  # as if this Root had been opened before the swap
         with pytest.raises(UnsafeRoot, match="was replaced after it was opened") as caught:
-            run_recovery(held, manager._store, stale_after=0.0, clock=lambda: 0.0,
+            run_recovery(held, store, stale_after=0.0, clock=lambda: 0.0,
                          steps=Steps(), wait=True)
         assert caught.value.path == str(root)
     finally:

@@ -181,9 +181,10 @@ def test_a_moment_that_is_neither_is_a_value_error() -> None:
 
 
 def test_a_generation_is_named_by_its_path_its_trash_name_or_its_id() -> None:
-    assert inspect.generation_of("/r/sessiontemp-gen-abc/") == "abc"
-    assert inspect.generation_of("sessiontemp-trash-abc") == "abc"
-    assert inspect.generation_of("abc") == "abc"
+    gid = "abcdefghijk23456"
+    assert inspect.generation_of(f"/r/sessiontemp-gen-{gid}/") == gid
+    assert inspect.generation_of(f"sessiontemp-trash-{gid}") == gid
+    assert inspect.generation_of(gid) == gid
 
 
 # -- the reducer's fast paths are attrs.evolve, only faster -------------------------------
@@ -233,9 +234,9 @@ def test_the_fast_paths_name_every_field_of_the_states() -> None:
     assert [a.name for a in attrs.fields(GenerationState)] == [
         "id", "manager", "created_seq", "created_at", "ready", "device", "inode", "leases",
         "retired", "retired_seq", "removal", "removal_seq", "removal_by", "removal_reason",
-        "removal_outcome",
+        "removal_outcome", "commands",
     ]
     assert [a.name for a in attrs.fields(ManagerState)] == [
         "id", "pid", "opened_seq", "opened_at", "owners", "sealed", "current", "generations",
-        "ended", "ended_seq",
+        "ended", "ended_seq", "ended_by",
     ]

@@ -205,14 +205,14 @@ def test_recovery_events_carry_one_recovery_id_and_name_the_dead_manager(
 
 def test_the_stale_sweep_logs_each_removal_with_its_recovery_id_and_reason(root: Path) -> None:
     root.mkdir(mode=0o700)
-    stray = root / (GENERATION_PREFIX + "stray00000000000")
+    stray = root / (GENERATION_PREFIX + "strayaaaaaaaaaaa")
     stray.mkdir()
     old = time.time() - 3 * 86400
     os.utime(stray, (old, old))
     with capture_logs() as logs:
         recover(root, stale_after=86400)
     (removed,) = named(logs, "generation.removed")
-    assert removed["generation"] == "stray00000000000"
+    assert removed["generation"] == "strayaaaaaaaaaaa"
     assert removed["path"] == str(stray)
     assert "older than" in removed["reason"]
     (finished,) = named(logs, "recovery.finished")

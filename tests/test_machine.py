@@ -159,8 +159,8 @@ TestManagersAgreeWithTheReferenceModelAcrossCrashes.settings = machine_settings(
 class RemovesOneLeaseTooEarly(Manager):
     """Removes a retired generation while one lease is still left: off by one."""
 
-    def _settle(self, *, finish_started: bool = False) -> None:
-        super()._settle(finish_started=finish_started)
+    def _settle(self) -> None:
+        super()._settle()
         for generation in self.state.generations.values():
             if (generation.manager == self.id and generation.retired
                     and len(generation.leases) == 1 and generation.removal is None):

@@ -545,7 +545,7 @@ def make_generation_dir(root: Path, name: str) -> Path:
 
 
 def test_the_sweep_keeps_a_fresh_unknown_generation(swept: Path) -> None:
-    path = make_generation_dir(swept, GENERATION_PREFIX + "fresh0000000000")
+    path = make_generation_dir(swept, GENERATION_PREFIX + "freshaaaaaaaaaa")
     report = recover(swept, stale_after=3600)
     assert path.is_dir()
     assert (path / "file.txt").read_text() == "left by a crashed manager"
@@ -555,7 +555,7 @@ def test_the_sweep_keeps_a_fresh_unknown_generation(swept: Path) -> None:
 
 @pytest.mark.parametrize("aged_by", ["utime", "clock"])
 def test_the_sweep_removes_an_old_unlocked_unknown_generation(swept: Path, aged_by: str) -> None:
-    path = make_generation_dir(swept, GENERATION_PREFIX + "old0000000000000")
+    path = make_generation_dir(swept, GENERATION_PREFIX + "oldaaaaaaaaaaaaa")
     now = time.time()
     if aged_by == "utime":
         make_old(path, now)
@@ -564,13 +564,13 @@ def test_the_sweep_removes_an_old_unlocked_unknown_generation(swept: Path, aged_
         report = recover(swept, stale_after=DAY, clock=lambda: now + 2 * DAY)
     assert not os.path.lexists(path)
     assert on_disk(swept) == []
-    assert [(r.path, r.generation) for r in report.removed] == [(path, "old0000000000000")]
+    assert [(r.path, r.generation) for r in report.removed] == [(path, "oldaaaaaaaaaaaaa")]
 
 
 def test_the_sweep_keeps_an_old_unknown_generation_while_someone_holds_its_lock(
     swept: Path,
 ) -> None:
-    path = make_generation_dir(swept, GENERATION_PREFIX + "locked0000000000")
+    path = make_generation_dir(swept, GENERATION_PREFIX + "lockedaaaaaaaaaa")
     make_old(path, time.time())
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -593,7 +593,7 @@ def test_the_sweep_keeps_unrelated_names_however_old(swept: Path) -> None:
     (other / "inside.txt").write_text("mine")
     notes = swept / "notes.txt"
     notes.write_text("not a generation")
-    prefixed_file = swept / (GENERATION_PREFIX + "file000000000000")
+    prefixed_file = swept / (GENERATION_PREFIX + "fileaaaaaaaaaaaa")
     prefixed_file.write_text("a file, not a directory")
     now = time.time()
     for path in (other, notes, prefixed_file):
@@ -611,7 +611,7 @@ def test_the_sweep_removes_an_old_prefixed_symlink_without_touching_its_target(
     target = tmp_path / "outside"
     target.mkdir()
     (target / "precious.txt").write_text("do not delete")
-    link = swept / (GENERATION_PREFIX + "link000000000000")
+    link = swept / (GENERATION_PREFIX + "linkaaaaaaaaaaaa")
     link.symlink_to(target, target_is_directory=True)
     make_old(link, time.time())
     report = recover(swept, stale_after=DAY)
@@ -623,7 +623,7 @@ def test_the_sweep_removes_an_old_prefixed_symlink_without_touching_its_target(
 
 
 def test_the_sweep_removes_unknown_unlocked_trash_at_once_regardless_of_age(swept: Path) -> None:
-    trash = make_generation_dir(swept, TRASH_PREFIX + "trash00000000000")
+    trash = make_generation_dir(swept, TRASH_PREFIX + "trashaaaaaaaaaaa")
     report = recover(swept, stale_after=365 * DAY)
     assert not os.path.lexists(trash)
     assert [r.path for r in report.removed] == [trash]
@@ -657,9 +657,9 @@ def test_the_sweep_never_touches_a_live_managers_generation_however_old(
 def test_opening_a_manager_sweeps_old_unknown_generations_and_keeps_fresh_ones(
     swept: Path, open_manager: Callable[..., Manager]
 ) -> None:
-    old = make_generation_dir(swept, GENERATION_PREFIX + "old0000000000000")
-    fresh = make_generation_dir(swept, GENERATION_PREFIX + "fresh0000000000")
-    trash = make_generation_dir(swept, TRASH_PREFIX + "trash00000000000")
+    old = make_generation_dir(swept, GENERATION_PREFIX + "oldaaaaaaaaaaaaa")
+    fresh = make_generation_dir(swept, GENERATION_PREFIX + "freshaaaaaaaaaa")
+    trash = make_generation_dir(swept, TRASH_PREFIX + "trashaaaaaaaaaaa")
     now = time.time()
     make_old(old, now)
     m = open_manager(stale_after=DAY, clock=lambda: now)

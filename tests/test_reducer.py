@@ -54,6 +54,8 @@ from tests.strategies import (
 fewer = scaled(0.35)
 # One event after a random history: cheaper, and there are many such tests.
 few = scaled(0.15)
+# A recovery pass's id in canonical form.
+RECOVERY = "fedcba9876543210"
 
 
 def states_after_each(records: Sequence[Record]) -> list[State]:
@@ -377,13 +379,13 @@ def test_the_last_release_seals_the_manager_and_retires_its_current_generation(
 
 @few
 @pytest.mark.parametrize(
-    ("end", "how"),
-    [(ManagerClosed, "closed"), (lambda m: ManagerDied(m, "recovery-1"), "dead")],
+    ("end", "how", "by"),
+    [(ManagerClosed, "closed", None), (lambda m: ManagerDied(m, RECOVERY), "dead", RECOVERY)],
     ids=["closed", "dead"],
 )
 @given(lc=lifecycles(), data=st.data())
 def test_an_ending_manager_drops_its_leases_and_retires_all_its_generations(
-    end: Callable[[str], Event], how: str, lc: Lifecycle, data: st.DataObject
+    end: Callable[[str], Event], how: str, by: str | None, lc: Lifecycle, data: st.DataObject
 ) -> None:
     def make() -> str:
         manager = lc.open_manager()
@@ -397,7 +399,8 @@ def test_an_ending_manager_drops_its_leases_and_retires_all_its_generations(
     before, record, after = step(lc, end(manager))
     ended = after.managers[manager]
     assert ended == attrs.evolve(
-        before.managers[manager], sealed=True, current=None, ended=how, ended_seq=record.seq
+        before.managers[manager], sealed=True, current=None, ended=how, ended_seq=record.seq,
+        ended_by=by or manager,
     )
     for gid, generation in after.generations.items():
         old = before.generations[gid]

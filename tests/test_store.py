@@ -33,7 +33,7 @@ from journal import (
 )
 from journal.events import ManagerOpened, RecoveryStarted, Retained, Rotated
 from journal.store import APPLICATION_ID
-from tests.strategies import events, scaled, times
+from tests.strategies import events, manager_id, scaled, times
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -58,7 +58,7 @@ def raw(path: Path) -> sqlite3.Connection:
 
 
 def fill(store: Store, count: int = 5, *, time_: float = 1_700_000_000.5) -> list[Record]:
-    return store.append([Retained(f"m{i}") for i in range(count)], time=time_)
+    return store.append([Retained(manager_id(f"m{i}")) for i in range(count)], time=time_)
 
 
 def drop_trigger(path: Path, action: str) -> None:
@@ -253,7 +253,7 @@ def test_a_batch_with_an_event_that_cannot_be_encoded_commits_nothing(
 ) -> None:
     before = fill(store, 3)
     with pytest.raises((TypeError, AttributeError, ValueError, JournalError)):
-        store.append([Retained("a"), bad, Retained("b")], time=2.0)
+        store.append([Retained(manager_id("a")), bad, Retained(manager_id("b"))], time=2.0)
     assert list(store.records()) == before
     assert [r.seq for r in fill(store, 1)] == [4]
     assert store.verify() == []
@@ -269,8 +269,9 @@ def test_a_sqlite_failure_mid_transaction_commits_nothing(store: Store, path: Pa
         )
     finally:
         conn.close()
+    a, b, c = (manager_id(name) for name in "abc")
     with pytest.raises(JournalError, match="refused by the test"):
-        store.append([Retained("a"), Retained("b"), Rotated("a"), Retained("c")], time=2.0)
+        store.append([Retained(a), Retained(b), Rotated(a), Retained(c)], time=2.0)
     assert list(store.records()) == before
     assert [r.seq for r in fill(store, 2)] == [4, 5]
     assert store.verify() == []
@@ -294,7 +295,7 @@ def test_an_interruption_mid_transaction_commits_nothing(
 
     monkeypatch.setattr(journal.store, "chain", interrupted_chain)
     with pytest.raises(KeyboardInterrupt):
-        store.append([Retained(f"x{i}") for i in range(5)], time=2.0)
+        store.append([Retained(manager_id(f"x{i}")) for i in range(5)], time=2.0)
     monkeypatch.undo()
     assert calls == 3
     assert list(store.records()) == before
@@ -305,7 +306,7 @@ def test_an_interruption_mid_transaction_commits_nothing(
 def test_a_time_sqlite_cannot_store_commits_nothing(store: Store) -> None:
     before = fill(store, 2)
     with pytest.raises(JournalError):
-        store.append([Retained("a"), Retained("b")], time=float("nan"))
+        store.append([Retained(manager_id("a")), Retained(manager_id("b"))], time=float("nan"))
     assert list(store.records()) == before
 
 
@@ -328,7 +329,7 @@ WRITER = textwrap.dedent(
         store = Store(path)
     for i in range(count):
         # Batches of one and two events, numbered per writer.
-        batch = [RecoveryStarted(name, 2 * i + k) for k in range(1 + i % 2)]
+        batch = [RecoveryStarted(name, 2 * i + k + 1) for k in range(1 + i % 2)]
         records = store.append(batch, time=time.time())
         first = records[0].seq
         assert [r.seq for r in records] == list(range(first, first + len(batch)))
@@ -340,7 +341,7 @@ WRITER = textwrap.dedent(
 def run_writers(path: Path, writers: int, appends: int, *, open_first: bool) -> None:
     processes = [
         subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(path), f"w{n}", str(appends),
+            [sys.executable, "-c", WRITER, str(path), f"{n:016x}", str(appends),
              "1" if open_first else "0"],
             stderr=subprocess.PIPE,
         )
@@ -348,7 +349,7 @@ def run_writers(path: Path, writers: int, appends: int, *, open_first: bool) -> 
     ]
     try:
         deadline = time.monotonic() + 30
-        while not all(Path(f"{path}.w{n}.ready").exists() for n in range(writers)):
+        while not all(Path(f"{path}.{n:016x}.ready").exists() for n in range(writers)):
             assert all(p.poll() is None for p in processes), "a writer died before starting"
             assert time.monotonic() < deadline, "the writers did not start"
             time.sleep(0.005)
@@ -421,13 +422,13 @@ def test_concurrent_writer_processes_get_a_gap_free_sequence_each_in_its_own_ord
     assert len(records) == writers * per_writer
     assert [r.seq for r in records] == list(range(1, len(records) + 1))
     for n in range(writers):
-        mine = [r.event for r in records if cast(RecoveryStarted, r.event).recovery == f"w{n}"]
-        expected = [2 * i + k for i in range(appends) for k in range(1 + i % 2)]
+        mine = [r.event for r in records if cast(RecoveryStarted, r.event).recovery == f"{n:016x}"]
+        expected = [2 * i + k + 1 for i in range(appends) for k in range(1 + i % 2)]
         assert [cast(RecoveryStarted, e).pid for e in mine] == expected
     # Each batch is contiguous: the second event of a batch follows its first.
     for first, second in itertools.pairwise(records):
         event = cast(RecoveryStarted, second.event)
-        if event.pid % 2:
+        if event.pid % 2 == 0:
             assert first.event == RecoveryStarted(event.recovery, event.pid - 1)
 
 
@@ -442,7 +443,7 @@ def test_threads_appending_at_once_get_a_gap_free_sequence_each_in_its_own_order
     def write(n: int) -> None:
         try:
             for i in range(appends):
-                opened[n % stores].append([RecoveryStarted(f"t{n}", i)], time=float(i))
+                opened[n % stores].append([RecoveryStarted(f"{n:016x}", i + 1)], time=float(i))
         except BaseException as e:  # reported by the main thread
             errors.append(e)
 
@@ -457,7 +458,7 @@ def test_threads_appending_at_once_get_a_gap_free_sequence_each_in_its_own_order
         assert [r.seq for r in records] == list(range(1, threads_ * appends + 1))
         for n in range(threads_):
             mine = [cast(RecoveryStarted, r.event) for r in records]
-            assert [e.pid for e in mine if e.recovery == f"t{n}"] == list(range(appends))
+            assert [e.pid for e in mine if e.recovery == f"{n:016x}"] == list(range(1, appends + 1))
         assert opened[-1].verify() == []
     finally:
         for s in opened:
@@ -501,7 +502,7 @@ def test_verify_finds_nothing_wrong_whatever_number_the_time_was_given_as(
     # An int is a float to the type system, and a clock such as
     # ``lambda: 1_700_000_000`` gives one; SQLite keeps the value, so the
     # digest must not depend on how the number was spelled.
-    store.append([Retained("a"), Retained("b")], time=time_)
+    store.append([Retained(manager_id("a")), Retained(manager_id("b"))], time=time_)
     fill(store, 2)
     assert store.verify() == []
 
@@ -646,7 +647,7 @@ def test_a_readonly_store_refuses_to_append_and_changes_nothing(
     reader = Store(path, readonly=True)
     try:
         with pytest.raises(JournalReadOnly):
-            reader.append([Retained("x")], time=1.0)
+            reader.append([Retained(manager_id("x"))], time=1.0)
         assert list(reader.records()) == written
     finally:
         reader.close()
@@ -831,7 +832,7 @@ def test_an_append_blocked_longer_than_busy_timeout_raises_journal_busy(path: Pa
         try:
             started = time.monotonic()
             with pytest.raises(JournalBusy) as excinfo:
-                store.append([Retained("late")], time=2.0)
+                store.append([Retained(manager_id("late"))], time=2.0)
             waited = time.monotonic() - started
         finally:
             blocker.execute("ROLLBACK")
@@ -858,7 +859,7 @@ def test_an_append_waits_for_a_writer_that_finishes_within_busy_timeout(path: Pa
         timer = threading.Timer(0.2, release)
         timer.start()
         try:
-            records = store.append([Retained("patient")], time=2.0)
+            records = store.append([Retained(manager_id("patient"))], time=2.0)
         finally:
             timer.join()
         assert [r.seq for r in records] == [3]

@@ -199,15 +199,30 @@ def test_the_cli_writes_the_picture_and_reports_what_it_drew(lived_root: Path, t
     assert report["generations"] == len(marks(parse(out), "generation"))
 
 
+def manager_id(n: int) -> str:
+    return f"{n:032x}"
+
+
+def generation_id(n: int) -> str:
+    """A canonical generation id (16 characters of lower-case base32) numbered *n*."""
+    alphabet = "abcdefghijklmnopqrstuvwxyz234567"
+    return "".join(alphabet[(n >> (5 * i)) & 31] for i in reversed(range(16)))
+
+
+def lease_id(n: int) -> str:
+    return f"{n:016x}"
+
+
 def records_with_a_refused_one() -> list[Record]:
     t = 1_700_000_000.0
+    m, g, l1, l2 = manager_id(1), generation_id(1), lease_id(1), lease_id(2)
     events: list[Event] = [
-        ManagerOpened("m1", 4242), Retained("m1"), GenerationCreated("m1", "g1"),
-        GenerationReady("m1", "g1", 1, 2), LeaseAcquired("m1", "g1", "l1"),
+        ManagerOpened(m, 4242), Retained(m), GenerationCreated(m, g),
+        GenerationReady(m, g, 1, 2), LeaseAcquired(m, g, l1),
         # Refused: l2 was never granted.
-        LeaseReleased("m1", "g1", "l2"),
-        LeaseReleased("m1", "g1", "l1"), Rotated("m1"),
-        RemovalStarted("g1", "m1", "retired"), RemovalFinished("g1", "m1", "removed"),
+        LeaseReleased(m, g, l2),
+        LeaseReleased(m, g, l1), Rotated(m),
+        RemovalStarted(g, m, "retired"), RemovalFinished(g, m, "removed"),
     ]
     return [Record(i + 1, t + i, e) for i, e in enumerate(events)]
 
@@ -232,19 +247,20 @@ def test_a_record_the_reducer_refuses_is_marked_and_skipped(tmp_path: Path) -> N
     title = refused[0].find(f"{SVG}title")
     assert title is not None
     assert title.text is not None
-    assert title.text.startswith("event 6 refused: event 6 releases lease l2")
+    assert title.text.startswith(f"event 6 refused: event 6 releases lease {lease_id(2)}")
     assert result.ended["normal"] == 1
 
 
 def many_generations(n: int) -> list[Record]:
     """One manager making, leasing and removing *n* generations in turn."""
-    events: list[Event] = [ManagerOpened("m1", 4242), Retained("m1")]
+    m = manager_id(1)
+    events: list[Event] = [ManagerOpened(m, 4242), Retained(m)]
     for i in range(n):
-        g = f"g{i}"
-        events += [GenerationCreated("m1", g), GenerationReady("m1", g, 1, i),
-                   LeaseAcquired("m1", g, f"l{i}"), LeaseReleased("m1", g, f"l{i}"),
-                   Rotated("m1"), RemovalStarted(g, "m1", "retired"),
-                   RemovalFinished(g, "m1", "removed")]
+        g, lease = generation_id(i), lease_id(i)
+        events += [GenerationCreated(m, g), GenerationReady(m, g, 1, i),
+                   LeaseAcquired(m, g, lease), LeaseReleased(m, g, lease),
+                   Rotated(m), RemovalStarted(g, m, "retired"),
+                   RemovalFinished(g, m, "removed")]
     return [Record(i + 1, 1_700_000_000.0 + i / 100, e) for i, e in enumerate(events)]
 
 
@@ -340,7 +356,7 @@ def many_managers(n: int) -> list[Record]:
     """*n* managers one after another, each making and removing one generation."""
     events: list[Event] = []
     for i in range(n):
-        m, g = f"m{i}", f"g{i}"
+        m, g = manager_id(i), generation_id(i)
         events += [ManagerOpened(m, 1000 + i), Retained(m), GenerationCreated(m, g),
                    GenerationReady(m, g, 1, i), Rotated(m), RemovalStarted(g, m, "retired"),
                    RemovalFinished(g, m, "removed")]

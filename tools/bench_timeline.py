@@ -42,19 +42,25 @@ from sessiontemp import inspect
 PER_MANAGER = 20
 
 
+def generation_id(n: int) -> str:
+    """A canonical generation id (16 characters of lower-case base32) numbered *n*."""
+    alphabet = "abcdefghijklmnopqrstuvwxyz234567"
+    return "".join(alphabet[(n >> (5 * i)) & 31] for i in reversed(range(16)))
+
+
 def manager_life(serial: int) -> list[Event]:
     m = f"{serial:032x}"
     events: list[Event] = [ManagerOpened(m, 1000 + serial % 30000), Retained(m)]
     for i in range(PER_MANAGER):
-        g, lease = f"g{serial:09d}{i:03d}", f"l{serial:09d}{i:03d}"
+        g, lease = generation_id(serial * 1000 + i), f"{serial * 1000 + i:016x}"
         events += [GenerationCreated(m, g), GenerationReady(m, g, 2049, i),
                    LeaseAcquired(m, g, lease), LeaseReleased(m, g, lease)]
         if i < PER_MANAGER - 1 or serial % 10:
             events += [Rotated(m), RemovalStarted(g, m, "retired and no lease left"),
                        RemovalFinished(g, m, "removed")]
     if serial % 10 == 0:
-        r = f"r{serial:031x}"
-        last = f"g{serial:09d}{PER_MANAGER - 1:03d}"
+        r = f"{serial:016x}"
+        last = generation_id(serial * 1000 + PER_MANAGER - 1)
         events += [RecoveryStarted(r, 99), ManagerDied(m, r),
                    RemovalStarted(last, r, f"manager {m} died"),
                    RemovalFinished(last, r, "removed")]

@@ -1,0 +1,91 @@
+"""The operating-system handles a manager holds, in one place.
+
+Not lifecycle state (that is the reducer's, over the journal) but what the
+kernel gives the process: the root's descriptors (one of them carrying the
+root's shared lock), the liveness lock, the manager's own shared lock on
+each generation it keeps alive, the leases' lock descriptors, the journal's
+SQLite connection.  :meth:`Handles.close_all` lets go of all of them the
+way the kernel does when a process dies, which serves an orderly close, a
+manager that can no longer write its journal, a forked child's copies, and
+the tests' simulated kill alike.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import attrs
+
+from journal.store import Store
+from sessiontemp.locks import Liveness
+from sessiontemp.root import Root
+
+if TYPE_CHECKING:
+    from sessiontemp.lease import Lease
+
+__all__ = ["Handles"]
+
+
+@attrs.define
+class Handles:
+    """What one manager holds open.  ``closed`` once let go; ``forked`` in a child's copy."""
+
+    root: Root
+    store: Store | None = None
+    liveness: Liveness | None = None
+    generations: dict[str, int] = attrs.field(factory=dict)
+    leases: dict[str, Lease] = attrs.field(factory=dict)
+    pid: int = attrs.field(factory=os.getpid)
+    closed: bool = False
+
+    @property
+    def forked(self) -> bool:
+        """Whether these are a forked child's copies of its parent's handles."""
+        return self.pid != os.getpid()
+
+    def drop_generation(self, generation: str) -> None:
+        fd = self.generations.pop(generation, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close_all(self) -> None:
+        """Close every descriptor and the connection, unlinking and journaling nothing.
+
+        What a SIGKILL does: every lock is freed by the kernel, so recovery
+        can tell the manager is gone, and nothing on disk changes.
+        """
+        if self.closed:
+            return
+        self.closed = True
+        for lease in list(self.leases.values()):
+            lease._drop_lock()
+        self.leases.clear()
+        for generation in list(self.generations):
+            self.drop_generation(generation)
+        if self.liveness is not None:
+            self.liveness.close()
+        if self.store is not None:
+            self.store.close()
+        self.root.close()
+
+    def forget(self) -> None:
+        """In a forked child: close the copies that would keep the parent looking alive.
+
+        The child owns nothing: it journals nothing, unlinks nothing, and
+        never unlocks (an unlock through a shared open file description
+        would free the parent's lock).  The leases' lock copies stay open,
+        so a child working in a leased directory keeps it alive, as a
+        command started by ``lease.popen`` does, until it exits.  The SQLite
+        connection is parked, never closed (see :meth:`Store.forget`).
+        """
+        if self.closed:
+            return
+        self.closed = True
+        for generation in list(self.generations):
+            self.drop_generation(generation)
+        if self.liveness is not None:
+            self.liveness.close()
+        if self.store is not None:
+            self.store.forget()
+        self.root.close()
