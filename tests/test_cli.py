@@ -24,6 +24,7 @@ from xml.etree import ElementTree
 import pytest
 
 from journal import Store, checkpoint, replay
+from journal.events import LeaseReleased
 from sessiontemp import Manager
 from sessiontemp.cli import SUBCOMMANDS
 from tests.test_crash import Command
@@ -623,7 +624,9 @@ def test_a_directory_a_running_command_holds_after_its_manager_died_is_counted_a
     assert report["findings"] == []
     assert [(f["check"], f["generation"]) for f in report["held"]] == [
         ("held", ids["generation"])]
-    assert "a running command still holds it" in report["held"][0]["message"]
+    # The command's pid, journaled when the lease started it.
+    assert report["held"][0]["message"].endswith(
+        f"died, and a command started on one of its leases (pid {command.pid}) still runs")
     assert command.running()
 
 
@@ -787,3 +790,74 @@ def test_a_root_and_a_journal_whose_paths_are_not_utf8_are_read_and_printed_as_t
     svg = tmp_path / "t.svg"
     inspect("--root", root, "timeline", "-o", svg)
     ElementTree.parse(svg)  # noqa: S314 (our own output) still well-formed XML
+
+
+# -- what the fault-tolerant core records, told -----------------------------------------
+
+
+def test_explain_names_a_leases_label_and_the_commands_it_started(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    with Manager(root) as manager:
+        manager.retain()
+        lease = manager.acquire(label="make test")
+        # It waits for its input, so it still runs when its start is journaled.
+        command = lease.popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        command.communicate()
+        lease.release()
+        texts = [s["text"] for s in inspect_json("--root", root, "explain", lease.path)["story"]]
+    assert f"Lease {lease.id} (make test) was taken at" in " ".join(texts)
+    assert any(t.startswith(f"Command pid {command.pid} was started under lease {lease.id}")
+               for t in texts)
+    title = (tmp_path / "t.svg")
+    inspect("--root", root, "timeline", "-o", title)
+    assert f"lease {lease.id} (make test): taken at event" in title.read_text()
+    assert f"command pid {command.pid} started at event" in title.read_text()
+
+
+@pytest.fixture
+def refused_root(tmp_path: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """A root whose journal holds a record the rules refuse, naming a live generation."""
+    root = tmp_path / "root"
+    manager = Manager(root)
+    manager.retain()
+    lease = manager.acquire()
+    manager.rotate()
+    store = Store(root / "journal.sqlite3")
+    try:
+        # Written behind the manager's back: a release of a lease never granted.
+        (record,) = store.append([LeaseReleased(manager.id, lease.generation, "0" * 16)],
+                                 time=time.time())
+    finally:
+        store.close()
+    yield root, {"seq": record.seq, "generation": lease.generation, "path": lease.path}
+    lease.release()
+    manager.close()
+
+
+def test_a_record_the_rules_refuse_is_a_finding_and_what_it_names_is_kept(
+    refused_root: tuple[Path, dict[str, Any]],
+) -> None:
+    root, ids = refused_root
+    report = inspect_json("--root", root, "fsck", ok=1)
+    assert_documented("fsck", report)
+    checks = {f["check"]: f for f in report["findings"]}
+    assert checks["refused"]["message"].startswith(f"event {ids['seq']} releases lease")
+    assert "journal-inspect" in checks["refused"]["fix"]
+    assert checks["kept"]["generation"] == ids["generation"]
+    assert f"event {ids['seq']}, which the lifecycle rules refuse" in checks["kept"]["message"]
+    assert "rm -r" in checks["kept"]["fix"]
+
+
+def test_state_explain_and_timeline_read_past_a_refused_record(
+    refused_root: tuple[Path, dict[str, Any]], tmp_path: Path,
+) -> None:
+    root, ids = refused_root
+    state = inspect_json("--root", root, "state")
+    assert_documented("state", state)
+    assert state["refused"] == [ids["seq"]]
+    assert state["held"][ids["generation"]] == ids["seq"]
+    story = inspect_json("--root", root, "explain", ids["path"])
+    assert story["story"][-1]["text"].startswith(f"It is kept: event {ids['seq']}")
+    drawn = inspect_json("--root", root, "timeline", "-o", tmp_path / "t.svg")
+    assert drawn["refused"] == [ids["seq"]]
+    assert drawn["ended"]["refused"] == 1

@@ -28,7 +28,9 @@ from journal.events import (
     LeaseAcquired,
     LeaseReleased,
     ManagerOpened,
+    Reappeared,
     Record,
+    RecoveryStarted,
     RemovalFinished,
     RemovalStarted,
     Retained,
@@ -377,3 +379,29 @@ def test_past_max_lanes_managers_share_lanes_and_the_picture_says_so(tmp_path: P
     caption = " ".join(e.text or "" for e in svg.iter(f"{SVG}text") if "caption" in classes(e))
     assert "Merged: 35 managers would make as many lanes" in caption
     assert "each lane holds 4 managers" in caption
+
+
+def test_a_generation_on_disk_again_after_a_power_loss_is_told_and_drawn_once(
+    tmp_path: Path,
+) -> None:
+    m, g, r = manager_id(1), generation_id(1), lease_id(9)
+    events: list[Event] = [
+        ManagerOpened(m, 4242), Retained(m), GenerationCreated(m, g),
+        GenerationReady(m, g, 1, 2), Rotated(m), RemovalStarted(g, m, "retired"),
+        RemovalFinished(g, m, "removed"), RecoveryStarted(r, 77), Reappeared(g, r),
+        RemovalFinished(g, r, "removed"),
+    ]
+    journal = tmp_path / JOURNAL
+    write(journal, [Record(i + 1, 1_700_000_000.0 + i, e) for i, e in enumerate(events)],
+          batch=1)
+    story = inspect.explain(journal, g)
+    texts = [s.text for s in story.sentences]
+    assert story.status == "removed"
+    assert any(t.startswith("It was on disk again at") and f"recovery {r} (pid 77)" in t
+               for t in texts)
+    assert texts[-1].startswith("Removal finished")
+    result = inspect.timeline(journal, tmp_path / "t.svg")
+    svg = parse(tmp_path / "t.svg")
+    (bar,) = marks(svg, "generation")
+    assert "recovery" in classes(bar)
+    assert result.ended["recovery"] == 1

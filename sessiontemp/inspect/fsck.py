@@ -15,15 +15,17 @@ import attrs
 
 from journal import checkpoint
 from journal.errors import BadInput
-from journal.reducer import GenerationState, ManagerState, State
+from journal.reducer import GenerationState, ManagerState, State, held_by
 from sessiontemp.inspect.read import (
     ROOT_FILES,
+    Problem,
     Progress,
     opened,
     probe_generation,
     probe_liveness,
     replay,
 )
+from sessiontemp.processes import running
 from sessiontemp.root import (
     GENERATION_PREFIX,
     JOURNAL_NAME,
@@ -46,7 +48,9 @@ class Finding:
     ended but a running command still holds it: not a problem), "trash" (a
     trash entry not yet emptied), "stray" (generation prefix, unknown to the
     journal), "unknown" (any other entry in the root), "unrecovered" (a
-    manager not ended in the journal whose liveness lock is free).
+    manager not ended in the journal whose liveness lock is free),
+    "refused" (a record the lifecycle rules refuse), "kept" (a directory such
+    a record names, which no recovery removes until a person decides).
     """
 
     check: str
@@ -117,10 +121,20 @@ def _fsck(base: Path, progress: Progress | None) -> tuple[tuple[Finding, ...],
     # Listed first, read second: a generation is journaled before its mkdir,
     # so every directory listed is known to the state read afterwards.
     names = sorted(os.listdir(base))
-    with opened(base / JOURNAL_NAME, snapshot=True) as store:
-        state = replay(store, progress=progress, start=checkpoint.restore(store).state)
+    journal = base / JOURNAL_NAME
+    refused: list[Problem] = []
+    with opened(journal, snapshot=True) as store:
+        # Tolerant, as recovery is: a refused record is a finding, not the end.
+        state = replay(store, progress=progress, lenient=refused,
+                       start=checkpoint.restore(store).state)
     repair = f"Run `journal-inspect --root {base} fsck --repair` to do it now"
-    findings: list[Finding] = []
+    findings: list[Finding] = [
+        Finding("refused", journal, None, (
+            f"{p.message}: the lifecycle rules refuse it, so managers and recovery keep "
+            "every manager and generation it names"),
+            f"Run `journal-inspect {journal} verify` to list every such record; see the "
+            "README, \"A record the rules refuse\"")
+        for p in refused if p.check in ("rules", "schema")]
     present = set(names)
     for name in names:
         path = base / name
@@ -165,11 +179,25 @@ def _fsck(base: Path, progress: Progress | None) -> tuple[tuple[Finding, ...],
     for g in sorted(state.generations.values(), key=lambda g: g.created_seq):
         if GENERATION_PREFIX + g.id not in present or g.removal == "finished":
             continue
+        path = base / (GENERATION_PREFIX + g.id)
+        kept = held_by(state, g)
+        if kept is not None:
+            findings.append(Finding("kept", path, g.id, (
+                f"event {kept}, which the lifecycle rules refuse, names it or its manager, "
+                "so no recovery removes it"),
+                f"Look at it (`journal-inspect --root {base} explain {g.id}`), keep what you "
+                f"need, then remove it by hand: rm -r {path}"))
+            continue
         why = _left_because(g, state, gone)
         if why is None:
             continue
-        path = base / (GENERATION_PREFIX + g.id)
-        if probe_generation(base, g.id) == "held":
+        commands = running(g.commands)
+        if commands:
+            held.append(Finding("held", path, g.id, (
+                f"{why}, and a command started on one of its leases (pid "
+                f"{', '.join(map(str, commands))}) still runs"),
+                "Nothing to do: the first recovery after the command exits removes it"))
+        elif probe_generation(base, g.id) == "held":
             held.append(Finding("held", path, g.id, (
                 f"{why}, and a running command still holds it"),
                 "Nothing to do: the first recovery after the command exits removes it"))
@@ -187,7 +215,8 @@ def _left_because(g: GenerationState, state: State, gone: set[str]) -> str | Non
     if manager is None:
         return None
     if manager.ended is not None:
-        return f"its manager {manager.id} (pid {manager.pid}) {manager.ended}"
+        how = "died" if manager.ended == "dead" else "was closed"
+        return f"its manager {manager.id} (pid {manager.pid}) {how}"
     if manager.id in gone:
         return f"its manager {manager.id} (pid {manager.pid}) is gone"
     return None

@@ -75,7 +75,8 @@ def _body(result: object) -> dict[str, Any]:
                 "fields": dict(result.fields)}
     if isinstance(result, StateAt):
         return {"journal": str(result.journal), "seq": result.seq, "time": result.time,
-                **state_json(result.state)}
+                **state_json(result.state), "held": dict(result.state.held),
+                "refused": list(result.refused)}
     if isinstance(result, Story):
         return {"journal": str(result.journal), "generation": result.generation,
                 "path": _str(result.path), "status": result.status, "manager": result.manager,

@@ -19,7 +19,7 @@ from typing import Final, Literal, TypeAlias
 import attrs
 
 from journal.errors import BadInput, RuleViolation
-from journal.events import Record, decode
+from journal.events import Event, Record, Unreadable, decode
 from journal.reducer import EMPTY, Fold, State
 from journal.store import Store
 from sessiontemp.root import (
@@ -189,11 +189,13 @@ def replay(
     """Fold the reducer over the journal after *start* up to *until*; strict unless *lenient*.
 
     Strict: a gap or an event that breaks the rules raises
-    :class:`JournalCorrupt`.  Lenient: each is recorded in *lenient* and the
-    event skipped.  *each* sees every record after it is applied.
+    :class:`JournalCorrupt`.  Lenient: the fold is the reducer's tolerant
+    one, as recovery's is: each such record is recorded in *lenient* and
+    refused, and whatever it names is held (``State.held``).  *each* sees
+    every record the rules accept, after it is applied.
     """
     total = store.last_seq() if until is None else until
-    draft = Fold(start)
+    draft = Fold(start, tolerant=lenient is not None)
     expected = start.seq + 1
     step = draft.step
     for seq, time, kind, payload, _ in store.rows(after=start.seq, until=until):
@@ -203,20 +205,24 @@ def replay(
                 raise store.corrupt(gap)
             lenient.append(Problem(seq, "sequence", str(gap)))
         expected = seq + 1
+        event: Event
         try:
-            record = Record(seq, time, decode(seq, kind, payload))
+            event = decode(seq, kind, payload)
         except RuleViolation as e:
             if lenient is None:
                 raise store.corrupt(e) from e
             lenient.append(Problem(seq, "schema", str(e)))
-            continue
+            # Refused by the fold below, which holds whatever it may name.
+            event = Unreadable(kind, payload, e.reason)
+        record = Record(seq, time, event)
+        refused = len(draft.refused)
         try:
             step(record)
         except RuleViolation as e:
-            if lenient is None:
-                raise store.corrupt(e) from e
-            # The event is skipped: the state stays as it was before it.
-            lenient.append(Problem(seq, "rules", str(e)))
+            raise store.corrupt(e) from e
+        if len(draft.refused) > refused:
+            if lenient is not None and not isinstance(event, Unreadable):
+                lenient.append(Problem(seq, "rules", str(draft.refused[-1])))
             continue
         if each is not None:
             each(record, draft)

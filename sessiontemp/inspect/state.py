@@ -9,19 +9,24 @@ import attrs
 
 from journal import checkpoint
 from journal.reducer import State
-from sessiontemp.inspect.read import Progress, opened, replay
+from sessiontemp.inspect.read import Problem, Progress, opened, replay
 
 __all__ = ["StateAt", "state_at"]
 
 
 @attrs.frozen
 class StateAt:
-    """The derived state right after event ``seq`` (0: before any), written at ``time``."""
+    """The derived state right after event ``seq`` (0: before any), written at ``time``.
+
+    ``refused`` lists the seqs of records the lifecycle rules refuse; what
+    they name is held in ``state.held``, as recovery holds it.
+    """
 
     journal: Path
     seq: int
     time: float | None
     state: State
+    refused: tuple[int, ...] = ()
 
 
 def state_at(journal: os.PathLike[str] | str, at: int | float | None = None, *,
@@ -30,6 +35,8 @@ def state_at(journal: os.PathLike[str] | str, at: int | float | None = None, *,
 
     None means the end of the journal.  A sequence number past the end is an
     error (ValueError); a time before the first event gives the empty state.
+    The fold is tolerant, as recovery's is: a record the rules refuse is
+    skipped and listed.
     """
     path = Path(journal)
     with opened(path, snapshot=True) as store:
@@ -42,7 +49,9 @@ def state_at(journal: os.PathLike[str] | str, at: int | float | None = None, *,
             seq = at
         else:
             seq = store.seq_at(at)
-        state = replay(store, until=seq, progress=progress,
+        refused: list[Problem] = []
+        state = replay(store, until=seq, progress=progress, lenient=refused,
                        start=checkpoint.restore(store, until=seq).state) if seq else State()
         time = store.times_of([seq]).get(seq)
-    return StateAt(path, seq, time, state)
+    return StateAt(path, seq, time, state, tuple(
+        p.seq for p in refused if p.seq is not None and p.check in ("rules", "schema")))

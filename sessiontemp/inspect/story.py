@@ -16,6 +16,7 @@ import attrs
 from journal import checkpoint
 from journal.errors import RuleViolation
 from journal.events import (
+    CommandStarted,
     GenerationCreated,
     GenerationReady,
     LeaseAcquired,
@@ -23,6 +24,7 @@ from journal.events import (
     ManagerClosed,
     ManagerDied,
     ManagerOpened,
+    Reappeared,
     Record,
     RecoveryStarted,
     Released,
@@ -31,9 +33,9 @@ from journal.events import (
     Rotated,
     decode,
 )
-from journal.reducer import Fold, GenerationState, ManagerState
+from journal.reducer import Fold, GenerationState, ManagerState, held_by
 from journal.store import Store
-from sessiontemp.inspect.read import Progress, generation_of, opened, replay, when
+from sessiontemp.inspect.read import Problem, Progress, generation_of, opened, replay, when
 from sessiontemp.root import GENERATION_PREFIX
 
 __all__ = ["Sentence", "Story", "explain"]
@@ -75,7 +77,7 @@ class _Teller:
     managers: dict[str, ManagerState]
     recoveries: dict[str, int]
     said: list[Sentence] = attrs.field(factory=list)
-    deaths: dict[str, tuple[int, float, str]] = attrs.field(factory=dict)
+    deaths: dict[str, float] = attrs.field(factory=dict)  # when each manager ended
     last: float = 0.0
     held: set[str] = attrs.field(factory=set)  # the generation's leases before this event
 
@@ -93,7 +95,7 @@ class _Teller:
                 self.managers[m] = draft.managers[m]
             case _:
                 pass
-        if self.note(record):
+        if self.note(record, draft):
             return
         generation = draft.generations.get(self.gid)
         if generation is None:
@@ -106,14 +108,16 @@ class _Teller:
         self.ended_while_held(record, generation)
         self.held = set(generation.leases)
 
-    def note(self, record: Record) -> bool:
-        """Remember recovery passes and deaths; True when the event concerns nothing else."""
+    def note(self, record: Record, draft: Fold) -> bool:
+        """Remember recovery passes' pids and when managers ended; True when the event
+        concerns nothing else."""
         match record.event:
             case RecoveryStarted(recovery=r, pid=pid):
                 self.recoveries[r] = pid
                 return True
-            case ManagerDied(manager=m, recovery=r):
-                self.deaths[m] = (record.seq, record.time, r)
+            case ManagerDied(manager=m) | ManagerClosed(manager=m):
+                self.managers[m] = draft.managers[m]
+                self.deaths[m] = record.time
         return False
 
     def tell(self, record: Record, draft: Fold, generation: GenerationState) -> None:
@@ -124,8 +128,12 @@ class _Teller:
             case GenerationReady(device=device, inode=inode):
                 self.say(record, f"Its directory was made at {at} (device {device}, "
                          f"inode {inode}).")
-            case LeaseAcquired(lease=lease):
-                self.say(record, f"Lease {lease} was taken at {at}.")
+            case LeaseAcquired(lease=lease, label=label):
+                named = f" ({label})" if label else ""
+                self.say(record, f"Lease {lease}{named} was taken at {at}.")
+            case CommandStarted(lease=lease, pid=pid):
+                self.say(record, f"Command pid {pid} was started under lease {lease} at {at}; "
+                         "its removal waits for that process as long as it runs.")
             case LeaseReleased(lease=lease):
                 self.say(record, f"Lease {lease} was released at {at}.")
             case RemovalStarted(by=by, reason=reason):
@@ -133,6 +141,9 @@ class _Teller:
                     self.say(record, f"Retired at {at} by the start of its removal.")
                 self.say(record, f"Removal was started at {at} by "
                          f"{self.remover(by, draft.generations[self.gid])}: {reason}.")
+            case Reappeared(by=by):
+                self.say(record, f"It was on disk again at {at}, after its removal (a power "
+                         f"loss undid it); {self.remover(by, generation)} removes it again.")
             case RemovalFinished(outcome=outcome):
                 what = {"removed": "its directory was removed",
                         "absent": "its directory was already gone"}.get(outcome, outcome)
@@ -142,18 +153,20 @@ class _Teller:
 
     def remover(self, by: str, generation: GenerationState) -> str:
         """Who removed the generation, in words: its manager, or which recovery and why."""
-        if by in self.recoveries:
-            dead = ""
-            if generation.manager is not None and generation.manager in self.deaths:
-                dseq, dtime, _ = self.deaths[generation.manager]
-                dead = (f", after manager {generation.manager}{self.pid_of(generation.manager)}"
-                        f" was found dead at {when(dtime)} (event {dseq})")
-            elif generation.manager is None:
-                dead = ", as a stray the journal did not know"
-            return f"recovery {by} (pid {self.recoveries[by]}){dead}"
         if by == generation.manager:
             return f"its own manager {by}, in normal use"
-        return by
+        # The state says who ended the manager (ended_by): no other query.
+        owner = self.managers.get(generation.manager or "")
+        dead = ""
+        if owner is not None and owner.ended == "dead":
+            at = (f" at {when(self.deaths[owner.id])}" if owner.id in self.deaths else "")
+            finder = "" if owner.ended_by == by else f" by recovery {owner.ended_by}"
+            dead = (f", after manager {owner.id} (pid {owner.pid}) was found dead{finder}{at} "
+                    f"(event {owner.ended_seq})")
+        elif generation.manager is None:
+            dead = ", as a stray the journal did not know"
+        pid = f" (pid {self.recoveries[by]})" if by in self.recoveries else ""
+        return f"recovery {by}{pid}{dead}"
 
     def ended_while_held(self, record: Record, generation: GenerationState) -> None:
         """Say so when the manager ended while leases were held: only commands keep it now."""
@@ -163,7 +176,8 @@ class _Teller:
             case ManagerClosed(manager=m) if m == generation.manager:
                 how = "was closed"
             case ManagerDied(manager=m, recovery=r) if m == generation.manager:
-                how = f"was found dead by recovery {r} (pid {self.recoveries.get(r, '?')})"
+                pid = f" (pid {self.recoveries[r]})" if r in self.recoveries else ""
+                how = f"was found dead by recovery {r}{pid}"
             case _:
                 return
         self.say(record, f"Its manager {m} {how} at {when(record.time)} while lease(s) "
@@ -202,13 +216,16 @@ def explain(journal: os.PathLike[str] | str, target: str, root: os.PathLike[str]
         if first is None:
             return Story(path, gid, where, "unknown", None, (), ())
         start = checkpoint.restore(store, until=first - 1).state
-        # What the story needs from before the start: the pids of managers
-        # and of recovery passes that may act on it later.
+        # The managers from before the start are in its state, and who ended
+        # each (ended_by); only the pids of recovery passes that started
+        # before it are read apart, so that every checkpoint tells the same.
         teller = _Teller(gid, dict(start.managers), {
             r.event.recovery: r.event.pid for r in store.records_of(
                 ["recovery.started"], until=start.seq)
             if isinstance(r.event, RecoveryStarted)} if start.seq else {})
-        state = replay(store, until=finished, progress=progress, each=teller.each, start=start)
+        refused: list[Problem] = []
+        state = replay(store, until=finished, progress=progress, each=teller.each, start=start,
+                       lenient=refused)
     generation = state.generations.get(gid)
     if generation is None:
         return Story(path, gid, where, "unknown", None, (), ())
@@ -216,7 +233,11 @@ def explain(journal: os.PathLike[str] | str, target: str, root: os.PathLike[str]
               "removing" if generation.removal == "started" else
               "retired" if generation.retired else "live")
     said = teller.said
-    now = _now(status, generation, state.managers.get(generation.manager or ""))
+    kept = held_by(state, generation)
+    now = (f"It is kept: event {kept}, which the lifecycle rules refuse, names it or its "
+           "manager, so no recovery removes it until a person decides (see `journal-inspect "
+           "verify`)." if kept is not None and generation.removal != "finished" else
+           _now(status, generation, state.managers.get(generation.manager or "")))
     if now:
         said.append(Sentence(state.seq, teller.last, "now", now))
     return Story(path, gid, where, status, generation.manager, tuple(said),
@@ -230,6 +251,10 @@ def _now(status: str, generation: GenerationState, owner: ManagerState | None) -
         return (f"It is still live: the current directory of manager {owner.id} "
                 f"(pid {owner.pid}), held by {holders}.")
     if status == "retired":
+        if generation.commands and not generation.leases:
+            pids = ", ".join(sorted(c.partition(":")[0] for c in generation.commands))
+            return (f"It is retired and not yet removed: its removal waits until no command "
+                    f"it recorded (pid {pids}) runs and no lock holds it.")
         if generation.leases:
             return (f"It is retired and still held by lease(s) "
                     f"{', '.join(sorted(generation.leases))}; it goes when the last is released.")
@@ -246,7 +271,8 @@ def _span_of(store: Store, gid: str) -> tuple[int | None, int | None]:
     """The seqs of the first event that names generation *gid* and of its removal's end."""
     first = finished = None
     for seq, _time, kind, payload in store.rows_naming(
-        [gid], kinds=("generation.created", "removal.started", "removal.finished"),
+        [gid], kinds=("generation.created", "removal.started", "removal.finished",
+                      "generation.reappeared"),
     ):
         try:
             event = decode(seq, kind, payload)
@@ -256,7 +282,9 @@ def _span_of(store: Store, gid: str) -> tuple[int | None, int | None]:
             continue
         if first is None:
             first = seq
+        # The end of its last removal: a power loss may have undone one.
         if kind == "removal.finished":
             finished = seq
-            break
+        elif kind == "generation.reappeared":
+            finished = None
     return first, finished

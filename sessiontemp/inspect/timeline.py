@@ -31,12 +31,14 @@ import attrs
 
 from journal.errors import BadInput
 from journal.events import (
+    CommandStarted,
     GenerationCreated,
     LeaseAcquired,
     LeaseReleased,
     ManagerClosed,
     ManagerDied,
     ManagerOpened,
+    Reappeared,
     Record,
     RecoveryStarted,
     RemovalFinished,
@@ -96,8 +98,10 @@ class _Lease:
     id: str
     start: float
     start_seq: int
+    label: str = ""
     end: float | None = None
     end_seq: int | None = None
+    commands: list[tuple[int, int]] = attrs.field(factory=list)  # (pid, seq)
 
 
 @attrs.define
@@ -113,9 +117,14 @@ class _Generation:
     reason: str | None = None
     outcome: str | None = None
     leases: list[_Lease] = attrs.field(factory=list)
+    reappeared: list[int] = attrs.field(factory=list)
+    held: int | None = None  # the seq of a refused record that names it or its manager
 
     def ending(self) -> Ending:
-        if self.outcome is not None and self.outcome.startswith("refused"):
+        # Kept by a refused record, or its removal refused: a person must decide.
+        if (self.held is not None and self.end is None) or (
+            self.outcome is not None and self.outcome.startswith("refused")
+        ):
             return "refused"
         if self.end is None:
             return "live"
@@ -174,8 +183,13 @@ class _Collector:
                     f"event {seq}: recovery pass {r} (pid {pid}) started")))
             case GenerationCreated(manager=m, generation=g):
                 self.generations[g] = _Generation(g, m, t, seq)
-            case LeaseAcquired(generation=g, lease=lease):
-                self.generations[g].leases.append(_Lease(lease, t, seq))
+            case LeaseAcquired(generation=g, lease=lease, label=label):
+                self.generations[g].leases.append(_Lease(lease, t, seq, label))
+            case CommandStarted(generation=g, lease=lease, pid=pid):
+                for held in reversed(self.generations[g].leases):
+                    if held.id == lease:
+                        held.commands.append((pid, seq))
+                        break
             case LeaseReleased(generation=g, lease=lease):
                 for held in reversed(self.generations[g].leases):
                     if held.id == lease and held.end is None:
@@ -184,6 +198,12 @@ class _Collector:
             case RemovalStarted(generation=g, by=by, reason=reason):
                 known = self.generations.setdefault(g, _Generation(g, None, t, seq))
                 known.removal_seq, known.by, known.reason = seq, by, reason
+            case Reappeared(generation=g, by=by):
+                known = self.generations[g]
+                known.reappeared.append(seq)
+                known.end = known.end_seq = known.outcome = None
+                known.removal_seq, known.by = seq, by
+                known.reason = "on disk again after its removal (a power loss undid it)"
             case RemovalFinished(generation=g, outcome=outcome):
                 known = self.generations[g]
                 known.end, known.end_seq, known.outcome = t, seq, outcome
@@ -214,7 +234,7 @@ def timeline(
     collector = _Collector()
     refused: list[Problem] = []
     with opened(path, snapshot=True) as store:
-        replay(store, lenient=refused, each=collector.each, progress=progress)
+        state = replay(store, lenient=refused, each=collector.each, progress=progress)
         events = store.last_seq()
         refused_at = store.times_of([p.seq for p in refused if p.seq is not None])
         at = store.times_of([t for t in (since, until) if isinstance(t, int)])
@@ -225,6 +245,8 @@ def timeline(
     if manager is not None and manager not in collector.managers:
         raise BadInput(f"--manager {manager}", "is not a manager of this journal",
                        "Pass an id from `journal-inspect events --kind manager.opened`")
+    for g in collector.generations.values():
+        g.held = state.held.get(g.id, state.held.get(g.manager or ""))
     end = collector.last
     lo = collector.first if since is None else since
     hi = end if until is None else until
@@ -355,10 +377,16 @@ class _Picture:
             title = [f"generation {g.id} ({ending})",
                      f"created at event {g.start_seq} ({_clock(g.start)})"
                      + (f" by manager {g.manager}" if g.manager else " (a stray)")]
+            if g.reappeared:
+                title.append("on disk again after its removal at event(s) "
+                             + ", ".join(map(str, g.reappeared)))
             if g.removal_seq is not None:
                 title.append(f"removal started at event {g.removal_seq} by {g.by}: {g.reason}")
             if g.end_seq is not None:
                 title.append(f"removal finished at event {g.end_seq} ({g.outcome})")
+            if g.held is not None:
+                title.append(f"kept: event {g.held}, which the lifecycle rules refuse, names it "
+                             "or its manager")
             parts = [f'<rect class="generation {ending}" data-generation={quoteattr(g.id)} '
                      f'x="{x0}" y="{y}" width="{round(w, 2)}" height="{_ROW - 3}" rx="2" '
                      f'fill="{COLOURS[ending]}"/>']
@@ -368,13 +396,17 @@ class _Picture:
                 lw = max(lx1 - lx0, 1.0)
                 released = (f"released at event {lease.end_seq}" if lease.end_seq is not None
                             else "never released in the journal")
-                about = f"lease {lease.id}: taken at event {lease.start_seq}, {released}"
+                named = f" ({lease.label})" if lease.label else ""
+                about = f"lease {lease.id}{named}: taken at event {lease.start_seq}, {released}"
+                about += "".join(f"; command pid {pid} started at event {cseq}"
+                                 for pid, cseq in lease.commands)
                 parts.append(
                     f'<g class="lease"><title>{escape(about)}</title>'
                     f'<rect x="{lx0}" y="{y + 7}" width="{round(lw, 2)}" height="3" '
                     f'fill="{_LEASE}"/>'
                     + (f'<text x="{lx0 + 2}" y="{y + 6}" font-size="7" fill="#fff">'
-                       f'{escape(_short(lease.id))}</text>' if lw > 44 else "")
+                       f'{escape(lease.label[:int(lw) // 5] or _short(lease.id))}</text>'
+                       if lw > 44 else "")
                     + "</g>")
             self.body.append(f'<g><title>{escape(chr(10).join(title))}</title>'
                              + "".join(parts) + "</g>")
@@ -485,7 +517,7 @@ class _Picture:
 
     def legend(self) -> list[str]:
         items = [("normal", "removed by its manager"), ("recovery", "removed by a recovery"),
-                 ("live", "not removed yet"), ("refused", "removal refused")]
+                 ("live", "not removed yet"), ("refused", "refused or kept by a refused record")]
         out = ['<g class="legend">']
         x = 10
         for key, text in items:
