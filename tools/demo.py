@@ -34,7 +34,7 @@ _CRASHING_SESSION = textwrap.dedent(
     from sessiontemp import Manager
     m = Manager(sys.argv[1])
     m.retain()
-    lease = m.acquire()
+    lease = m.acquire(label="long job")
     child = lease.popen(["sh", "-c", "echo partial > $TMPDIR/work; exec sleep 300"])
     print(json.dumps({"dir": str(lease.path), "child": child.pid}), flush=True)
     sys.stdin.read()
@@ -61,7 +61,7 @@ def run(root: Path, timeline: Path | None = None) -> None:
     session.retain()
 
     say("two commands share the session's private directory")
-    with session.acquire() as lease:
+    with session.acquire(label="two commands") as lease:
         lease.popen(["sh", "-c", 'echo "notes from command 1" > "$TMPDIR/notes"']).wait()
         out = lease.popen(["sh", "-c", 'echo "TMPDIR=$TMPDIR"; cat "$TMPDIR/notes"'],
                           stdout=subprocess.PIPE, text=True).communicate()[0]
@@ -70,7 +70,7 @@ def run(root: Path, timeline: Path | None = None) -> None:
 
         say("rotate: the running command keeps the old directory, new ones get a fresh one")
         session.rotate()
-        with session.acquire() as fresh:
+        with session.acquire(label="after rotate") as fresh:
             seen = fresh.popen(["sh", "-c", 'ls -A "$TMPDIR" | wc -l'],
                                stdout=subprocess.PIPE, text=True).communicate()[0].strip()
             print(f"new command sees {seen} files in {fresh.path.name}")
@@ -115,7 +115,7 @@ def run(root: Path, timeline: Path | None = None) -> None:
             # that); reasons and outcomes are printed whole.
             fields = ", ".join(
                 f"{k}={str(v)[:8] if k in _IDS else v}"
-                for k, v in attrs.asdict(record.event).items()
+                for k, v in attrs.asdict(record.event).items() if v != ""
             )
             print(f"{record.seq:3d} {record.event.kind:<20} {fields}")
         problems = store.verify()
