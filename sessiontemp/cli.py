@@ -5,8 +5,10 @@
 PATH names a journal file; otherwise ``--root DIR`` (default: the per-user
 root) names the root holding ``journal.sqlite3``.  Each subcommand calls one
 function of :mod:`sessiontemp.inspect` and formats its result.  Exit status:
-0 ok, 1 problems found (verify, fsck), 2 bad input (a missing, corrupt or
-foreign journal; a bad argument).
+0 ok, 1 problems found (verify, fsck) or a generation the journal never
+names (explain), 2 bad input (a missing, corrupt or foreign journal; a bad
+argument), each said in one line naming the path or argument, the reason
+and the fix.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from journal.errors import SessionTempError
+from journal.errors import BadInput, SessionTempError
 from sessiontemp import inspect
 
 __all__ = ["main"]
@@ -340,15 +342,11 @@ def _count(text: str) -> int:
     return value
 
 
-class _BadWord(Exception):
-    """A word of the command line that is neither a subcommand nor a journal file."""
-
-
 def _arrange(argv: list[str]) -> tuple[str | None, list[str]]:
     """Split off the optional journal PATH and put the subcommand first (summary if none).
 
     A first word that is no subcommand, names nothing on disk and is close
-    to a subcommand is a typo, not a journal path: :class:`_BadWord`.
+    to a subcommand is a typo, not a journal path: :class:`BadInput`.
     """
     path = None
     if argv and not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS:
@@ -361,10 +359,7 @@ def _arrange(argv: list[str]) -> tuple[str | None, list[str]]:
             return path, [word, *argv[:i], *argv[i + 1:]]
     stray = _first_word(argv)
     if stray is not None:
-        close = difflib.get_close_matches(stray, SUBCOMMANDS, n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise _BadWord(f"{stray!r} is not a subcommand: {hint}Subcommands: "
-                       f"{', '.join(SUBCOMMANDS)}")
+        raise BadInput(repr(stray), "is not a subcommand", _suggest(stray))
     return path, ["summary", *argv]
 
 
@@ -382,20 +377,24 @@ def _first_word(argv: list[str]) -> str | None:
 def _check_path_word(word: str) -> None:
     if os.path.lexists(word):
         return
-    close = difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=0.6)
-    if close:
-        raise _BadWord(f"{word!r} is not a subcommand, nor a file: did you mean {close[0]!r}? "
-                       f"Subcommands: {', '.join(SUBCOMMANDS)}")
+    if difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=0.6):
+        raise BadInput(repr(word), "is not a subcommand, nor a file", _suggest(word))
     if "/" not in word and "." not in word:
-        raise _BadWord(f"{word!r} is neither a subcommand ({', '.join(SUBCOMMANDS)}) nor an "
-                       "existing journal file: check the spelling, or pass --root DIR")
+        raise BadInput(repr(word), "is neither a subcommand nor an existing journal file",
+                       "Check the spelling, or pass --root DIR. " + _suggest(word))
+
+
+def _suggest(word: str) -> str:
+    close = difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=0.6)
+    hint = f"Did you mean {close[0]!r}? " if close else ""
+    return f"{hint}Subcommands: {', '.join(SUBCOMMANDS)}"
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     stream = sys.stdout if out is None else out
     try:
         path, words = _arrange(list(sys.argv[1:] if argv is None else argv))
-    except _BadWord as e:
+    except BadInput as e:
         return _usage_error(str(e))
     args = build_parser().parse_args(words)
     args.path = path
