@@ -90,3 +90,10 @@ def test_the_readme_shows_the_committed_timeline_of_the_demo_and_how_to_redraw_i
     bars = [e for e in svg.iter() if "generation" in e.get("class", "").split()]
     assert sorted(e.get("class", "").split()[1] for e in bars) == ["normal", "normal",
                                                                   "recovery"]
+
+
+def test_the_inspector_reads_the_journal_only_through_named_store_methods() -> None:
+    for module in sorted((REPO / "sessiontemp" / "inspect").glob("*.py")):
+        text = module.read_text()
+        for raw in (".query(", "SELECT ", "json_extract", "instr("):
+            assert raw not in text, f"{module.name} runs SQL of its own ({raw.strip()})"
