@@ -28,7 +28,7 @@ from typing import Final
 
 import attrs
 
-from journal.errors import CommandNotStarted
+from journal.errors import BadInput, CommandNotStarted
 from sessiontemp.lease import Lease
 from sessiontemp.manager import Manager
 
@@ -88,15 +88,18 @@ def run_command(
 
     A forwarded signal that comes before the command could start stops it
     from starting (the status is then 128+N), except SIGWINCH, which is
-    passed on once it has started.  Raises :class:`CommandNotStarted` when
-    the command is not found or not executable, and the manager's errors
+    passed on once it has started.  Raises :class:`BadInput` for an empty
+    *command* or a call from another thread than the main one,
+    :class:`CommandNotStarted` when the command is not found or not
+    executable, and the manager's errors
     (:class:`UnsafeRoot`, :class:`Unavailable`, a :class:`JournalError`)
     before starting it.
     """
     if not command:
-        raise ValueError("no command given: name the command to run after --")
+        raise BadInput("the command", "is empty", "Name the command to run after --")
     if threading.current_thread() is not threading.main_thread():
-        raise ValueError("run_command takes over SIGCHLD: call it from the main thread")
+        raise BadInput("run_command", "was called from another thread than the main one",
+                       "Call it from the main thread: it takes over SIGCHLD while it runs")
     watched = {*FORWARDED, signal.SIGCHLD}
     # Blocked from the start, not only once the command runs: the manager's
     # worker thread starts meanwhile and inherits the mask, so the kernel
