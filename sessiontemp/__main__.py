@@ -15,6 +15,7 @@ import argparse
 import errno
 import json
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from importlib import metadata
@@ -161,6 +162,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                      "another --root")
     except ValueError as e:
         return _fail(args.subcommand, str(e))
+    except KeyboardInterrupt:
+        # Held until the operation under way had finished: nothing is half done.
+        return 128 + signal.SIGINT
     stream.flush()
     return status
 

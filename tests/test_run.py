@@ -179,6 +179,15 @@ def test_each_forwarded_signal_reaches_a_command_that_handles_it(
     assert leftovers(root) == []
 
 
+def test_a_signal_the_command_sends_the_wrapper_is_not_sent_back_to_it(
+    wrapper: list[str], root: Path
+) -> None:
+    done = sessiontemp(wrapper, "run", "--root", os.fspath(root), "--", SH, "-c",
+                       "trap 'echo echoed' USR1; kill -USR1 $PPID; sleep 0.3; echo done")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "done\n"
+
+
 def test_sigterm_to_the_wrapper_ends_a_command_that_does_not_handle_it_with_143(
     wrapper: list[str], root: Path
 ) -> None:
