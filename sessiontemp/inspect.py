@@ -27,8 +27,8 @@ import attrs
 
 from journal import checkpoint
 from journal.errors import CheckpointInvalid, JournalError, RuleViolation
-from journal.events import KINDS, ManagerOpened, Record, RecoveryStarted, decode
-from journal.reducer import EMPTY, Fold, GenerationState, ManagerState, State
+from journal.events import KINDS, ManagerOpened, Record, RecoveryStarted, Unreadable, decode
+from journal.reducer import EMPTY, Fold, GenerationState, ManagerState, State, held_by
 from journal.store import Store
 from sessiontemp.root import (
     GENERATION_PREFIX,
@@ -151,39 +151,57 @@ def _replay(
     lenient: list[Problem] | None = None,
     each: Callable[[Record, Fold], None] | None = None,
     start: State = EMPTY,
+    refused: list[Problem] | None = None,
 ) -> State:
-    """Fold the reducer over the journal after *start* up to *until*; strict unless *lenient*.
+    """Fold the reducer over the journal after *start* up to *until*; strict unless told.
 
     Strict: a gap or an event that breaks the rules raises
     :class:`JournalCorrupt`.  Lenient: each is recorded in *lenient* and the
-    event skipped.  *each* sees every record after it is applied.
+    event skipped.  Tolerant (*refused* given): read the way recovery reads
+    it, each refused record listed in *refused* while what it names is held
+    (``State.held``).  *each* sees every record after it is applied.
     """
     total = store.last_seq() if until is None else until
-    draft = Fold(start)
+    draft = Fold(start, tolerant=refused is not None)
     expected = start.seq + 1
     step = draft.step
     for seq, time, kind, payload, _ in store.rows(after=start.seq, until=until):
         if seq != expected:
             gap = RuleViolation(seq, f"follows event {expected - 1}: a gap")
-            if lenient is None:
+            if refused is not None:
+                refused.append(Problem(seq, "sequence", str(gap)))
+            elif lenient is None:
                 raise store.corrupt(gap)
-            lenient.append(Problem(seq, "sequence", str(gap)))
+            else:
+                lenient.append(Problem(seq, "sequence", str(gap)))
         expected = seq + 1
         try:
             record = Record(seq, time, decode(seq, kind, payload))
         except RuleViolation as e:
-            if lenient is None:
+            if refused is not None:
+                # Folded as unreadable: the fold refuses it and holds what it may name.
+                record = Record(seq, time, Unreadable(kind, payload, e.reason))
+            elif lenient is None:
                 raise store.corrupt(e) from e
-            lenient.append(Problem(seq, "schema", str(e)))
-            continue
-        try:
+            else:
+                lenient.append(Problem(seq, "schema", str(e)))
+                continue
+        if refused is not None:
             step(record)
-        except RuleViolation as e:
-            if lenient is None:
-                raise store.corrupt(e) from e
-            # The event is skipped: the state stays as it was before it.
-            lenient.append(Problem(seq, "rules", str(e)))
-            continue
+            if draft.refused:
+                check = "schema" if isinstance(record.event, Unreadable) else "rules"
+                refused += [Problem(v.seq, check, str(v)) for v in draft.refused]
+                draft.refused.clear()
+                continue
+        else:
+            try:
+                step(record)
+            except RuleViolation as e:
+                if lenient is None:
+                    raise store.corrupt(e) from e
+                # The event is skipped: the state stays as it was before it.
+                lenient.append(Problem(seq, "rules", str(e)))
+                continue
         if each is not None:
             each(record, draft)
         if progress is not None and seq % _PROGRESS_EVERY == 0:
@@ -525,7 +543,9 @@ def state_at(journal: os.PathLike[str] | str, at: int | float | None = None, *,
         else:
             ((found,),) = store.query("SELECT max(seq) FROM events WHERE time <= ?", (at,))
             seq = int(found or 0)
-        state = _replay(store, until=seq, progress=progress,
+        # Read the way recovery reads it: a refused record holds what it
+        # names instead of stopping the replay (verify lists it).
+        state = _replay(store, until=seq, progress=progress, refused=[],
                         start=checkpoint.restore(store, until=seq).state) if seq else State()
         rows = store.query("SELECT time FROM events WHERE seq = ?", (seq,))
     return StateAt(path, seq, rows[0][0] if rows else None, state)
@@ -640,7 +660,9 @@ def explain(journal: os.PathLike[str] | str, target: str, root: os.PathLike[str]
         # and of recovery passes that may act on it later.
         managers.update(start.managers)
         recoveries.update(_recoveries(store, until=start.seq))
-        state = _replay(store, until=finished, progress=progress, each=each_all, start=start)
+        refused: list[Problem] = []
+        state = _replay(store, until=finished, progress=progress, each=each_all, start=start,
+                        refused=refused)
     generation = state.generations.get(gid)
     if generation is None:
         return Story(path, gid, where, "unknown", None, (), ())
@@ -649,7 +671,15 @@ def explain(journal: os.PathLike[str] | str, target: str, root: os.PathLike[str]
               "retired" if generation.retired else "live")
     end = Sentence(state.seq, last[0], "now", "")
     owner = state.managers.get(generation.manager or "")
-    if status == "live" and owner is not None:
+    holding = held_by(state, generation)
+    if holding is not None and generation.removal != "finished":
+        why = next((p.message for p in refused if p.seq == holding),
+                   f"event {holding} is refused")
+        said.append(attrs.evolve(end, text=(
+            f"It is held: {why}, and that record names it or its manager, so no recovery "
+            "removes it. Keep what you need from it and remove it by hand (see the README's "
+            "'A record the rules refuse').")))
+    elif status == "live" and owner is not None:
         holders = ", ".join(sorted(generation.leases)) or "no lease"
         said.append(attrs.evolve(end, text=(
             f"It is still live: the current directory of manager {owner.id} (pid {owner.pid}), "
@@ -684,8 +714,9 @@ def _span_of(store: Store, gid: str) -> tuple[int | None, int | None]:
     ):
         try:
             event = decode(seq, kind, payload)
-        except RuleViolation as e:
-            raise store.corrupt(e) from e
+        except RuleViolation:
+            # Refused on replay, as recovery refuses it; it tells no part of the story.
+            continue
         if getattr(event, "generation", None) != gid:
             continue
         if first is None:
@@ -707,8 +738,8 @@ def _recoveries(store: Store, *, until: int) -> dict[str, int]:
     ):
         try:
             event = decode(seq, kind, payload)
-        except RuleViolation as e:
-            raise store.corrupt(e) from e
+        except RuleViolation:
+            continue
         if isinstance(event, RecoveryStarted):
             found[event.recovery] = event.pid
     return found
@@ -842,7 +873,8 @@ class Finding:
     "not-removed" (journaled as removed, still on disk), "trash" (a trash entry
     not yet emptied), "stray" (generation prefix, unknown to the journal),
     "unknown" (any other entry in the root), "unrecovered" (a manager not
-    ended in the journal whose liveness lock is free).
+    ended in the journal whose liveness lock is free), "refused" (a record
+    the lifecycle rules refuse: what it names is held, never removed).
     """
 
     check: str
@@ -900,9 +932,13 @@ def _fsck(base: Path, progress: Progress | None) -> tuple[Finding, ...]:
     # so every directory listed is known to the state read afterwards.
     names = sorted(os.listdir(base))
     journal = base / JOURNAL_NAME
+    refused: list[Problem] = []
     with _opened(journal, snapshot=True) as store:
-        state = _replay(store, progress=progress, start=checkpoint.restore(store).state)
-    findings: list[Finding] = []
+        state = _replay(store, progress=progress, start=checkpoint.restore(store).state,
+                        refused=refused)
+    findings = [Finding("refused", journal, None, (
+        f"{p.message}; recovery keeps what it names: see the README's 'A record the rules "
+        "refuse'")) for p in refused]
     present = set(names)
     for name in names:
         path = base / name
