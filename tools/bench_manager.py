@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sessiontemp import Manager, processes
+from sessiontemp.shield import shielded
 
 
 def median_us(rounds: int, operation: Callable[[], object]) -> float:
@@ -123,9 +124,12 @@ def handoff(root: Path, rounds: int) -> list[tuple[str, float]]:
         thread.join()
         manager.release()
         manager.close()
+    bare = [median_us(1, lambda: shielded(lambda: None)) for _ in range(rounds)]
     return [("acquire + release from the main thread (run in the worker thread)",
              statistics.median(main_thread)),
-            ("acquire + release from another thread (run inline)", statistics.median(inline))]
+            ("acquire + release from another thread (run inline)", statistics.median(inline)),
+            ("the hand-off alone: `shielded(no-op)` from the main thread",
+             statistics.median(bare))]
 
 
 def scan(rounds: int, extra: int) -> list[tuple[str, float]]:
