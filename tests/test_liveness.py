@@ -22,6 +22,7 @@ import ctypes
 import fcntl
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -433,16 +434,21 @@ def recover_elsewhere(root: Path) -> dict[str, list[str]]:
     return result
 
 
+@pytest.mark.parametrize("removed", ["file", "directory"])
 @pytest.mark.parametrize("operation", ["retain", "rotate", "acquire"])
 def test_a_deleted_liveness_lock_file_is_back_and_held_after_the_next_operation(
-    manager: Manager, operation: str,
+    manager: Manager, operation: str, removed: str,
 ) -> None:
+    """Deleted alone, or with the whole ``managers`` directory (``rm -r ROOT/managers``)."""
     with manager.acquire():
         pass
     current = manager.current_dir
     path = lock_file(manager)
     assert locked_by_another(path)
-    path.unlink()
+    if removed == "file":
+        path.unlink()
+    else:
+        shutil.rmtree(path.parent)
     meanwhile = recover_elsewhere(manager.root)
     assert meanwhile["dead"] == []
     assert any("liveness lock" in reason and "missing" in reason
