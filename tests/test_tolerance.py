@@ -41,6 +41,7 @@ from journal.events import (
     GenerationCreated,
     GenerationReady,
     LeaseAcquired,
+    ManagerOpened,
     RemovalStarted,
     Rotated,
 )
@@ -349,3 +350,31 @@ def test_a_journal_moved_aside_starts_a_fresh_history_that_sweeps_all_but_locked
     assert sorted(n for n in os.listdir(root) if n.startswith("sessiontemp-")) == []
     assert verify_problems(root) == []
     still_usable(root)
+
+
+# A manager's liveness lock is ROOT/managers/<id>.lock, probed, and unlinked
+# once the manager is found dead: this id would reach a sibling of the root.
+FORGED_MANAGER = "../../outside/victim"
+
+
+@pytest.mark.parametrize("validated", [True, False], ids=["validated", "without-validation"])
+def test_a_forged_manager_id_never_reaches_a_lock_file_outside_the_root(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, validated: bool,
+) -> None:
+    """Without id validation a recovery would find the victim's file unlocked and unlink it."""
+    dead_manager(root)
+    victim = tmp_path / "outside" / "victim.lock"
+    victim.parent.mkdir()
+    victim.write_text("someone else's")
+    assert os.path.realpath(root / "managers" / f"{FORGED_MANAGER}.lock") == str(victim)
+    if not validated:
+        monkeypatch.setitem(events._CHECKS, "manager", lambda value: None)
+    seq = forge(root, ManagerOpened(FORGED_MANAGER, 1))
+    with capture_logs() as logs:
+        recover(root)
+        still_usable(root)
+    assert victim.exists() == validated
+    if validated:
+        assert victim.read_text() == "someone else's"
+        assert seq in {e["seq"] for e in logs if e["event"] == "journal.refused"}
+        assert seq in {p["seq"] for p in verify_problems(root)}
