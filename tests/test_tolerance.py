@@ -313,9 +313,13 @@ def test_a_refused_record_holds_what_it_names_and_recovery_proceeds_for_the_rest
     for directory in refused["held_dirs"]:
         story = json.loads(inspect("--root", root, "explain", directory, "--json").stdout)
         assert story["story"][-1]["kind"] == "now"
-        assert story["story"][-1]["text"].startswith(f"It is held: event {seq} leases")
+        assert story["story"][-1]["text"].startswith(f"It is kept: event {seq}, which the "
+                                                     "lifecycle rules refuse")
     fsck = json.loads(inspect("--root", root, "fsck", "--json").stdout)
-    assert [(f["check"], _seq(f["message"])) for f in fsck["findings"]] == [("refused", seq)]
+    assert [(f["check"], _seq(f["message"])) for f in fsck["findings"]
+            if f["check"] == "refused"] == [("refused", seq)]
+    assert {f["path"] for f in fsck["findings"] if f["check"] == "kept"} == {
+        str(d) for d in refused["held_dirs"]}
     still_usable(root)
 
 
