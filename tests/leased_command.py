@@ -17,13 +17,18 @@ went wrong.  MODE:
   grandchild closes every descriptor and works in ``$TMPDIR`` from ``/``;
 * ``daemon-cwd``: daemonizes, and the grandchild changes into the directory
   and re-executes itself with an empty environment to work in ``.``;
-* ``work``: the re-executed worker of the two modes above (DIRECTORY given).
+* ``leader-exits``: closes its descriptors, works in ``$TMPDIR`` from a second
+  thread and ends its main thread (``pthread_exit``): /proc shows the
+  process as a zombie while that thread still writes;
+* ``work``: the re-executed worker of the modes above (DIRECTORY given).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
+import threading
 import time
 
 
@@ -97,6 +102,11 @@ def main() -> None:
         close_inherited(standard=True)
         os.chdir(os.environ["TMPDIR"])
         reexec(".", ready, result, seconds)
+    elif mode == "leader-exits":
+        close_inherited(standard=False)
+        threading.Thread(target=work, args=(os.environ["TMPDIR"], ready, result,
+                                            float(seconds))).start()
+        ctypes.CDLL(None).pthread_exit(None)
     else:
         sys.exit(f"unknown mode {mode}")
 

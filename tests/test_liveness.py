@@ -141,8 +141,8 @@ class Run:
     directory: Path
     worker: Worker
     busy_reasons: tuple[str, ...]
-    # The worker's initial environment, read while it ran.
-    environ: bytes
+    # The worker's initial environment, read while it ran (None: unreadable).
+    environ: bytes | None
     # Kept referenced: a collected Popen reaps its child, which must stay a zombie here.
     child: subprocess.Popen[bytes]
 
@@ -160,7 +160,9 @@ def run_while_rotating(manager: Manager, mode: str, scratch: Path, workers: list
     lease = manager.acquire(label=mode)
     directory = lease.path
     child, worker = start(lease.popen, mode, scratch, workers)
-    environ = Path(f"/proc/{worker.pid}/environ").read_bytes()
+    environ = None
+    with contextlib.suppress(ProcessLookupError):  # unreadable once the main thread exited
+        environ = Path(f"/proc/{worker.pid}/environ").read_bytes()
     if mode.startswith("daemon"):
         # The recorded command is gone: only the /proc scan can find the worker.
         assert child.wait(timeout=TIMEOUT) == 0
@@ -222,6 +224,15 @@ def test_a_command_that_also_resets_its_environment_is_kept_by_its_recorded_pid_
     """Like sudo: nothing in /proc names the directory any more, only the journaled pid does."""
     run = run_while_rotating(manager, "reset-env", tmp_path, workers, end="alive")
     assert run.environ == b""
+    assert any(f"command pid {run.worker.pid} " in reason for reason in run.busy_reasons)
+    finish(manager, run, end="alive")
+
+
+def test_a_command_whose_main_thread_exits_keeps_its_directory_while_another_thread_works(
+    manager: Manager, tmp_path: Path, workers: list[Worker],
+) -> None:
+    """Its /proc entry says zombie (state Z) all the while: the threads left still count."""
+    run = run_while_rotating(manager, "leader-exits", tmp_path, workers, end="alive")
     assert any(f"command pid {run.worker.pid} " in reason for reason in run.busy_reasons)
     finish(manager, run, end="alive")
 
