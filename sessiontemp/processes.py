@@ -70,9 +70,9 @@ def running(commands: Iterable[str]) -> list[int]:
 def users(path: str, *, exclude: int) -> list[int]:
     """Processes other than *exclude* working in *path* or pointing their temp variables at it.
 
-    Reads ``/proc/*/cwd`` and ``/proc/*/environ``: about a millisecond per
-    hundred processes, which is why it runs only when a removal is due and
-    the generation had commands recorded.
+    Reads ``/proc/*/cwd`` and ``/proc/*/environ``: tens of microseconds a
+    process (BENCHMARKS.md, "The /proc scan"), which is why it runs only
+    when a removal is due and the generation had commands recorded.
     """
     targets = {os.fsencode(path), os.fsencode(os.path.realpath(path))}
     found = []
