@@ -213,13 +213,16 @@ class Tally:
     by_kind: collections.Counter[str] = attrs.field(factory=collections.Counter)
     leaks: int = 0
     wrongful: int = 0
+    # Descriptors still open once the world is shut down (a process that
+    # carries on must not accumulate them).
+    descriptors: int = 0
     failures: list[str] = attrs.field(factory=list)
 
     def line(self) -> str:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.by_kind.items()))
         return (f"{self.crash_points} crash points in {self.operations} operations "
                 f"({kinds}); leaks {self.leaks}, wrongful removals {self.wrongful}, "
-                f"failures {len(self.failures)}")
+                f"descriptors left open {self.descriptors}, failures {len(self.failures)}")
 
 
 @contextlib.contextmanager
@@ -401,6 +404,7 @@ def enumerate_exceptions(script: Script, op: Op, tally: Tally, *,
         return  # no durable step
     for k in itertools.count(1):
         faults = Faults()
+        before = open_descriptors()
         with world_at(manager_class, faults) as world:
             for step in script:
                 perform(world, step)
@@ -416,6 +420,10 @@ def enumerate_exceptions(script: Script, op: Op, tally: Tally, *,
             tally.crash_points += 1
             tally.by_kind[fired[0]] += 1
             judge_carrying_on(world, name, tally, f"{where} {fired}")
+        left = open_descriptors() - before
+        if left:
+            tally.descriptors += len(left)
+            tally.failures.append(f"{where} {fired}: descriptors left open: {sorted(left)}")
 
 
 CLASSES = state_classes()
@@ -462,6 +470,7 @@ def test_an_exception_at_every_step_of_every_operation_is_lived_through_without_
     failures = tally.failures + recovery.failures
     assert failures == [], "\n".join(failures[:10])
     assert (tally.leaks, tally.wrongful, recovery.leaks, recovery.wrongful) == (0, 0, 0, 0)
+    assert (tally.descriptors, recovery.descriptors) == (0, 0)
     assert tally.crash_points > 100
     assert recovery.crash_points > 10
 
@@ -491,6 +500,17 @@ def test_the_enumeration_finds_a_directory_made_before_its_journal_record() -> N
                         manager_class=MkdirBeforeJournal)
     assert tally.leaks >= 1
     assert tally.failures
+
+
+def test_an_exception_at_any_step_of_a_removal_leaves_no_descriptor_open() -> None:
+    # Before step "unlock" of a removal, an exception used to skip closing
+    # the descriptor that holds the generation's exclusive lock.
+    tally = Tally()
+    enumerate_exceptions((("open",), ("retain", "m0"), ("acquire", "m0"), ("rotate", "m0")),
+                         ("release_lease", "l1"), tally)
+    assert tally.by_kind["unlock"] >= 1
+    assert tally.descriptors == 0, tally.failures
+    assert tally.failures == []
 
 
 class NeverAbandons(Manager):
