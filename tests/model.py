@@ -496,15 +496,21 @@ class World:
                only: StepKind | None = None) -> tuple[StepKind, str] | None:
         """Run *op* with *error* raised before its *at*-th step (of kind *only*); carry on.
 
-        The operation must raise *error* (acquire: the :class:`Unavailable`
-        it caused), or handle it and return.  As far as the journal says, it
+        The operation must raise *error*, or handle it and return; an
+        acquire may refuse with :class:`Unavailable` instead (the journal
+        could not record the lease, or a directory an earlier failure left
+        half made could not be cleared yet).  As far as the journal says, it
         then happened entirely or not at all: the model becomes whichever of
         the two the journal shows (it must show one), with the work the
         operation left owed.  Returns where the fault fired; None when *op*
         had fewer steps and ran as usual.
         """
         def raised_as_expected(raised: BaseException | None) -> bool:
-            return raised is None or raised is error or raised.__cause__ is error
+            if raised is None or raised is error or raised.__cause__ is error:
+                return True
+            # An acquire that met the fault finishing what an earlier failure
+            # left (a directory half made) refuses to hand out a directory.
+            return op[0] == "acquire" and isinstance(raised, Unavailable)
 
         return self._faulted(op, faults, lambda kind, detail: _raise(error), at, only,
                              raised_as_expected, interrupt=False)
