@@ -131,8 +131,13 @@ def finish(root_fd: int, found: Found, trash: str, *, steps: Steps) -> None:
         steps.before("rmdir", trash)
         os.rmdir(trash, dir_fd=root_fd)
     finally:
-        steps.before("unlock", trash)
-        os.close(found.fd)
+        try:
+            steps.before("unlock", trash)
+        finally:
+            # Whatever stops this step, the descriptor (and its exclusive
+            # lock) must go: a process that carries on would otherwise hold
+            # it, and keep the generation "busy" for itself, until it exits.
+            os.close(found.fd)
 
 
 @attrs.define

@@ -2,8 +2,8 @@
 
 Every manager a test opens through ``open_manager`` is checked at teardown:
 replaying its journal from scratch must give exactly the state the manager
-holds.  Hypothesis profiles: ``ci`` (the default), ``dev`` (quick) and
-``long``; choose with HYPOTHESIS_PROFILE.
+holds.  Hypothesis profiles, the one place example budgets are set: ``ci``
+(the default), ``dev`` (quick) and ``long``; choose with HYPOTHESIS_PROFILE.
 """
 
 from __future__ import annotations
@@ -19,15 +19,17 @@ from hypothesis import HealthCheck, settings
 from journal import State, Store, replay
 from sessiontemp import Manager
 
-settings.register_profile(
-    "ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
-settings.register_profile(
-    "dev", max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
-settings.register_profile(
-    "long", max_examples=5000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+# The one place budgets are set.  Every property test runs ``max_examples``
+# (or a fraction of it: tests/strategies.py ``scaled``); the state machine
+# (tests/test_machine.py) runs as many sequences of up to
+# ``stateful_step_count`` steps.
+_COMMON: dict[str, Any] = {
+    "deadline": None,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much],
+}
+settings.register_profile("ci", max_examples=200, stateful_step_count=50, **_COMMON)
+settings.register_profile("dev", max_examples=30, stateful_step_count=20, **_COMMON)
+settings.register_profile("long", max_examples=5000, stateful_step_count=50, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 

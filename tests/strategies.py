@@ -29,6 +29,9 @@ What is here, and how to reuse it:
   :class:`journal.GenerationState` (for :func:`journal.reducer.removal_due`);
   :func:`snapshot_of` projects a reducer :class:`journal.State` onto the
   model's :class:`Snapshot`, so the two can be compared.
+* Faults a process lives through (for the state machine):
+  :func:`faulted_operations`, :func:`fault_steps`, :func:`store_failures`,
+  :func:`interrupt_ways`; the hook that injects them is in ``tests/faults.py``.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import dataclasses
 import hashlib
 import itertools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import attrs
 from hypothesis import settings
@@ -60,9 +63,11 @@ from journal.events import (
     Retained,
     Rotated,
 )
+from tests.faults import STORE_FAILURES, StoreFailure
 
 __all__ = [
     "EVENT_CLASSES",
+    "FAULTED_OPERATIONS",
     "FIELD_EXAMPLES",
     "FIELD_VALUES",
     "MANAGER_EVENT_CLASSES",
@@ -74,11 +79,14 @@ __all__ = [
     "event_fields",
     "events",
     "events_of",
+    "fault_steps",
+    "faulted_operations",
     "generation_id",
     "generation_states",
     "hex_id",
     "hex_ids",
     "ids",
+    "interrupt_ways",
     "legal_records",
     "lifecycles",
     "manager_id",
@@ -86,6 +94,7 @@ __all__ = [
     "records",
     "scaled",
     "snapshot_of",
+    "store_failures",
     "times",
     "wrong_values_for",
 ]
@@ -701,3 +710,31 @@ def generation_states() -> st.SearchStrategy[GenerationState]:
         removal=removal,
         removal_outcome=st.none() | st.sampled_from(["removed", "absent", "refused: moved"]),
     )
+
+
+# -- faults a process lives through ------------------------------------------------
+
+# The operations of a manager that a fault may hit (tests/model.py names them).
+FAULTED_OPERATIONS: Final = ("retain", "release", "rotate", "acquire", "release_lease", "close")
+
+
+def faulted_operations() -> st.SearchStrategy[str]:
+    """Which operation the next fault hits."""
+    return st.sampled_from(FAULTED_OPERATIONS)
+
+
+def fault_steps() -> st.SearchStrategy[int]:
+    """Before which durable step of the operation (1 = its first); past its last, none fires."""
+    # Most operations take one to four steps: the first few are drawn most.
+    return st.integers(min_value=1, max_value=4) | st.integers(min_value=1, max_value=12)
+
+
+def store_failures() -> st.SearchStrategy[StoreFailure]:
+    """How the journal refuses an append: "full", "busy" or "readonly" (tests/faults.py)."""
+    return st.sampled_from(STORE_FAILURES)
+
+
+def interrupt_ways() -> st.SearchStrategy[Literal["kill", "raise_signal"]]:
+    """How SIGINT is sent: to the process (``kill``, as a terminal does) or to the thread."""
+    ways: tuple[Literal["kill", "raise_signal"], ...] = ("kill", "raise_signal")
+    return st.sampled_from(ways)

@@ -364,25 +364,40 @@ def test_a_deep_tree_whose_middle_is_moved_away_during_removal_is_refused_not_ch
 # -- racing threads -------------------------------------------------------------------------
 
 
+def _counted(attack: Callable[[Path, threading.Event], int], generation: Path,
+             stop: threading.Event, swaps: list[int]) -> None:
+    swaps.append(attack(generation, stop))
+
+
 def race(
     manager: Manager, root: Path, outside: Path, iterations: int,
-    attack: Callable[[Path, threading.Event], None], prepare: Callable[[Path], None],
+    attack: Callable[[Path, threading.Event], int], prepare: Callable[[Path], None],
 ) -> None:
-    """Remove a generation *iterations* times while *attack* runs against it in a thread."""
+    """Remove a generation *iterations* times while *attack* runs against it in a thread.
+
+    *attack* returns how many times it planted its symlink: a race in which
+    it never did would prove nothing.
+    """
     before = fingerprint(outside)
+    planted = 0
     for _ in range(iterations):
         lease = manager.acquire()
         prepare(lease.path)
         manager.rotate()
         stop = threading.Event()
-        attacker = threading.Thread(target=attack, args=(lease.path, stop), daemon=True)
+        swaps: list[int] = []
+        attacker = threading.Thread(target=_counted, args=(attack, lease.path, stop, swaps),
+                                    daemon=True)
         attacker.start()
         # Let the attacker get going first, so the removal meets it mid-swap.
         time.sleep(0.001)
         lease.release()
         stop.set()
         attacker.join(timeout=10)
+        assert not attacker.is_alive()
+        planted += sum(swaps)
         assert fingerprint(outside) == before
+    assert planted > 0, "the attacker never swapped anything in"
     # Whatever the attacker left behind under our names is cleaned up or refused,
     # still without touching outside.
     recover(root)
@@ -397,17 +412,20 @@ def test_a_generation_swapped_for_a_symlink_while_it_is_removed_never_touches_ou
 ) -> None:
     aside = tmp_path / "aside"
 
-    def attack(generation: Path, stop: threading.Event) -> None:
+    def attack(generation: Path, stop: threading.Event) -> int:
+        planted = 0
         while not stop.is_set():
             try:
                 os.rename(generation, aside)
                 generation.symlink_to(outside, target_is_directory=True)
+                planted += 1
                 generation.unlink()
                 os.rename(aside, generation)
             except OSError:
                 pass  # the remover got there first: try again with what is left
         if os.path.lexists(aside):
             os.rename(aside, tmp_path / f"kept-{os.urandom(4).hex()}")
+        return planted
 
     def prepare(generation: Path) -> None:
         (generation / "f").write_text("x")
@@ -426,16 +444,19 @@ def test_a_subdirectory_swapped_for_a_symlink_during_removal_never_touches_outsi
         for i in range(50):
             (generation / "sub" / f"f{i}").write_text("x")
 
-    def attack(generation: Path, stop: threading.Event) -> None:
+    def attack(generation: Path, stop: threading.Event) -> int:
         sub, spare = generation / "sub", generation / "spare"
+        planted = 0
         while not stop.is_set():
             try:
                 os.rename(sub, spare)
                 sub.symlink_to(outside, target_is_directory=True)
+                planted += 1
                 sub.unlink()
                 os.rename(spare, sub)
             except OSError:
                 pass
+        return planted
 
     race(manager, root, outside, iterations, attack, prepare)
 
