@@ -37,10 +37,11 @@ Modes:
     liveness lock file is still there.  On ``exit`` it exits.
 
 ``--planted`` runs a deliberately broken variant, for the tests to show
-that they catch it: in ``fork`` mode, the forked child's copies are not
-disarmed (so the child journals, unlocks and unlinks for its parent); in
-``close`` mode, a close that could not journal unlinks the liveness lock
-file anyway.
+that they catch it: in ``storm`` mode, operations run unshielded in the
+main thread, where an interrupt cuts them anywhere; in ``fork`` mode, the
+forked child's copies are not disarmed (so the child journals, unlocks
+and unlinks for its parent); in ``close`` mode, a close that could not
+journal unlinks the liveness lock file anyway.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ from typing import Any
 from structlog.testing import capture_logs
 
 from journal import Store, replay
-from journal.errors import ForkedCopy
+from journal.errors import ForkedCopy, JournalError, RuleViolation
 from sessiontemp import Lease, Manager, Report, recover
 from sessiontemp.handles import Handles
 
@@ -84,11 +85,16 @@ def report_json(report: Report) -> dict[str, Any]:
     }
 
 
-def agrees_with_journal(manager: Manager) -> bool:
-    """Whether replaying the journal from scratch gives what *manager* holds of its own."""
+def agrees_with_journal(manager: Manager) -> str:
+    """"agrees" when replaying the journal from scratch gives what *manager* holds of its own.
+
+    Otherwise says how it differs, or which record the rules refuse.
+    """
     store = Store(manager.root / "journal.sqlite3", readonly=True)
     try:
         state = replay(store.records())
+    except (RuleViolation, JournalError) as e:
+        return f"the journal holds a record the rules refuse: {e}"
     finally:
         store.close()
 
@@ -97,7 +103,7 @@ def agrees_with_journal(manager: Manager) -> bool:
             gid: g for gid, g in s.generations.items() if g.manager == manager.id
         }
 
-    return own(state) == own(manager.state)
+    return "agrees" if own(state) == own(manager.state) else "differs"
 
 
 def commands() -> Iterator[list[str]]:
@@ -162,6 +168,8 @@ class Storm:
         self.deferred = 0
         # Escaped the loop's own handler (landed inside it) and caught further out.
         self.escaped = 0
+        # Operations that failed with anything but the interrupt: the first few.
+        self.failures: list[str] = []
 
     def one_round(self) -> None:
         with self.manager.acquire(label="storm") as lease:
@@ -182,6 +190,9 @@ class Storm:
                 self.one_round()
             except KeyboardInterrupt as interrupt:
                 self.count(interrupt)
+            except Exception as e:
+                if len(self.failures) < 5:
+                    self.failures.append(repr(e))
 
     def run(self) -> None:
         # An interrupt can land inside the loop's own handler, and then in
@@ -201,6 +212,16 @@ class Storm:
                 time.sleep(0.05)
             except KeyboardInterrupt:
                 self.escaped += 1
+
+
+def plant_interruptible_operations() -> None:
+    """The old behaviour: operations run in the main thread, where an interrupt cuts them."""
+    import sessiontemp.manager
+
+    def inline(operation: Any, undo: Any = None) -> Any:
+        return operation()
+
+    sessiontemp.manager.shielded = inline  # type: ignore[attr-defined]
 
 
 def storm(root: Path, interrupts: int, seed: int) -> int:
@@ -223,8 +244,9 @@ def storm(root: Path, interrupts: int, seed: int) -> int:
     except Exception as e:
         works, error = False, repr(e)
     emit({"sent": sender.sent, "caught": run.caught, "deferred": run.deferred,
-          "escaped": run.escaped, "rounds": run.rounds, "works": works, "error": error,
-          "closed": manager.closed, "agrees": agrees_with_journal(manager)})
+          "escaped": run.escaped, "rounds": run.rounds, "failures": run.failures,
+          "works": works, "error": error, "closed": manager.closed,
+          "journal": agrees_with_journal(manager)})
     for words in commands():
         if words[0] == "close":
             manager.close()
@@ -323,7 +345,7 @@ def fork(root: Path, how: str) -> int:
                 "new_rows": after[len(before):],
                 "rows_changed": after[:len(before)] != before,
                 "lease_released_here": lease.released,
-                "agrees": agrees_with_journal(manager),
+                "journal": agrees_with_journal(manager),
             }})
             failures = [f for f in (
                 # Retired: only the lease's own lock is left on the directory.
@@ -399,6 +421,8 @@ def main(argv: list[str]) -> int:
     if args.mode == "neighbour":
         return neighbour()
     if args.mode == "storm":
+        if args.planted:
+            plant_interruptible_operations()
         return storm(args.root, args.interrupts, args.seed)
     if args.mode == "fork":
         if args.planted:
