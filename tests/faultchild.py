@@ -324,7 +324,8 @@ def fork(root: Path, how: str) -> int:
         (lease.path / "before-fork").write_bytes(b"parent")
         lock_path = manager.root / "managers" / f"{manager.id}.lock"
         before = journal_rows(root)
-        emit({"manager": manager.id, "lease": lease.id, "generation": lease.generation,
+        emit({"manager": manager.id, "pid": parent, "lease": lease.id,
+              "generation": lease.generation,
               "path": str(lease.path), "rows_before_fork": len(before)})
         child = os.fork()
         if child == 0:

@@ -26,6 +26,7 @@ import select
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -40,10 +41,14 @@ from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Lease, Manager, Unavail
 from sessiontemp.root import generation_name
 from tests.conftest import journal_state, own_view
 from tests.test_bad_journal import (
+    append_unknown_kind,
     committed,
+    damage_a_data_page,
     fill,
+    lock_held_by_another_process,
     small_file_system,
     verify,
+    with_history,
 )
 
 CHILD = Path(__file__).with_name("faultchild.py")
@@ -400,3 +405,211 @@ def test_the_storm_finds_operations_that_an_interrupt_can_cut(
 ) -> None:
     with pytest.raises(AssertionError, match=r"is not the journal's|operations failed"):
         storm(root, neighbour, "--planted")
+
+
+# -- fork inside a with block -------------------------------------------------------------
+
+
+def forked(root: Path, how: str, *options: str) -> dict[str, Any]:
+    """Run the fork scenario in a child process; its messages by their first key."""
+    with child("fork", str(root), "--exit", how, *options) as forking:
+        messages = {"hello": forking.read("opening")}
+        for doing in ("the child uses its copies", "the parent looks", "the parent carries on"):
+            message = forking.read(doing)
+            messages.update(message)
+        assert forking.wait() == 0
+    return messages
+
+
+def assert_parent_unharmed(seen: dict[str, Any]) -> None:
+    """What the parent found after its forked child left the block, and how it carried on."""
+    after, parent, kid = seen["after_child"], seen["parent"], seen["child"]
+    journaled = [kind for _, kind, _ in after["new_rows"]]
+    assert journaled == [], f"the child journaled for its parent: {journaled}"
+    assert not after["rows_changed"], "the child changed rows of the journal"
+    assert after["lock_file"] == "held", (
+        f"the parent's liveness lock file is {after['lock_file']} after the child left"
+    )
+    assert not after["lease_released_here"]
+    assert after["journal"] == "agrees", f"the parent's state is not the journal's: {after}"
+    assert after["status"] == 0
+    # The child was told, naming both processes, and its release was its own.
+    assert kid["acquire"] == "ForkedCopy", f"the child's acquire: {kid['acquire']}"
+    assert str(kid["parent"]) in kid["message"]
+    assert str(kid["pid"]) in kid["message"]
+    assert kid["release"] == "returned"
+    # The retired generation is held by the parent's lease alone: the
+    # child's release of its copy did not let it go.
+    assert parent["lease_lock_after_rotate"] == "held", "the child released the parent's lease"
+    assert parent["failures"] == [], f"the parent's next operations failed: {parent['failures']}"
+    assert parent["retired_removed_after_release"]
+    assert parent["closed"]
+    assert parent["lock_file_after_close"] == "missing"
+
+
+@pytest.mark.parametrize("how", ["block", "sys.exit", "os._exit"])
+def test_a_forked_child_leaving_the_with_block_leaves_its_parent_unharmed(
+    root: Path, neighbour: Child, how: str
+) -> None:
+    seen = forked(root, how)
+    assert_parent_unharmed(seen)
+    at = f"after a fork whose child left by {how}"
+    state = journal_state(root)
+    manager = state.managers[seen["hello"]["manager"]]
+    assert manager.ended == "closed"
+    assert manager.ended_by == manager.id
+    assert verify(root) == []
+    opened_elsewhere(neighbour, root, at)
+    neighbour.ask("recover", str(root))
+    assert_nothing_left(root, at)
+
+
+def test_the_fork_test_finds_a_child_that_acts_for_its_parent(root: Path) -> None:
+    seen = forked(root, "block", "--planted")
+    with pytest.raises(AssertionError, match="the child journaled for its parent"):
+        assert_parent_unharmed(seen)
+
+
+# -- close() that cannot journal ------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def disk_full(fs: Path) -> Iterator[None]:
+    filler = fill_leaving(fs, 0)
+    try:
+        yield
+    finally:
+        filler.unlink()
+
+
+def close_without_journal(
+    root: Path, neighbour: Child, fault: Callable[[], contextlib.AbstractContextManager[None]],
+    *options: str,
+) -> None:
+    """A manager in another process closes under *fault*, then exits; recovery cleans up.
+
+    Its close must raise nothing, log ``manager.close_failed``, give up
+    every lock and leave its liveness lock file, so that a recovery
+    declares it dead and removes both its generations (one retired, one
+    current, each still leased when it closed).
+    """
+    with child("close", str(root), "--busy-timeout", "0.3", *options) as holder:
+        hello = holder.read("opening")
+        before = committed(root)
+        with fault():
+            closed = holder.ask("close")
+        assert closed["error_raised"] == "", f"close raised {closed['error_raised']}"
+        assert "manager.close_failed" in closed["events"], closed["events"]
+        assert closed["closed"]
+        assert closed["lock_file_exists"], "the failed close unlinked its liveness lock file"
+        assert closed["lock_file"] == "free", "the failed close kept its liveness lock"
+        assert holder.wait() == 0
+    at = "after a close that could not journal"
+    manager = hello["manager"]
+    state = journal_state(root)
+    assert state.managers[manager].ended is None, f"{at}: its end was journaled after all"
+    assert all((root / generation_name(g)).is_dir() for g in hello["generations"])
+    assert_sound(root, before, at)
+    report = neighbour.ask("recover", str(root))
+    assert report["dead"] == [manager], f"{at}: recovery did not find it dead: {report}"
+    assert sorted(g for _, g, _ in report["removed"]) == sorted(hello["generations"])
+    assert report["skipped"] == []
+    assert_nothing_left(root, at)
+    assert_sound(root, before, at)
+    opened_elsewhere(neighbour, root, at)
+
+
+def test_a_close_on_a_full_disk_leaves_what_it_held_to_recovery(
+    full_disk: Path, neighbour: Child
+) -> None:
+    close_without_journal(full_disk / "root", neighbour, lambda: disk_full(full_disk))
+
+
+def test_a_close_behind_a_journal_lock_held_too_long_leaves_what_it_held_to_recovery(
+    root: Path, neighbour: Child
+) -> None:
+    close_without_journal(root, neighbour, lambda: lock_held_by_another_process(
+        root / "journal.sqlite3"))
+
+
+def test_the_close_test_finds_a_failed_close_that_unlinks_its_liveness_lock(
+    full_disk: Path, neighbour: Child
+) -> None:
+    with pytest.raises(AssertionError, match="the failed close unlinked its liveness lock file"):
+        close_without_journal(full_disk / "root", neighbour, lambda: disk_full(full_disk),
+                              "--planted")
+
+
+# -- a refused journal, in a program that configures nothing ----------------------------------
+
+QUIET_PROGRAM = textwrap.dedent("""
+    import gc, sys
+    from sessiontemp import JournalError, Manager, recover
+
+    def said(line):
+        # Everything this program writes to stderr, it also writes to stdout.
+        print(line, file=sys.stderr, flush=True)
+        print(line, flush=True)
+
+    root = sys.argv[1]
+    try:
+        with Manager(root, busy_timeout=0.3) as m:
+            m.retain()
+            with m.acquire():
+                pass
+        said("opened")
+    except JournalError as e:
+        said(f"Manager: {type(e).__name__}")
+    try:
+        recover(root, busy_timeout=0.3)
+        said("recovered")
+    except JournalError as e:
+        said(f"recover: {type(e).__name__}")
+    gc.collect()
+    """)
+
+
+def run_quietly(root: Path) -> list[str]:
+    """Run QUIET_PROGRAM on *root*; its stderr must be exactly the lines it printed itself."""
+    ran = subprocess.run([sys.executable, "-c", QUIET_PROGRAM, str(root)], capture_output=True,
+                         text=True, timeout=TIMEOUT, check=False)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stderr == ran.stdout, f"stderr holds more than the program printed:\n{ran.stderr}"
+    return ran.stdout.splitlines()
+
+
+def truncate_half(root: Path) -> None:
+    path = root / "journal.sqlite3"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def scramble_a_page(root: Path) -> None:
+    path = root / "journal.sqlite3"
+    path.write_bytes(damage_a_data_page(path.read_bytes()))
+
+
+@pytest.mark.parametrize(("damage", "said"), [
+    (truncate_half, ["Manager: JournalCorrupt", "recover: JournalCorrupt"]),
+    (scramble_a_page, ["Manager: JournalCorrupt", "recover: JournalCorrupt"]),
+    (lambda root: append_unknown_kind(root), ["opened", "recovered"]),
+], ids=["truncated", "damaged-page", "unknown-kind"])
+def test_a_damaged_journal_is_refused_without_a_word_on_stderr(
+    root: Path, damage: Callable[[Path], object], said: list[str]
+) -> None:
+    with_history(root)
+    damage(root)
+    assert run_quietly(root) == said
+
+
+def test_a_busy_journal_is_refused_without_a_word_on_stderr(root: Path) -> None:
+    with_history(root)
+    with lock_held_by_another_process(root / "journal.sqlite3"):
+        # A recovery with nothing to do writes nothing, so it need not wait.
+        assert run_quietly(root) == ["Manager: JournalBusy", "recovered"]
+
+
+def test_a_journal_on_a_full_disk_is_refused_without_a_word_on_stderr(full_disk: Path) -> None:
+    root = full_disk / "root"
+    with_history(root, rotations=5)
+    with disk_full(full_disk):
+        assert run_quietly(root) == ["Manager: JournalFull", "recovered"]
