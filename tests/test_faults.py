@@ -20,6 +20,7 @@ their checks catch it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import select
@@ -36,7 +37,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from journal import Record, replay
-from journal.errors import JournalError
+from journal.errors import JournalError, JournalFull
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Lease, Manager, Unavailable
 from sessiontemp.root import generation_name
 from tests.conftest import journal_state, own_view
@@ -247,6 +248,17 @@ def operate(manager: Manager, operation: str, held: Lease | None) -> BaseExcepti
     return None
 
 
+def assert_blames_the_full_disk(error: BaseException, at: str) -> None:
+    """The error says what happened, so that its fix is the right one: free space."""
+    chain: list[BaseException] = []
+    cause: BaseException | None = error
+    while cause is not None:
+        chain.append(cause)
+        cause = cause.__cause__
+    assert any(isinstance(e, JournalFull) or (isinstance(e, OSError) and e.errno == errno.ENOSPC)
+               for e in chain), f"{at}: a full disk reported as {error!r}"
+
+
 def survive_a_full_disk(
     fs: Path, neighbour: Child, operation: str, pages: int,
     manager_class: type[Manager] = Manager,
@@ -265,6 +277,8 @@ def survive_a_full_disk(
             # Neither is allowed to raise: a failure is logged and left for later.
             if operation.startswith(("a lease release", "close")):
                 assert error is None, f"{at}: raised {error!r}"
+            if error is not None:
+                assert_blames_the_full_disk(error, at)
             assert_agrees(manager, at)
             assert_sound(root, before, at)
         finally:
@@ -309,6 +323,29 @@ def sweep(fs: Path, neighbour: Child, operation: str,
     """*operation* at every fill level; the levels at which the fault hit it."""
     return [pages for pages in LEVELS
             if survive_a_full_disk(fs, neighbour, operation, pages, manager_class)]
+
+
+def test_a_fresh_root_on_a_full_disk_is_refused_as_full_and_opens_once_space_is_freed(
+    full_disk: Path, neighbour: Child
+) -> None:
+    for pages in LEVELS:
+        at = f"opening a fresh root with {pages} pages free"
+        root = full_disk / f"fresh-{pages}"
+        filler = fill_leaving(full_disk, pages)
+        try:
+            with Manager(root, busy_timeout=TIMEOUT) as manager:
+                manager.retain()
+                with manager.acquire():
+                    pass
+        except (JournalError, Unavailable) as e:
+            assert_blames_the_full_disk(e, at)
+        finally:
+            filler.unlink()
+        opened_elsewhere(neighbour, root, at)
+        neighbour.ask("recover", str(root))
+        assert_nothing_left(root, at)
+        assert verify(root) == []
+        shutil.rmtree(root)
 
 
 @pytest.fixture
