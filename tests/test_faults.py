@@ -23,6 +23,7 @@ import contextlib
 import errno
 import json
 import os
+import random
 import select
 import shutil
 import subprocess
@@ -38,7 +39,7 @@ from structlog.testing import capture_logs
 
 from journal import Record, replay
 from journal.errors import JournalError, JournalFull
-from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Lease, Manager, Unavailable
+from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Lease, Manager, Unavailable, recover
 from sessiontemp.root import generation_name
 from tests.conftest import journal_state, own_view
 from tests.test_bad_journal import (
@@ -361,6 +362,119 @@ def test_a_full_disk_at_every_fill_level_leaves_memory_journal_and_disk_agreeing
     hit = sweep(full_disk, neighbour, operation)
     # The sweep reached the fault: with no page free, the operation failed.
     assert 0 in hit
+
+
+def test_an_acquire_refused_for_a_half_made_directory_says_why_it_could_not_be_cleared(
+    root: Path,
+) -> None:
+    # The full disk from the step hook, at the two appends that matter: the
+    # directory is made, its ready event fails, and so does every attempt
+    # to clear it, until space is back.
+    full = {"on": False}
+
+    def hook(kind: str, detail: str) -> None:
+        if full["on"] and kind == "journal" and detail.startswith(
+            ("generation.ready", "removal.started")
+        ):
+            raise JournalFull(root / "journal.sqlite3",
+                              "could not append to it: the file system is full",
+                              "Free space on it; nothing already committed was lost")
+
+    at = "a half-made directory on a full disk"
+    manager = Manager(root, step_hook=hook)
+    try:
+        manager.retain()
+        full["on"] = True
+        with pytest.raises(Unavailable, match="could not record the lease"):
+            manager.acquire()
+        with pytest.raises(Unavailable, match="left half made") as caught:
+            manager.acquire()
+        assert "the file system is full" in caught.value.reason
+        assert_blames_the_full_disk(caught.value, at)
+        assert_agrees(manager, at)
+        full["on"] = False
+        with manager.acquire():
+            pass
+        assert_journal_matches_disk(root, at)
+    finally:
+        manager.close()
+    recover(root)
+    assert_nothing_left(root, at)
+    assert verify(root) == []
+
+
+STEPS = ("acquire", "acquire", "rotate", "release a lease", "write", "retain", "release",
+         "open another", "recover")
+
+
+def many_operations_on_a_full_disk(fs: Path, neighbour: Child, pages: int) -> None:
+    """A random run of operations with *pages* pages free, each checked; then space freed."""
+    at = f"with {pages} pages free"
+    rng = random.Random(pages)
+    root = fs / f"many-{pages}"
+    manager = Manager(root, busy_timeout=TIMEOUT)
+    leases: list[Lease] = []
+    try:
+        manager.retain()
+        for _ in range(3):
+            leases.append(manager.acquire())
+            (leases[-1].path / "data").write_bytes(b"d" * 3 * PAGE)
+            manager.rotate()
+        before = committed(root)
+        filler = fill_leaving(fs, pages)
+        try:
+            for i in range(40):
+                step = rng.choice(STEPS)
+                try:
+                    if step == "acquire":
+                        leases.append(manager.acquire())
+                    elif step == "rotate":
+                        manager.rotate()
+                    elif step == "release a lease" and leases:
+                        leases.pop(rng.randrange(len(leases))).release()
+                    elif step == "write" and leases:
+                        with contextlib.suppress(OSError):  # the command's own ENOSPC
+                            (leases[-1].path / f"w{i}").write_bytes(b"w" * rng.choice((9, PAGE)))
+                    elif step == "retain":
+                        manager.retain()
+                    elif step == "release" and manager.owners > 1:
+                        manager.release()
+                    elif step == "open another":
+                        with Manager(root, busy_timeout=TIMEOUT):
+                            pass
+                    elif step == "recover":
+                        recover(root, busy_timeout=TIMEOUT)
+                except (JournalError, Unavailable) as e:
+                    assert_blames_the_full_disk(e, f"{step} {at}")
+                assert_agrees(manager, f"{step} {at}")
+                assert not manager.closed, f"{step} {at}: the manager gave up"
+            assert_sound(root, before, at)
+        finally:
+            filler.unlink()
+        for lease in leases:
+            lease.release()
+        with manager.acquire():
+            pass
+        assert_agrees(manager, at)
+        assert_journal_matches_disk(root, at)
+        assert opened_elsewhere(neighbour, root, at)["skipped"] == []
+    except BaseException:
+        with contextlib.suppress(Exception):
+            manager.close()
+        raise
+    manager.close()
+    neighbour.ask("recover", str(root))
+    assert_nothing_left(root, at)
+    assert_sound(root, before, at)
+    shutil.rmtree(root)
+
+
+@pytest.mark.slow
+def test_many_operations_on_a_full_disk_at_every_fill_level_leave_memory_journal_and_disk_agreeing(
+    full_disk: Path, neighbour: Child
+) -> None:
+    for pages in range(41):
+        many_operations_on_a_full_disk(full_disk, neighbour, pages)
 
 
 class MovesItsStateBeforeTheCommit(Manager):
