@@ -386,8 +386,7 @@ class Manager:
 
         def operation() -> None:
             with self._mutex:
-                generation = self._state.generations.get(lease.generation)
-                if self.closed or generation is None or lease.id not in generation.leases:
+                if not self._holds(lease):
                     lease._drop_lock()
                     return
                 try:
@@ -417,8 +416,7 @@ class Manager:
 
         def operation() -> bool:
             with self._mutex:
-                generation = self._state.generations.get(lease.generation)
-                if self.closed or generation is None or lease.id not in generation.leases:
+                if not self._holds(lease):
                     return False
                 try:
                     self._append(CommandStarted(self.id, lease.generation, lease.id, pid,
@@ -564,6 +562,11 @@ class Manager:
             reason=result.detail or reason)
 
     # -- guards --------------------------------------------------------------------
+
+    def _holds(self, lease: Lease) -> bool:
+        """Whether the journal still has *lease* held by this open manager."""
+        generation = self._state.generations.get(lease.generation)
+        return not self.closed and generation is not None and lease.id in generation.leases
 
     def _keep_alive(self) -> None:
         """Put the liveness lock file back if something deleted it meanwhile."""
