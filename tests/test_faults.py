@@ -613,6 +613,9 @@ def test_a_forked_child_leaving_the_with_block_leaves_its_parent_unharmed(
     assert manager.ended == "closed"
     assert manager.ended_by == manager.id
     assert verify(root) == []
+    rows = [[seq, kind, payload] for seq, _, kind, payload, _ in committed(root)]
+    before = seen["hello"]["before_fork"]
+    assert rows[:len(before)] == before, f"{at}: a row committed before the fork was lost"
     opened_elsewhere(neighbour, root, at)
     neighbour.ask("recover", str(root))
     assert_nothing_left(root, at)
@@ -654,6 +657,7 @@ def close_without_journal(
             closed = holder.ask("close")
         assert closed["error_raised"] == "", f"close raised {closed['error_raised']}"
         assert "manager.close_failed" in closed["events"], closed["events"]
+        assert closed["journal"] == "agrees", f"its state is not the journal's: {closed}"
         assert closed["closed"]
         assert closed["lock_file_exists"], "the failed close unlinked its liveness lock file"
         assert closed["lock_file"] == "free", "the failed close kept its liveness lock"
@@ -760,18 +764,31 @@ def test_a_damaged_journal_is_refused_without_a_word_on_stderr(
     assert run_quietly(root) == said
 
 
-def test_a_busy_journal_is_refused_without_a_word_on_stderr(root: Path) -> None:
-    with_history(root)
+def assert_usable_once_the_cause_is_gone(root: Path, before: list[Any], neighbour: Child,
+                                         at: str) -> None:
+    assert_sound(root, before, at)
+    opened_elsewhere(neighbour, root, at)
+    assert_nothing_left(root, at)
+
+
+def test_a_busy_journal_is_refused_without_a_word_on_stderr(
+    root: Path, neighbour: Child
+) -> None:
+    before = with_history(root)
     with lock_held_by_another_process(root / "journal.sqlite3"):
         # A recovery with nothing to do writes nothing, so it need not wait.
         assert run_quietly(root) == ["Manager: JournalBusy", "recovered"]
+    assert_usable_once_the_cause_is_gone(root, before, neighbour, "after a busy journal")
 
 
-def test_a_journal_on_a_full_disk_is_refused_without_a_word_on_stderr(full_disk: Path) -> None:
+def test_a_journal_on_a_full_disk_is_refused_without_a_word_on_stderr(
+    full_disk: Path, neighbour: Child
+) -> None:
     root = full_disk / "root"
-    with_history(root, rotations=5)
+    before = with_history(root, rotations=5)
     with disk_full(full_disk):
         assert run_quietly(root) == ["Manager: JournalFull", "recovered"]
+    assert_usable_once_the_cause_is_gone(root, before, neighbour, "after a full disk")
 
 
 def test_the_quiet_test_finds_a_library_logger_that_reaches_stderr(root: Path) -> None:
