@@ -22,13 +22,13 @@ Modes:
     journal and answers with the counts.  It then waits for ``close``.
 
 ``fork ROOT --exit {block,sys.exit,os._exit}``
-    Forks inside ``with Manager(ROOT)`` while holding a lease.  The child
-    tries ``acquire()`` on its copy, releases its copy of the lease, answers
-    ``{"child": ...}``, and exits the way asked: out of the block and off
-    the end of the program, by ``sys.exit`` inside the block, or by
-    ``os._exit`` inside it.  The parent waits for it, looks at what it left
-    (``{"after_child": ...}``), then rotates, releases, acquires and closes,
-    answering ``{"parent": ...}``.
+    Forks inside ``with Manager(ROOT)`` and ``with manager.acquire()``.  The
+    child tries ``acquire()`` on its copy, releases its copy of the lease,
+    answers ``{"child": ...}``, and exits the way asked: out of both blocks
+    and off the end of the program, by ``sys.exit`` inside them, or by
+    ``os._exit`` inside them.  The parent waits for it, looks at what it
+    left (``{"after_child": ...}``), then rotates, leaves the lease's block,
+    acquires and closes, answering ``{"parent": ...}``.
 
 ``close ROOT --busy-timeout S``
     Opens a manager holding two leases (one on a retired generation, one on
@@ -320,49 +320,46 @@ def attempt(what: str, action: Any) -> str:
 
 def fork(root: Path, how: str) -> int:
     parent = os.getpid()
+    failures: list[str] = []
     with Manager(root, busy_timeout=BUSY_TIMEOUT) as manager:
         manager.retain()
-        lease = manager.acquire(label="held across the fork")
-        (lease.path / "before-fork").write_bytes(b"parent")
-        lock_path = manager.root / "managers" / f"{manager.id}.lock"
-        before = journal_rows(root)
-        emit({"manager": manager.id, "pid": parent, "lease": lease.id,
-              "generation": lease.generation,
-              "path": str(lease.path), "before_fork": before})
-        child = os.fork()
-        if child == 0:
-            emit({"child": in_child(manager, lease, parent)})
-            if how == "sys.exit":
-                sys.exit(0)
-            if how == "os._exit":
-                os._exit(0)
-            # "block": leave the with block, then the program, normally.
-        else:
-            _, status = os.waitpid(child, 0)
-            after = journal_rows(root)
-            emit({"after_child": {
-                "child": child,
-                "status": os.waitstatus_to_exitcode(status),
-                "lock_file": lock_state(lock_path),
-                "generation_lock": lock_state(lease.path),
-                "new_rows": after[len(before):],
-                "rows_changed": after[:len(before)] != before,
-                "lease_released_here": lease.released,
-                "journal": agrees_with_journal(manager),
-            }})
-            failures = [f for f in (
+        with manager.acquire(label="held across the fork") as lease:
+            (lease.path / "before-fork").write_bytes(b"parent")
+            lock_path = manager.root / "managers" / f"{manager.id}.lock"
+            before = journal_rows(root)
+            emit({"manager": manager.id, "pid": parent, "lease": lease.id,
+                  "generation": lease.generation, "path": str(lease.path),
+                  "before_fork": before})
+            child = os.fork()
+            if child == 0:
+                emit({"child": in_child(manager, lease, parent)})
+                if how == "sys.exit":
+                    sys.exit(0)
+                if how == "os._exit":
+                    os._exit(0)
+                # "block": leave both with blocks, then the program, normally.
+            else:
+                _, status = os.waitpid(child, 0)
+                after = journal_rows(root)
+                emit({"after_child": {
+                    "child": child,
+                    "status": os.waitstatus_to_exitcode(status),
+                    "lock_file": lock_state(lock_path),
+                    "new_rows": after[len(before):],
+                    "rows_changed": after[:len(before)] != before,
+                    "lease_released_here": lease.released,
+                    "journal": agrees_with_journal(manager),
+                }})
                 # Retired: only the lease's own lock is left on the directory.
-                attempt("rotate", manager.rotate),
-            ) if f]
-            lease_lock_after_rotate = lock_state(lease.path)
-            failures += [f for f in (
-                attempt("release", lease.release),
-                attempt("acquire", lambda: manager.acquire().release()),
-            ) if f]
+                failures += filter(None, [attempt("rotate", manager.rotate)])
+                lease_lock_after_rotate = lock_state(lease.path)
+        # Leaving the lease's block released it (in the parent: for real).
+        if os.getpid() == parent:
             removed = not lease.path.exists()
+            failures += filter(None, [attempt("acquire", lambda: manager.acquire().release())])
     if os.getpid() != parent:
         return 0
-    failures += [f for f in (attempt("close", manager.close),) if f]
+    failures += filter(None, [attempt("close", manager.close)])
     emit({"parent": {"failures": failures, "lease_lock_after_rotate": lease_lock_after_rotate,
                      "retired_removed_after_release": removed, "closed": manager.closed,
                      "lock_file_after_close": lock_state(lock_path)}})
