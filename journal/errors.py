@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 __all__ = [
+    "BadInput",
     "CheckpointInvalid",
     "ForkedCopy",
     "JournalBusy",
@@ -26,6 +27,7 @@ __all__ = [
     "Unavailable",
     "UnknownKind",
     "UnsafeRoot",
+    "Unsupported",
 ]
 
 
@@ -126,3 +128,30 @@ class CheckpointInvalid(SessionTempError, ValueError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+class BadInput(SessionTempError, ValueError):
+    """An argument names something that cannot be what it was given as.
+
+    Raised by :mod:`sessiontemp.inspect` for a root that is not a directory,
+    a directory given where a journal file belongs, a path that is no
+    generation, and the like; ``journal-inspect`` exits 2 with its message.
+    """
+
+    def __init__(self, what: os.PathLike[str] | str, reason: str, fix: str) -> None:
+        self.what = os.fspath(what)
+        self.reason = reason
+        self.fix = fix
+        super().__init__(f"{self.what}: {reason}. {fix}")
+
+
+class Unsupported(SessionTempError, ImportError):
+    """This platform lacks a kernel facility sessiontemp relies on (it runs on Linux only)."""
+
+    def __init__(self, missing: str) -> None:
+        self.missing = missing
+        super().__init__(
+            f"sessiontemp is not supported on this platform ({missing}): it needs Linux, for "
+            "flock on directories, O_PATH and /proc/self/fd. Run it on Linux (a container or "
+            "WSL2 will do)"
+        )

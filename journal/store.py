@@ -25,16 +25,17 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import json
 import os
 import sqlite3
 import stat
 import threading
 from collections import Counter
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from pathlib import Path
 from time import monotonic, sleep
 from typing import Any, Final
-from urllib.request import pathname2url
+from urllib.parse import quote
 
 import sqlite_utils
 
@@ -185,7 +186,8 @@ class Store:
     def _connect(self, busy_timeout: float) -> sqlite3.Connection:
         try:
             if self.readonly:
-                uri = "file:" + pathname2url(os.path.abspath(self.path))
+                # Quoted as bytes: a path that is not UTF-8 keeps its own bytes.
+                uri = "file:" + quote(os.fsencode(os.path.abspath(self.path)))
                 conn = None
                 if not self.immutable:
                     conn = sqlite3.connect(
@@ -539,6 +541,136 @@ class Store:
                 return self._conn.execute(sql, params).fetchall()
             except sqlite3.Error as e:
                 raise self._translate(e, "read") from e
+
+    # Named reads for inspection: each answers one question with one query,
+    # so no reader outside this module writes SQL over the payload format.
+
+    def extent(self) -> tuple[int | None, int | None, int]:
+        """``(first seq, last seq, count)`` of the events; ``(None, None, 0)`` when empty."""
+        ((first, last, count),) = self.query("SELECT min(seq), max(seq), count(*) FROM events")
+        return first, last, int(count)
+
+    def times_of(self, seqs: Collection[int]) -> dict[int, float]:
+        """The time of each event in *seqs* that exists, by seq."""
+        wanted = sorted(set(seqs))
+        if not wanted:
+            return {}
+        marks = ",".join("?" * len(wanted))
+        return dict(self.query(
+            f"SELECT seq, time FROM events WHERE seq IN ({marks})",  # noqa: S608 (placeholders)
+            tuple(wanted)))
+
+    def seq_at(self, time: float) -> int:
+        """The newest event written at or before *time*, 0 when none was."""
+        ((found,),) = self.query("SELECT max(seq) FROM events WHERE time <= ?", (time,))
+        return int(found or 0)
+
+    def kind_counts(self, *, excluding: Collection[str] = ()) -> dict[str, int]:
+        """How many events there are of each kind stored (known to this version or not),
+        leaving out *excluding*: grouping fewer rows is what makes it fast."""
+        marks = ",".join("?" * len(excluding))
+        return {kind: int(n) for kind, n in self.query(
+            f"SELECT kind, count(*) FROM events WHERE kind NOT IN ({marks}) "  # noqa: S608
+            "GROUP BY kind", tuple(excluding))}
+
+    def open_managers(self) -> list[tuple[int, str]]:
+        """``(seq, id)`` of each ``manager.opened`` whose manager has no close or death."""
+        return [(int(seq), str(m)) for seq, m in self.query(
+            "SELECT seq, json_extract(payload, '$.manager') FROM events "
+            "WHERE kind = 'manager.opened' AND json_extract(payload, '$.manager') NOT IN "
+            "(SELECT json_extract(payload, '$.manager') FROM events "
+            "WHERE kind IN ('manager.closed', 'manager.dead')) ORDER BY seq")]
+
+    def generation_count(self) -> int:
+        """How many distinct generations were created or found (as strays) and removed."""
+        ((n,),) = self.query(
+            "SELECT count(DISTINCT json_extract(payload, '$.generation')) FROM events "
+            "WHERE kind IN ('generation.created', 'removal.started')")
+        return int(n)
+
+    def rows_naming(
+        self, values: Collection[str], *, after: int = 0, kinds: Collection[str] = (),
+    ) -> Iterator[tuple[int, float, str, str]]:
+        """Raw ``(seq, time, kind, payload)`` rows after *after* whose payload holds one of
+        *values* as a string, in order; of *kinds* only, when given.
+
+        A superset: a value may stand in any field, so callers decode each
+        row and keep those naming it where they look.  More than 50 values
+        read every row after *after*.
+        """
+        clauses = ["seq > ?"]
+        params: list[object] = [after]
+        if kinds:
+            clauses.append(f"kind IN ({','.join('?' * len(kinds))})")
+            params += list(kinds)
+        if len(values) <= 50:
+            # instr() on the JSON string form finds the few candidate rows in C.
+            clauses.append("(" + " OR ".join(["instr(payload, ?) > 0"] * len(values)) + ")")
+            params += [json.dumps(v) for v in values]
+        yield from self._select(clauses, params)
+
+    def rows_where(
+        self,
+        *,
+        after: int = 0,
+        until: int | None = None,
+        since_time: float | None = None,
+        until_time: float | None = None,
+        kinds: Collection[str] = (),
+        naming: Collection[str] = (),
+    ) -> Iterator[tuple[int, float, str, str]]:
+        """Raw ``(seq, time, kind, payload)`` rows after seq *after*, in order, that are at
+        most *until*, written in ``[since_time, until_time]``, of one of *kinds* and whose
+        payload holds every one of *naming* as a string (a superset: decode to be sure)."""
+        clauses = ["seq > ?"]
+        params: list[object] = [after]
+        for clause, value in (("seq <= ?", until), ("time >= ?", since_time),
+                              ("time <= ?", until_time)):
+            if value is not None:
+                clauses.append(clause)
+                params.append(value)
+        if kinds:
+            clauses.append(f"kind IN ({','.join('?' * len(kinds))})")
+            params += list(kinds)
+        for name in naming:
+            clauses.append("instr(payload, ?) > 0")
+            params.append(json.dumps(name))
+        yield from self._select(clauses, params)
+
+    def _select(self, clauses: list[str], params: list[object], batch: int = 20_000
+                ) -> Iterator[tuple[int, float, str, str]]:
+        # Only fixed clauses with placeholders are joined: every value is a parameter.
+        sql = ("SELECT seq, time, kind, payload FROM events WHERE "  # noqa: S608
+               + " AND ".join(clauses) + " ORDER BY seq")
+        with self._lock:
+            try:
+                cursor = self._conn.execute(sql, tuple(params))
+            except sqlite3.Error as e:
+                raise self._translate(e, "read") from e
+        try:
+            while True:
+                with self._lock:
+                    try:
+                        chunk = cursor.fetchmany(batch)
+                    except sqlite3.Error as e:
+                        raise self._translate(e, "read") from e
+                if not chunk:
+                    return
+                yield from chunk
+        finally:
+            cursor.close()
+
+    def records_of(self, kinds: Collection[str], *, until: int | None = None
+                   ) -> Iterator[Record]:
+        """Decoded records of *kinds* up to *until*, in order.
+
+        Raises :class:`JournalCorrupt` for one that does not decode.
+        """
+        for seq, time, kind, payload in self.rows_where(until=until, kinds=kinds):
+            try:
+                yield Record(seq, time, decode(seq, kind, payload))
+            except RuleViolation as e:
+                raise self.corrupt(e) from e
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[None]:

@@ -7,7 +7,14 @@ directory, and a crash at any point is cleaned up by the next recovery
 without touching anything still in use.
 """
 
+# isort: off
+# First: on a platform without the kernel facilities needed, one clear
+# Unsupported error instead of a ModuleNotFoundError from deep inside.
+import sessiontemp.platform  # noqa: F401 (imported for its check alone)
+# isort: on
+
 from journal.errors import (
+    BadInput,
     CheckpointInvalid,
     JournalBusy,
     JournalCorrupt,
@@ -18,6 +25,7 @@ from journal.errors import (
     SessionTempError,
     Unavailable,
     UnsafeRoot,
+    Unsupported,
 )
 from sessiontemp.lease import Lease
 from sessiontemp.manager import Manager
@@ -27,6 +35,7 @@ from sessiontemp.root import GENERATION_PREFIX, TRASH_PREFIX, default_root
 __all__ = [
     "GENERATION_PREFIX",
     "TRASH_PREFIX",
+    "BadInput",
     "CheckpointInvalid",
     "JournalBusy",
     "JournalCorrupt",
@@ -42,6 +51,7 @@ __all__ = [
     "Skipped",
     "Unavailable",
     "UnsafeRoot",
+    "Unsupported",
     "default_root",
     "recover",
 ]

@@ -5,14 +5,19 @@
 PATH names a journal file; otherwise ``--root DIR`` (default: the per-user
 root) names the root holding ``journal.sqlite3``.  Each subcommand calls one
 function of :mod:`sessiontemp.inspect` and formats its result.  Exit status:
-0 ok, 1 problems found (verify, fsck), 2 bad input (a missing, corrupt or
-foreign journal; a bad argument).
+0 ok, 1 problems found (verify, fsck) or a generation the journal never
+names (explain), 2 bad input (a missing, corrupt or foreign journal; a bad
+argument), each said in one line naming the path or argument, the reason
+and the fix.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import difflib
+import importlib.metadata
+import io
 import json
 import os
 import sqlite3
@@ -22,12 +27,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from journal.errors import SessionTempError
+from journal.errors import BadInput, SessionTempError
 from sessiontemp import inspect
 
 __all__ = ["main"]
 
-SUBCOMMANDS: Final = ("summary", "events", "state", "explain", "verify", "fsck")
+SUBCOMMANDS: Final = ("summary", "events", "state", "explain", "verify", "fsck", "timeline")
 
 
 def _when(t: float | None) -> str:
@@ -94,6 +99,9 @@ def cmd_summary(args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"generations  {g['total']} in all: {g['live']} live, {g['retired']} retired, "
               f"{g['removal_pending']} removal pending, {g['removed']} removed; "
               f"{g['leases_held']} leases held\n")
+    if g["held_by_commands"]:
+        out.write(f"             {g['held_by_commands']} directories of ended managers still held "
+                  "by running commands (they go once the commands exit)\n")
     if s.checkpoint is None:
         out.write("checkpoint   none: replays start from event 1\n")
     else:
@@ -173,8 +181,10 @@ def cmd_explain(args: argparse.Namespace, out: TextIO) -> int:
         _emit(inspect.as_json(story), out)
         return 0
     if story.status == "unknown":
-        out.write(f"The journal {story.journal} never names generation {story.generation}.\n")
-        return 0
+        out.write(f"The journal {story.journal} never names generation {story.generation}: "
+                  "check the id (`journal-inspect events --kind generation.created` lists "
+                  "them) or the journal.\n")
+        return 1
     out.write(f"Generation {story.generation} ({story.status}):\n")
     for s in story.sentences:
         out.write(f"  [{s.seq}] {s.text}\n")
@@ -215,9 +225,34 @@ def cmd_fsck(args: argparse.Namespace, out: TextIO) -> int:
         for path, reason in r.skipped:
             out.write(f"repair: left {path}: {reason}\n")
     for f in result.findings:
-        out.write(f"[{f.check}] {f.path}: {f.message}\n")
-    out.write(f"{result.root}: {'clean' if result.ok else f'{len(result.findings)} problems'}\n")
+        out.write(f"[{f.check}] {f.path}: {f.message}.\n    fix: {f.fix}\n")
+    for f in result.held:
+        out.write(f"[{f.check}] {f.path}: {f.message}. {f.fix}\n")
+    held = f", {len(result.held)} held by running commands" if result.held else ""
+    verdict = "clean" if result.ok else f"{len(result.findings)} problems"
+    out.write(f"{result.root}: {verdict}{held}\n")
     return 0 if result.ok else 1
+
+
+def cmd_timeline(args: argparse.Namespace, out: TextIO) -> int:
+    where = inspect.locate(args.path, args.root)
+    since = None if args.since is None else inspect.parse_moment(args.since)
+    until = None if args.until is None else inspect.parse_moment(args.until)
+    target = None if args.output == "-" else Path(args.output)
+    result = inspect.timeline(where.journal, target, manager=args.manager, since=since,
+                              until=until, max_bars=args.max_bars,
+                              progress=_progress(args, "replaying"))
+    if target is None:
+        out.write(result.svg)
+    elif args.json:
+        _emit(inspect.as_json(result), out)
+    else:
+        ended = ", ".join(f"{n} {k}" for k, n in result.ended.items())
+        out.write(f"{result.output}: {result.generations:,} generations ({ended}) of "
+                  f"{result.managers} managers, {result.crashes} crashes, {result.recoveries} "
+                  f"recovery passes, {len(result.refused)} refused records"
+                  f"{'; bars grouped' if result.grouped else ''}\n")
+    return 0
 
 
 # -- parsing ------------------------------------------------------------------------
@@ -238,11 +273,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="never show progress, even on a terminal")
     parser = argparse.ArgumentParser(
         prog="journal-inspect",
+        epilog="Subcommands: " + ", ".join(SUBCOMMANDS) + ".",
         usage="journal-inspect [PATH] [--root DIR] [SUBCOMMAND] [options]",
         description="Replay a sessiontemp journal to explain what happened. PATH names a "
         "journal file; without it, --root DIR (default: the per-user root). Exit status: "
         "0 ok, 1 problems found, 2 bad input.",
     )
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND")
 
     def add(name: str, run: Callable[[argparse.Namespace, TextIO], int], text: str
@@ -261,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument("--since", help="from this sequence number or time (ISO 8601, or "
                         "epoch seconds with a decimal point)")
     events.add_argument("--until", help="up to this sequence number or time")
-    events.add_argument("--limit", type=int, help="at most this many events")
+    events.add_argument("--limit", type=_count, help="at most this many events (0 or more)")
     events.add_argument("--follow", action="store_true",
                         help="keep printing events as other processes append them")
     state = add("state", cmd_state, "the full derived state right after an event or moment")
@@ -272,25 +309,93 @@ def build_parser() -> argparse.ArgumentParser:
     fsck = add("fsck", cmd_fsck, "the journal against the disk of its root")
     fsck.add_argument("--repair", action="store_true",
                       help="run recovery (writes the journal, removes directories) and report")
+    timeline = add("timeline", cmd_timeline, "draw managers, generations and leases over time "
+                   "as a self-contained SVG picture")
+    timeline.add_argument("-o", "--output", required=True, metavar="FILE",
+                          help="the SVG file to write ('-' for standard output)")
+    timeline.add_argument("--manager", help="draw only this manager's lane")
+    timeline.add_argument("--since", help="from this time (ISO 8601, epoch seconds with a "
+                          "decimal point) or the time of this sequence number")
+    timeline.add_argument("--until", help="up to this time or sequence number")
+    timeline.add_argument("--max-bars", type=_count, default=2000, metavar="N",
+                          help="group the bars of each lane past N generations (default 2000)")
     return parser
 
 
+def _version() -> str:
+    try:
+        version = importlib.metadata.version("sessiontemp")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown (not installed)"
+    return f"journal-inspect (sessiontemp) {version}, JSON schema {inspect.SCHEMA}"
+
+
+def _count(text: str) -> int:
+    """A whole number, 0 or more, for argparse: its error names the value and the fix."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 0 or more; pass "
+                                         "one such as 10")
+    return value
+
+
 def _arrange(argv: list[str]) -> tuple[str | None, list[str]]:
-    """Split off the optional journal PATH and put the subcommand first (summary if none)."""
+    """Split off the optional journal PATH and put the subcommand first (summary if none).
+
+    A first word that is no subcommand, names nothing on disk and is close
+    to a subcommand is a typo, not a journal path: :class:`BadInput`.
+    """
     path = None
     if argv and not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS:
+        _check_path_word(argv[0])
         path, argv = argv[0], argv[1:]
-    if argv and argv[0] in ("-h", "--help"):
+    if argv and argv[0] in ("-h", "--help", "--version"):
         return path, argv
     for i, word in enumerate(argv):
         if word in SUBCOMMANDS:
             return path, [word, *argv[:i], *argv[i + 1:]]
+    stray = _first_word(argv)
+    if stray is not None:
+        raise BadInput(repr(stray), "is not a subcommand", _suggest(stray))
     return path, ["summary", *argv]
+
+
+def _first_word(argv: list[str]) -> str | None:
+    """The first word that is neither an option nor the value of ``--root``."""
+    words = iter(argv)
+    for word in words:
+        if word == "--root":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def _check_path_word(word: str) -> None:
+    if os.path.lexists(word):
+        return
+    if difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=0.6):
+        raise BadInput(repr(word), "is not a subcommand, nor a file", _suggest(word))
+    if "/" not in word and "." not in word:
+        raise BadInput(repr(word), "is neither a subcommand nor an existing journal file",
+                       "Check the spelling, or pass --root DIR. " + _suggest(word))
+
+
+def _suggest(word: str) -> str:
+    close = difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=0.6)
+    hint = f"Did you mean {close[0]!r}? " if close else ""
+    return f"{hint}Subcommands: {', '.join(SUBCOMMANDS)}"
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     stream = sys.stdout if out is None else out
-    path, words = _arrange(list(sys.argv[1:] if argv is None else argv))
+    try:
+        path, words = _arrange(list(sys.argv[1:] if argv is None else argv))
+    except BadInput as e:
+        return _usage_error(str(e))
     args = build_parser().parse_args(words)
     args.path = path
     try:
@@ -316,6 +421,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
 def run() -> None:
     """The console script's entry point."""
+    # Paths are bytes to the kernel: one that is not UTF-8 arrives in argv
+    # with surrogate escapes, and is written back out as the same bytes.
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="surrogateescape")
     try:
         code = main()
         sys.stdout.flush()

@@ -97,6 +97,13 @@ class Liveness:
         os.close(old)
         return True
 
+    def moved(self, managers_fd: int) -> None:
+        """Use *managers_fd* from now on: ``managers`` was made again after a removal.
+
+        The next :meth:`check` finds no file there and puts a locked one in.
+        """
+        self._dir = managers_fd
+
     def unlink(self) -> None:
         """Remove the lock file (only once the manager's end is journaled)."""
         with contextlib.suppress(FileNotFoundError):

@@ -37,10 +37,24 @@ def start_time(pid: int) -> int | None:
     # The command name (field 2) may hold spaces and parentheses: fields
     # are counted after its last ")".  The state is field 3, starttime 22.
     fields = stat[stat.rindex(b")") + 2:].split()
-    if fields[0] in (b"Z", b"X"):
+    if fields[0] in (b"Z", b"X") and not _threads_left(pid):
         # Exited, waiting only to be reaped: it uses nothing any more.
         return None
     return int(fields[19])
+
+
+def _threads_left(pid: int) -> bool:
+    """Whether threads of *pid* still run though its main thread has exited.
+
+    A main thread that ends on its own (``pthread_exit``) shows the whole
+    process as a zombie in ``/proc/PID/stat`` while its other threads work
+    on; the process is gone only when its thread list holds the main thread
+    alone.
+    """
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except (FileNotFoundError, ProcessLookupError):
+        return False
 
 
 def running(commands: Iterable[str]) -> list[int]:
@@ -56,9 +70,9 @@ def running(commands: Iterable[str]) -> list[int]:
 def users(path: str, *, exclude: int) -> list[int]:
     """Processes other than *exclude* working in *path* or pointing their temp variables at it.
 
-    Reads ``/proc/*/cwd`` and ``/proc/*/environ``: about a millisecond per
-    hundred processes, which is why it runs only when a removal is due and
-    the generation had commands recorded.
+    Reads ``/proc/*/cwd`` and ``/proc/*/environ``: tens of microseconds a
+    process (BENCHMARKS.md, "The /proc scan"), which is why it runs only
+    when a removal is due and the generation had commands recorded.
     """
     targets = {os.fsencode(path), os.fsencode(os.path.realpath(path))}
     found = []

@@ -53,6 +53,7 @@ from sessiontemp.root import (
     generation_id_of,
     generation_name,
     lock_file_name,
+    trash_name,
 )
 from sessiontemp.steps import StepHook, Steps
 
@@ -318,6 +319,10 @@ class _Pass:
         path = self.root.path / generation_name(generation.id)
         held = held_by(self.state, generation)
         if held is not None:
+            if not self.on_disk(generation.id):
+                # Removed by hand, the README's way out: nothing is kept, so
+                # nothing is reported, and the pass carries on quietly.
+                return
             self.skip(path, f"kept: event {held}, which the lifecycle rules refuse, names it "
                       "or its manager. Run `journal-inspect verify`; see the README's "
                       "'A record the rules refuse'", generation.id)
@@ -331,6 +336,16 @@ class _Pass:
             reason = f"manager {generation.manager} closed while it was held"
         self.remove_target(Target.known(generation, by=self.id, reason=reason,
                                         root=str(self.root.path)), path, reason)
+
+    def on_disk(self, generation: str) -> bool:
+        """Whether anything is left under *generation*'s name or its trash name."""
+        for name in (generation_name(generation), trash_name(generation)):
+            try:
+                os.stat(name, dir_fd=self.root.fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            return True
+        return False
 
     def remove_target(self, target: Target, path: Path, reason: str) -> None:
         """Remove through the one removal routine, and report how it went."""

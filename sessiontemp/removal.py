@@ -328,8 +328,7 @@ def remove(root_fd: int, target: Target, *, journal: Journal, steps: Steps) -> R
         holders = _holders(target)
         if holders:
             found.abandon()
-            return Result("busy", "command pid " + ", ".join(map(str, holders)) +
-                          " started on it still runs")
+            return Result("busy", holders)
     started = [] if target.start is None else [target.start]
     if found.status == "absent":
         journal([*started, RemovalFinished(gid, target.by, "absent")])
@@ -348,11 +347,16 @@ def remove(root_fd: int, target: Target, *, journal: Journal, steps: Steps) -> R
     return Result("removed")
 
 
-def _holders(target: Target) -> list[int]:
-    """Processes that keep *target* alive without its lock: recorded commands, then /proc."""
+def _holders(target: Target) -> str:
+    """Why *target* is alive without its lock (recorded commands, then /proc); "" if it is not."""
     alive = processes.running(target.commands)
     if alive:
-        return alive
+        return "command pid " + ", ".join(map(str, alive)) + " started on it still runs"
     # The commands it ran are gone: whatever they left running in the
     # background (a daemon that closed its descriptors) still names it.
-    return processes.users(target.path, exclude=os.getpid())
+    # Said apart from a recorded command: these pids are in no journal.
+    users = processes.users(target.path, exclude=os.getpid())
+    if users:
+        return ("pid " + ", ".join(map(str, users)) + " works in it or points TMPDIR, TMP "
+                "or TEMP into it")
+    return ""

@@ -136,27 +136,44 @@ class Root:
             # the name between our open and now would get the journal and
             # the lock files, which are opened by path, into their directory.
             opened.check_identity()
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(MANAGERS_DIR, 0o700, dir_fd=fd)
-            # The liveness lock files are opened by path through it: a
-            # symlink there would put them, and the recovery's unlinks of
-            # litter in it, wherever the link points.
-            managers = os.stat(MANAGERS_DIR, dir_fd=fd, follow_symlinks=False)
-            if not stat.S_ISDIR(managers.st_mode):
-                raise UnsafeRoot(root / MANAGERS_DIR, "is not a directory (" + (
-                    "a symbolic link" if stat.S_ISLNK(managers.st_mode) else "another kind"
-                ) + ")", "Remove it or pass another root")
-            check_owned_private(root / MANAGERS_DIR, managers)
-            # Held open like the root: liveness lock files are made and
-            # probed relative to it, never through a path.
-            opened.managers_fd = os.open(MANAGERS_DIR, DIR_FLAGS, dir_fd=fd)
-            if os.fstat(opened.managers_fd).st_ino != managers.st_ino:
-                raise UnsafeRoot(root / MANAGERS_DIR, "was replaced while it was opened",
-                                 "Find out who moved it; then open the root again")
+            opened.managers_fd = opened._open_managers()
         except BaseException:
             opened.close()
             raise
         return opened
+
+    def _open_managers(self) -> int:
+        """Make ``managers`` if missing, check it, and return a descriptor holding it."""
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(MANAGERS_DIR, 0o700, dir_fd=self.fd)
+        # The liveness lock files are opened by path through it: a
+        # symlink there would put them, and the recovery's unlinks of
+        # litter in it, wherever the link points.
+        path = self.path / MANAGERS_DIR
+        managers = os.stat(MANAGERS_DIR, dir_fd=self.fd, follow_symlinks=False)
+        if not stat.S_ISDIR(managers.st_mode):
+            raise UnsafeRoot(path, "is not a directory (" + (
+                "a symbolic link" if stat.S_ISLNK(managers.st_mode) else "another kind"
+            ) + ")", "Remove it or pass another root")
+        check_owned_private(path, managers)
+        # Held open like the root: liveness lock files are made and
+        # probed relative to it, never through a path.
+        fd = os.open(MANAGERS_DIR, DIR_FLAGS, dir_fd=self.fd)
+        if os.fstat(fd).st_ino != managers.st_ino:
+            os.close(fd)
+            raise UnsafeRoot(path, "was replaced while it was opened",
+                             "Find out who moved it; then open the root again")
+        return fd
+
+    def managers_removed(self) -> bool:
+        """Whether the ``managers`` directory held open was removed (``rm -r``) since."""
+        return os.fstat(self.managers_fd).st_nlink == 0
+
+    def reopen_managers(self) -> None:
+        """Make and hold ``managers`` again, after it was removed under a live manager."""
+        fd = self._open_managers()
+        old, self.managers_fd = self.managers_fd, fd
+        os.close(old)
 
     def check_identity(self) -> None:
         """Refuse a root whose path no longer names the directory held open, or gone unsafe.

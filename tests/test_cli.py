@@ -6,6 +6,7 @@ the JSON output is checked against the schema documented in the README.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -18,12 +19,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 
 from journal import Store, checkpoint, replay
+from journal.events import LeaseReleased
 from sessiontemp import Manager
 from sessiontemp.cli import SUBCOMMANDS
+from tests.test_crash import Command
 
 SCRIPT = Path(sys.executable).with_name("journal-inspect")
 CHILD = Path(__file__).with_name("crashchild.py")
@@ -120,10 +124,10 @@ def used_root(tmp_path: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
 class Child:
     """A tests/crashchild.py process: a manager in another process that the test kills."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, pass_fds: tuple[int, ...] = ()) -> None:
         self.process = subprocess.Popen(
             [sys.executable, str(CHILD), str(root)], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE, text=True, pass_fds=pass_fds,
         )
         self.hello = self.read()
 
@@ -185,7 +189,8 @@ def test_summary_counts_managers_generations_and_events(
         "unknown": 0, "sealed": 0, "owners": 1,
     }
     assert summary["generations"] == {"total": 3, "live": 1, "retired": 0,
-                                      "removal_pending": 0, "removed": 2, "leases_held": 1}
+                                      "removal_pending": 0, "removed": 2, "leases_held": 1,
+                                          "held_by_commands": 0}
     assert [m["id"] for m in summary["running_managers"]] == [ids["running"]]
     assert summary["events"] == summary["last_seq"] > 10
     assert summary["verify"]["ok"] is True
@@ -345,7 +350,10 @@ def test_a_killed_manager_shows_as_gone_until_fsck_repair_recovers_it(
     assert summary["running_managers"][0]["liveness"] == "gone"
     before = inspect_json("--root", root, "fsck", ok=1)
     assert_documented("fsck", before)
-    assert [f["check"] for f in before["findings"]] == ["unrecovered"]
+    # The dead manager, and its directory that no command holds any more.
+    assert [f["check"] for f in before["findings"]] == ["unrecovered", "removable"]
+    assert before["findings"][1]["generation"] == killed["generation"]
+    assert all("fsck --repair" in f["fix"] for f in before["findings"])
     repaired = inspect_json("--root", root, "fsck", "--repair")
     assert_documented("fsck", repaired)
     assert repaired["repair"]["dead"] == [killed["manager"]]
@@ -445,7 +453,9 @@ def test_a_corrupt_or_foreign_file_is_one_clear_line_and_exit_2(
     path = tmp_path / "journal.sqlite3"
     path.write_bytes(content)
     for command in SUBCOMMANDS:
-        extra = ["x"] if command == "explain" else []
+        extras: dict[str, list[str | Path]] = {"explain": ["x"],
+                                               "timeline": ["-o", tmp_path / "t.svg"]}
+        extra = extras.get(command, [])
         where = ["--root", tmp_path] if command == "fsck" else [path]
         result = inspect(*where, command, *extra, ok=2)
         assert len(result.stderr.strip().splitlines()) == 1
@@ -567,3 +577,287 @@ def test_inspecting_a_journal_while_a_manager_appends_sees_a_consistent_journal(
         assert child.read()["rounds"] > 0
     finally:
         child.kill()
+
+
+# -- answers that lead somewhere ---------------------------------------------------------
+
+
+@pytest.fixture
+def outlived_root(tmp_path: Path) -> Iterator[tuple[Path, dict[str, Any], Command, int]]:
+    """A root whose manager was killed while a command it started still holds its directory.
+
+    Recovery has run (the manager is declared dead, the directory kept); the
+    command runs until the test closes the pipe it reads (the last value).
+    """
+    root = tmp_path / "root"
+    r, w = os.pipe()
+    child = Child(root, pass_fds=(r,))
+    try:
+        child.ask("retain")
+        lease = child.ask("acquire")
+        command = Command(child.ask("popen", lease["lease"], str(r))["pid"])
+    finally:
+        os.close(r)
+    child.kill()
+    Manager(root).close()  # its recovery declares the killed manager dead
+    try:
+        yield root, {"manager": child.hello["manager"], **lease}, command, w
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(w)
+        command.end()
+
+
+def test_a_directory_a_running_command_holds_after_its_manager_died_is_counted_and_listed(
+    outlived_root: tuple[Path, dict[str, Any], Command, int],
+) -> None:
+    root, ids, command, _ = outlived_root
+    summary = inspect_json("--root", root)
+    # The journal dropped the lease with the manager; the kernel lock says it is held.
+    assert summary["generations"]["leases_held"] == 0
+    assert summary["generations"]["held_by_commands"] == 1
+    assert summary["held"] == [ids["generation"]]
+    assert "1 directories of ended managers still held by running commands" in inspect(
+        "--root", root).stdout
+    report = inspect_json("--root", root, "fsck")
+    assert report["ok"] is True
+    assert report["findings"] == []
+    assert [(f["check"], f["generation"]) for f in report["held"]] == [
+        ("held", ids["generation"])]
+    # The command's pid, journaled when the lease started it.
+    assert report["held"][0]["message"].endswith(
+        f"died, and a command started on one of its leases (pid {command.pid}) still runs")
+    assert command.running()
+
+
+def test_fsck_says_what_recovery_would_still_remove_once_the_command_exits(
+    outlived_root: tuple[Path, dict[str, Any], Command, int],
+) -> None:
+    root, ids, command, w = outlived_root
+    os.close(w)
+    command.wait_exited()
+    report = inspect_json("--root", root, "fsck", ok=1)
+    assert_documented("fsck", report)
+    assert [(f["check"], f["generation"]) for f in report["findings"]] == [
+        ("removable", ids["generation"])]
+    finding = report["findings"][0]
+    assert f"its manager {ids['manager']}" in finding["message"]
+    assert "the next recovery removes it" in finding["message"]
+    assert finding["fix"] == f"Run `journal-inspect --root {root} fsck --repair` to do it now"
+    text = inspect("--root", root, "fsck", ok=1).stdout
+    assert "fix: Run `journal-inspect" in text
+    repaired = inspect_json("--root", root, "fsck", "--repair")
+    assert [r["generation"] for r in repaired["repair"]["removed"]] == [ids["generation"]]
+    assert repaired["ok"] is True
+    assert repaired["held"] == []
+
+
+def test_the_unrecovered_finding_is_a_whole_sentence_with_its_fix(
+    killed_root: tuple[Path, dict[str, Any]],
+) -> None:
+    root, _ = killed_root
+    finding = inspect_json("--root", root, "fsck", ok=1)["findings"][0]
+    assert finding["check"] == "unrecovered"
+    assert finding["message"].endswith("recovery would declare it dead and remove its "
+                                       "directories that no command holds")
+    assert "fsck --repair" in finding["fix"]
+    assert not finding["message"].endswith("would")
+
+
+@pytest.mark.parametrize("words", [["sumary"], ["--root", "{root}", "sumary"],
+                                   ["{journal}", "evnts"]])
+def test_a_mistyped_subcommand_is_answered_with_did_you_mean(
+    used_root: tuple[Path, dict[str, Any]], words: list[str],
+) -> None:
+    root, _ = used_root
+    args = [w.format(root=root, journal=root / "journal.sqlite3") for w in words]
+    err = inspect(*args, ok=2).stderr
+    assert "Did you mean" in err
+    assert "'summary'" in err or "'events'" in err
+    assert "does not exist" not in err
+
+
+def test_a_word_that_is_neither_a_subcommand_nor_a_file_is_not_read_as_a_journal() -> None:
+    err = inspect("frobnicate", ok=2).stderr
+    assert "'frobnicate': is neither a subcommand" in err
+    assert "summary, events" in err
+
+
+def test_a_root_that_is_a_file_is_bad_input_naming_it_and_the_fix(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    err = inspect("--root", afile, ok=2).stderr
+    assert f"{afile}: is not a directory" in err
+    assert "--root DIR" in err
+    assert "Not a directory" not in err
+    err = inspect("--root", tmp_path / "nowhere", ok=2).stderr
+    assert f"{tmp_path / 'nowhere'}: does not exist" in err
+
+
+def test_a_root_given_as_the_journal_path_suggests_root(
+    used_root: tuple[Path, dict[str, Any]],
+) -> None:
+    root, _ = used_root
+    err = inspect(root, ok=2).stderr
+    assert f"Pass it as --root {root}" in err
+    assert "Move it aside" not in err
+
+
+def test_explain_of_a_path_that_is_no_generation_is_bad_input(
+    used_root: tuple[Path, dict[str, Any]],
+) -> None:
+    root, _ = used_root
+    err = inspect("--root", root, "explain", "/etc", ok=2).stderr
+    assert "/etc: is not a sessiontemp generation" in err
+    assert "journal-inspect events" in err
+
+
+def test_explain_of_an_id_the_journal_never_names_exits_1(
+    used_root: tuple[Path, dict[str, Any]],
+) -> None:
+    root, _ = used_root
+    assert "never names generation nosuchid" in inspect("--root", root, "explain", "nosuchid",
+                                                        ok=1).stdout
+
+
+@pytest.mark.parametrize(("words", "said"), [
+    (["--limit", "-1"], "'-1' is not a whole number of 0 or more"),
+    (["--limit", "many"], "'many' is not a whole number of 0 or more"),
+    (["--kind", "manager.ded"], "Did you mean 'manager.dead'?"),
+    (["--since", "yesterday"], "neither a sequence number nor a time"),
+])
+def test_a_bad_events_argument_is_exit_2_saying_why_and_what_to_pass(
+    used_root: tuple[Path, dict[str, Any]], words: list[str], said: str,
+) -> None:
+    root, _ = used_root
+    result = inspect("--root", root, "events", *words, ok=2)
+    assert said in result.stderr
+    assert result.stdout == ""
+
+
+def test_an_events_limit_of_0_lists_nothing(used_root: tuple[Path, dict[str, Any]]) -> None:
+    root, _ = used_root
+    assert inspect("--root", root, "events", "--limit", "0", "--json").stdout == ""
+
+
+def test_version_names_the_package_version_and_the_json_schema() -> None:
+    from sessiontemp.inspect import SCHEMA
+
+    out = inspect("--version").stdout
+    assert out.startswith("journal-inspect (sessiontemp) 0.")
+    assert f"JSON schema {SCHEMA}" in out
+
+
+def test_every_json_document_carries_the_schema_version(
+    used_root: tuple[Path, dict[str, Any]], tmp_path: Path,
+) -> None:
+    from sessiontemp.inspect import SCHEMA
+
+    root, ids = used_root
+    documents = {
+        "summary": inspect_json("--root", root),
+        "state": inspect_json("--root", root, "state"),
+        "explain": inspect_json("--root", root, "explain", ids["held_path"]),
+        "verify": inspect_json("--root", root, "verify"),
+        "fsck": inspect_json("--root", root, "fsck"),
+        "timeline": inspect_json("--root", root, "timeline", "-o", tmp_path / "t.svg"),
+    }
+    lines = inspect("--root", root, "events", "--json").stdout.splitlines()
+    documents |= {f"event {i}": json.loads(line) for i, line in enumerate(lines)}
+    for name, document in documents.items():
+        assert document["schema"] == SCHEMA, name
+        assert_documented(name.split()[0], document)
+
+
+def test_a_root_and_a_journal_whose_paths_are_not_utf8_are_read_and_printed_as_they_are(
+    tmp_path: Path,
+) -> None:
+    odd = os.fsdecode(b"r\xffoot-\xe9")
+    root = tmp_path / odd
+    with Manager(root) as manager:
+        manager.retain()
+        manager.acquire().release()
+    raw = os.fsencode(root)
+    for args in ([b"--root", raw], [raw + b"/journal.sqlite3", b"verify"],
+                 [b"--root", raw, b"fsck"]):
+        result = subprocess.run([os.fsencode(SCRIPT), *args], capture_output=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert raw in result.stdout
+    document = json.loads(subprocess.run(
+        [os.fsencode(SCRIPT), b"--root", raw, b"--json"], capture_output=True, timeout=120,
+        check=True).stdout)
+    assert os.fsencode(document["root"]) == raw
+    svg = tmp_path / "t.svg"
+    inspect("--root", root, "timeline", "-o", svg)
+    ElementTree.parse(svg)  # noqa: S314 (our own output) still well-formed XML
+
+
+# -- what the fault-tolerant core records, told -----------------------------------------
+
+
+def test_explain_names_a_leases_label_and_the_commands_it_started(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    with Manager(root) as manager:
+        manager.retain()
+        lease = manager.acquire(label="make test")
+        # It waits for its input, so it still runs when its start is journaled.
+        command = lease.popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        command.communicate()
+        lease.release()
+        texts = [s["text"] for s in inspect_json("--root", root, "explain", lease.path)["story"]]
+    assert f"Lease {lease.id} (make test) was taken at" in " ".join(texts)
+    assert any(t.startswith(f"Command pid {command.pid} was started under lease {lease.id}")
+               for t in texts)
+    title = (tmp_path / "t.svg")
+    inspect("--root", root, "timeline", "-o", title)
+    assert f"lease {lease.id} (make test): taken at event" in title.read_text()
+    assert f"command pid {command.pid} started at event" in title.read_text()
+
+
+@pytest.fixture
+def refused_root(tmp_path: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """A root whose journal holds a record the rules refuse, naming a live generation."""
+    root = tmp_path / "root"
+    manager = Manager(root)
+    manager.retain()
+    lease = manager.acquire()
+    manager.rotate()
+    store = Store(root / "journal.sqlite3")
+    try:
+        # Written behind the manager's back: a release of a lease never granted.
+        (record,) = store.append([LeaseReleased(manager.id, lease.generation, "0" * 16)],
+                                 time=time.time())
+    finally:
+        store.close()
+    yield root, {"seq": record.seq, "generation": lease.generation, "path": lease.path}
+    lease.release()
+    manager.close()
+
+
+def test_a_record_the_rules_refuse_is_a_finding_and_what_it_names_is_kept(
+    refused_root: tuple[Path, dict[str, Any]],
+) -> None:
+    root, ids = refused_root
+    report = inspect_json("--root", root, "fsck", ok=1)
+    assert_documented("fsck", report)
+    checks = {f["check"]: f for f in report["findings"]}
+    assert checks["refused"]["message"].startswith(f"event {ids['seq']} releases lease")
+    assert "journal-inspect" in checks["refused"]["fix"]
+    assert checks["kept"]["generation"] == ids["generation"]
+    assert f"event {ids['seq']}, which the lifecycle rules refuse" in checks["kept"]["message"]
+    assert "rm -r" in checks["kept"]["fix"]
+
+
+def test_state_explain_and_timeline_read_past_a_refused_record(
+    refused_root: tuple[Path, dict[str, Any]], tmp_path: Path,
+) -> None:
+    root, ids = refused_root
+    state = inspect_json("--root", root, "state")
+    assert_documented("state", state)
+    assert state["refused"] == [ids["seq"]]
+    assert state["held"][ids["generation"]] == ids["seq"]
+    story = inspect_json("--root", root, "explain", ids["path"])
+    assert story["story"][-1]["text"].startswith(f"It is kept: event {ids['seq']}")
+    drawn = inspect_json("--root", root, "timeline", "-o", tmp_path / "t.svg")
+    assert drawn["refused"] == [ids["seq"]]
+    assert drawn["ended"]["refused"] == 1

@@ -38,7 +38,7 @@ def replayed(path: Path) -> State:
         store.close()
 
 
-def counts_by_full_replay(state: State) -> tuple[dict[str, int], dict[str, int]]:
+def counts_by_full_replay(state: State) -> tuple[dict[str, int], dict[str, int | None]]:
     """What summary reports, computed the slow and obvious way."""
     managers = state.managers.values()
     running = [m for m in managers if m.ended is None]
@@ -58,6 +58,8 @@ def counts_by_full_replay(state: State) -> tuple[dict[str, int], dict[str, int]]
         "removal_pending": sum(g.removal == "started" for g in generations),
         "removed": sum(g.removal == "finished" for g in generations),
         "leases_held": sum(len(g.leases) for g in generations if g.removal is None),
+        # Without a root the directories' locks cannot be probed.
+        "held_by_commands": None,
     }
 
 

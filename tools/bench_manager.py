@@ -1,25 +1,37 @@
-"""Benchmark the manager's operations on a real root; prints a Markdown table.
+"""Benchmark the manager's operations on a real root; prints Markdown tables.
 
-    python tools/bench_manager.py [--rounds N] [--root DIR]
+    python tools/bench_manager.py [--rounds N] [--root DIR] [--extra-processes N]
 
 Each figure is the median over N rounds, measured in one run so that ratios
 between rows are meaningful on a shared, noisy machine.  The root defaults
 to a fresh directory under the system temporary directory (the disk matters:
 every journal append is an fdatasync).
+
+Two overheads of fault tolerance are measured beside them: the hand-off of
+a main-thread operation to the worker thread (``sessiontemp/shield.py``),
+as a warm acquire + release from the main thread against the same from
+another thread (where it runs inline), alternating round by round; and the
+``/proc`` scan (``processes.users``) a removal runs for a generation whose
+recorded commands have all exited, with the machine's process count and
+with *--extra-processes* more sleeping processes started for the purpose.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import queue
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sessiontemp import Manager
+from sessiontemp import Manager, processes
+from sessiontemp.shield import shielded
 
 
 def median_us(rounds: int, operation: Callable[[], object]) -> float:
@@ -87,19 +99,77 @@ def _count(root: Path) -> int:
         store.close()
 
 
+def handoff(root: Path, rounds: int) -> list[tuple[str, float]]:
+    """Warm acquire + release from the main thread (handed to the worker) and from another."""
+    manager = Manager(root / "handoff")
+    manager.retain()
+    manager.acquire().release()
+    jobs: queue.Queue[bool] = queue.Queue()
+    took: queue.Queue[float] = queue.Queue()
+
+    def other_thread() -> None:
+        while jobs.get():
+            took.put(median_us(1, lambda: manager.acquire().release()))
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    main_thread, inline = [], []
+    try:
+        for _ in range(rounds):
+            main_thread.append(median_us(1, lambda: manager.acquire().release()))
+            jobs.put(True)
+            inline.append(took.get())
+    finally:
+        jobs.put(False)
+        thread.join()
+        manager.release()
+        manager.close()
+    bare = [median_us(1, lambda: shielded(lambda: None)) for _ in range(rounds)]
+    return [("acquire + release from the main thread (run in the worker thread)",
+             statistics.median(main_thread)),
+            ("acquire + release from another thread (run inline)", statistics.median(inline)),
+            ("the hand-off alone: `shielded(no-op)` from the main thread",
+             statistics.median(bare))]
+
+
+def scan(rounds: int, extra: int) -> list[tuple[str, float]]:
+    """One ``processes.users`` scan of /proc, with the machine's processes and *extra* more."""
+    rows = []
+    path = tempfile.mkdtemp()
+    sleepers: list[subprocess.Popen[bytes]] = []
+    try:
+        for added in (0, extra):
+            while len(sleepers) < added:
+                sleepers.append(subprocess.Popen(["sleep", "600"]))
+            count = sum(1 for name in os.listdir("/proc") if name.isdigit())
+            rows.append((f"/proc scan (processes.users) with {count} processes",
+                         median_us(rounds, lambda: processes.users(path, exclude=os.getpid()))))
+    finally:
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
+        os.rmdir(path)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=500)
     parser.add_argument("--root", type=Path)
+    parser.add_argument("--extra-processes", type=int, default=500)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.root) as scratch:
         rows = run(Path(scratch), args.rounds)
-    print(f"Command: python tools/bench_manager.py --rounds {args.rounds}  "
-          f"(Python {sys.version.split()[0]})\n")
-    print("| operation | median |")
-    print("| --- | --- |")
-    for name, micros in rows:
-        print(f"| {name} | {micros / 1000:.2f} ms |")
+        overheads = handoff(Path(scratch), args.rounds)
+    overheads += scan(max(args.rounds // 10, 20), args.extra_processes)
+    print(f"Command: python tools/bench_manager.py --rounds {args.rounds} "
+          f"--extra-processes {args.extra_processes}  (Python {sys.version.split()[0]})\n")
+    for table in (rows, overheads):
+        print("| operation | median |")
+        print("| --- | --- |")
+        for name, micros in table:
+            print(f"| {name} | {micros / 1000:.3f} ms |")
+        print()
 
 
 if __name__ == "__main__":

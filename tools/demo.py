@@ -2,7 +2,7 @@
 
 Run from a checkout after ``pip install .``::
 
-    python tools/demo.py [--root DIR]
+    python tools/demo.py [--root DIR] [--timeline FILE]
 
 Without --root it works in a fresh temporary directory and removes it at the
 end.  Every step prints what happened and what is on disk.
@@ -24,7 +24,7 @@ from pathlib import Path
 import attrs
 
 from journal import Store
-from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Manager, recover
+from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Manager, inspect, recover
 
 # The crashing session: a second process with its own manager, which starts
 # a long command, reports what it holds, and waits to be killed.
@@ -34,12 +34,15 @@ _CRASHING_SESSION = textwrap.dedent(
     from sessiontemp import Manager
     m = Manager(sys.argv[1])
     m.retain()
-    lease = m.acquire()
+    lease = m.acquire(label="long job")
     child = lease.popen(["sh", "-c", "echo partial > $TMPDIR/work; exec sleep 300"])
     print(json.dumps({"dir": str(lease.path), "child": child.pid}), flush=True)
     sys.stdin.read()
     """
 )
+
+
+_IDS = frozenset({"manager", "generation", "lease", "recovery", "by"})
 
 
 def on_disk(root: Path) -> list[str]:
@@ -52,13 +55,13 @@ def say(text: str) -> None:
     print(f"\n== {text}")
 
 
-def run(root: Path) -> None:
+def run(root: Path, timeline: Path | None = None) -> None:
     say(f"open a session on {root}")
     session = Manager(root)
     session.retain()
 
     say("two commands share the session's private directory")
-    with session.acquire() as lease:
+    with session.acquire(label="two commands") as lease:
         lease.popen(["sh", "-c", 'echo "notes from command 1" > "$TMPDIR/notes"']).wait()
         out = lease.popen(["sh", "-c", 'echo "TMPDIR=$TMPDIR"; cat "$TMPDIR/notes"'],
                           stdout=subprocess.PIPE, text=True).communicate()[0]
@@ -67,7 +70,7 @@ def run(root: Path) -> None:
 
         say("rotate: the running command keeps the old directory, new ones get a fresh one")
         session.rotate()
-        with session.acquire() as fresh:
+        with session.acquire(label="after rotate") as fresh:
             seen = fresh.popen(["sh", "-c", 'ls -A "$TMPDIR" | wc -l'],
                                stdout=subprocess.PIPE, text=True).communicate()[0].strip()
             print(f"new command sees {seen} files in {fresh.path.name}")
@@ -108,14 +111,20 @@ def run(root: Path) -> None:
     store = Store(root / "journal.sqlite3", readonly=True)
     try:
         for record in store.records():
+            # Ids are cut to 8 characters (they are unique well before
+            # that); reasons and outcomes are printed whole.
             fields = ", ".join(
-                f"{k}={str(v)[:8]}" for k, v in attrs.asdict(record.event).items()
+                f"{k}={str(v)[:8] if k in _IDS else v}"
+                for k, v in attrs.asdict(record.event).items() if v != ""
             )
             print(f"{record.seq:3d} {record.event.kind:<20} {fields}")
         problems = store.verify()
     finally:
         store.close()
     print("journal verifies" if not problems else f"journal problems: {problems}")
+    if timeline is not None:
+        drawn = inspect.timeline(root / "journal.sqlite3", timeline)
+        print(f"timeline of {drawn.generations} generations written to {timeline}")
 
 
 def _wait_gone(pid: int) -> None:
@@ -132,12 +141,14 @@ def _wait_gone(pid: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, help="root directory (default: a fresh temp dir)")
+    parser.add_argument("--timeline", type=Path, metavar="FILE",
+                        help="also draw the session's timeline (journal-inspect timeline) here")
     args = parser.parse_args()
     if args.root is not None:
-        run(args.root)
+        run(args.root, args.timeline)
         return
     with tempfile.TemporaryDirectory(prefix="sessiontemp-demo-") as scratch:
-        run(Path(scratch) / "root")
+        run(Path(scratch) / "root", args.timeline)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,77 @@
+"""Read a journal and say what happened: the library behind ``journal-inspect``.
+
+Every function here opens the journal read-only (falling back to immutable
+reading for a copy on a read-only medium), never writes to it (except
+``fsck(repair=True)``, which runs a recovery pass), never takes a lock that
+a manager waits for, and returns plain data: :mod:`sessiontemp.cli` only
+formats it.  :func:`as_json` gives the one stable JSON form of each result,
+documented in the README ("journal-inspect") and versioned by its
+``"schema"`` field.
+
+One module per question, each reading the journal only through named
+:class:`journal.store.Store` methods: :mod:`.read` (locating, opening,
+replaying, probing locks), :mod:`.summary`, :mod:`.events`, :mod:`.state`,
+:mod:`.story` (``explain``), :mod:`.verify`, :mod:`.fsck`, :mod:`.timeline`
+and :mod:`.json`.
+
+A journal is named either by its file (*journal*) or by its root (*root*);
+with a bare file, liveness of managers and the disk are unknown.
+"""
+
+from sessiontemp.inspect.events import EventFilter, EventRow, check_kind, events
+from sessiontemp.inspect.fsck import Finding, FsckReport, RepairReport, fsck
+from sessiontemp.inspect.json import SCHEMA, as_json, state_json
+from sessiontemp.inspect.read import (
+    Hold,
+    Liveness,
+    Location,
+    Problem,
+    Progress,
+    generation_of,
+    locate,
+    parse_moment,
+    probe_generation,
+    probe_liveness,
+)
+from sessiontemp.inspect.state import StateAt, state_at
+from sessiontemp.inspect.story import Sentence, Story, explain
+from sessiontemp.inspect.summary import ManagerInfo, Summary, summary
+from sessiontemp.inspect.timeline import COLOURS, Timeline, timeline
+from sessiontemp.inspect.verify import Verification, verify
+
+__all__ = [
+    "COLOURS",
+    "SCHEMA",
+    "EventFilter",
+    "EventRow",
+    "Finding",
+    "FsckReport",
+    "Hold",
+    "Liveness",
+    "Location",
+    "ManagerInfo",
+    "Problem",
+    "Progress",
+    "RepairReport",
+    "Sentence",
+    "StateAt",
+    "Story",
+    "Summary",
+    "Timeline",
+    "Verification",
+    "as_json",
+    "check_kind",
+    "events",
+    "explain",
+    "fsck",
+    "generation_of",
+    "locate",
+    "parse_moment",
+    "probe_generation",
+    "probe_liveness",
+    "state_at",
+    "state_json",
+    "summary",
+    "timeline",
+    "verify",
+]

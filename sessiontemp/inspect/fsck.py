@@ -1,0 +1,222 @@
+"""``fsck``: the journal of a root against the root's entries on disk.
+
+Each disagreement is a :class:`Finding` naming the path, what is wrong and
+the fix.  Directories a recovery pass would still remove are findings; those
+a running command still holds after its manager ended are listed apart, as
+they are nobody's fault and go by themselves.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import attrs
+
+from journal import checkpoint
+from journal.errors import BadInput
+from journal.reducer import GenerationState, ManagerState, State, held_by
+from sessiontemp.inspect.read import (
+    ROOT_FILES,
+    Problem,
+    Progress,
+    opened,
+    probe_generation,
+    probe_liveness,
+    replay,
+)
+from sessiontemp.processes import running
+from sessiontemp.root import (
+    GENERATION_PREFIX,
+    JOURNAL_NAME,
+    MANAGERS_DIR,
+    TRASH_PREFIX,
+    generation_id_of,
+)
+
+__all__ = ["Finding", "FsckReport", "RepairReport", "fsck"]
+
+
+@attrs.frozen
+class Finding:
+    """One disagreement between the journal and the root, and what to do about it.
+
+    ``check``: "missing" (the journal keeps it, the disk does not have it),
+    "not-removed" (journaled as removed, still on disk), "removable" (a
+    directory recovery would remove: its manager ended or is gone, or its
+    removal was interrupted, and no command holds it), "held" (its manager
+    ended but a running command still holds it: not a problem), "trash" (a
+    trash entry not yet emptied), "stray" (generation prefix, unknown to the
+    journal), "unknown" (any other entry in the root), "unrecovered" (a
+    manager not ended in the journal whose liveness lock is free),
+    "refused" (a record the lifecycle rules refuse), "kept" (a directory such
+    a record names, which no recovery removes until a person decides).
+    """
+
+    check: str
+    path: Path
+    generation: str | None
+    message: str
+    fix: str = ""
+
+
+@attrs.frozen
+class RepairReport:
+    """What the recovery run by ``fsck --repair`` did."""
+
+    removed: tuple[tuple[Path, str, str], ...]
+    skipped: tuple[tuple[Path, str], ...]
+    dead: tuple[str, ...]
+    ran: bool
+
+
+@attrs.frozen
+class FsckReport:
+    """The findings for a root (after the repair, with *repair*), and what a repair did.
+
+    ``held`` lists directories a running command keeps after its manager
+    ended: they are not problems and do not make the report fail.
+    ``before`` holds the findings from before the repair.
+    """
+
+    root: Path
+    findings: tuple[Finding, ...]
+    repair: RepairReport | None = None
+    before: tuple[Finding, ...] = ()
+    held: tuple[Finding, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing disagrees (directories held by commands are fine)."""
+        return not self.findings
+
+
+def fsck(root: os.PathLike[str] | str, *, repair: bool = False,
+         progress: Progress | None = None) -> FsckReport:
+    """Compare the journal of *root* with the root's entries; with *repair*, recover first
+    (which writes to the journal and removes directories) and check again."""
+    base = Path(root)
+    if not base.is_dir():
+        raise BadInput(base, "does not exist" if not os.path.lexists(base) else
+                       "is not a directory",
+                       f"Pass the root that holds {JOURNAL_NAME} as --root DIR")
+    if not repair:
+        findings, held = _fsck(base, progress)
+        return FsckReport(base, findings, held=held)
+    from sessiontemp.recovery import recover
+
+    before, _ = _fsck(base, progress)
+    report = recover(base, busy_timeout=10.0)
+    done = RepairReport(
+        removed=tuple((r.path, r.generation, r.reason) for r in report.removed),
+        skipped=tuple((s.path, s.reason) for s in report.skipped),
+        dead=report.dead, ran=report.ran,
+    )
+    findings, held = _fsck(base, progress)
+    return FsckReport(base, findings, done, before, held)
+
+
+def _fsck(base: Path, progress: Progress | None) -> tuple[tuple[Finding, ...],
+                                                           tuple[Finding, ...]]:
+    # Listed first, read second: a generation is journaled before its mkdir,
+    # so every directory listed is known to the state read afterwards.
+    names = sorted(os.listdir(base))
+    journal = base / JOURNAL_NAME
+    refused: list[Problem] = []
+    with opened(journal, snapshot=True) as store:
+        # Tolerant, as recovery is: a refused record is a finding, not the end.
+        state = replay(store, progress=progress, lenient=refused,
+                       start=checkpoint.restore(store).state)
+    repair = f"Run `journal-inspect --root {base} fsck --repair` to do it now"
+    findings: list[Finding] = [
+        Finding("refused", journal, None, (
+            f"{p.message}: the lifecycle rules refuse it, so managers and recovery keep "
+            "every manager and generation it names"),
+            f"Run `journal-inspect {journal} verify` to list every such record; see the "
+            "README, \"A record the rules refuse\"")
+        for p in refused if p.check in ("rules", "schema")]
+    present = set(names)
+    for name in names:
+        path = base / name
+        if name in ROOT_FILES:
+            continue
+        gid = generation_id_of(name)
+        if gid is None:
+            findings.append(Finding("unknown", path, None, "not made by sessiontemp",
+                                    "Move it out of the root: sessiontemp never touches it"))
+            continue
+        known = state.generations.get(gid)
+        if known is not None and known.removal == "finished":
+            if os.path.lexists(path):  # not removed while we read the journal
+                findings.append(Finding("not-removed", path, gid, (
+                    f"the journal says its removal ended ({known.removal_outcome}) at event "
+                    f"{known.removal_seq}"), "Check that nothing uses it, then remove it by "
+                    "hand: sessiontemp will not touch it again"))
+            continue
+        if name.startswith(TRASH_PREFIX):
+            findings.append(Finding("trash", path, gid, "a trash entry not yet emptied: the "
+                                    "next recovery empties it", repair))
+        elif known is None:
+            findings.append(Finding("stray", path, gid, (
+                "unknown to the journal (left by a lost or moved journal): a recovery removes "
+                "it once no command holds it and it is older than a day (stale_after)"),
+                "Remove it by hand if you know nothing uses it, or wait"))
+    for g in sorted(state.generations.values(), key=lambda g: g.created_seq):
+        if g.removal is None and g.ready and GENERATION_PREFIX + g.id not in present:
+            findings.append(Finding("missing", base / (GENERATION_PREFIX + g.id), g.id, (
+                f"the journal keeps it (made at event {g.created_seq}, manager {g.manager}) "
+                "but it is not on disk"), "Nothing is lost with it; once its manager ends, "
+                "a recovery journals it as gone"))
+    gone = {m.id for m in state.managers.values()
+            if m.ended is None and probe_liveness(base, m.id) == "gone"}
+    for m in sorted(state.managers.values(), key=lambda m: m.opened_seq):
+        if m.id in gone:
+            findings.append(Finding("unrecovered", base / MANAGERS_DIR / f"{m.id}.lock", None, (
+                f"manager {m.id} (pid {m.pid}) is gone but not yet declared dead; recovery "
+                "would declare it dead and remove its directories that no command holds"),
+                repair))
+    held: list[Finding] = []
+    for g in sorted(state.generations.values(), key=lambda g: g.created_seq):
+        if GENERATION_PREFIX + g.id not in present or g.removal == "finished":
+            continue
+        path = base / (GENERATION_PREFIX + g.id)
+        kept = held_by(state, g)
+        if kept is not None:
+            findings.append(Finding("kept", path, g.id, (
+                f"event {kept}, which the lifecycle rules refuse, names it or its manager, "
+                "so no recovery removes it"),
+                f"Look at it (`journal-inspect --root {base} explain {g.id}`), keep what you "
+                f"need, then remove it by hand: rm -r {path}"))
+            continue
+        why = _left_because(g, state, gone)
+        if why is None:
+            continue
+        commands = running(g.commands)
+        if commands:
+            held.append(Finding("held", path, g.id, (
+                f"{why}, and a command started on one of its leases (pid "
+                f"{', '.join(map(str, commands))}) still runs"),
+                "Nothing to do: the first recovery after the command exits removes it"))
+        elif probe_generation(base, g.id) == "held":
+            held.append(Finding("held", path, g.id, (
+                f"{why}, and a running command still holds it"),
+                "Nothing to do: the first recovery after the command exits removes it"))
+        else:
+            findings.append(Finding("removable", path, g.id, (
+                f"{why}, and no command holds it: the next recovery removes it"), repair))
+    return tuple(findings), tuple(held)
+
+
+def _left_because(g: GenerationState, state: State, gone: set[str]) -> str | None:
+    """Why recovery (and nobody else) would remove *g*, or None while its manager may."""
+    if g.removal == "started":
+        return f"its removal was started at event {g.removal_seq} and not finished"
+    manager: ManagerState | None = state.managers.get(g.manager or "")
+    if manager is None:
+        return None
+    if manager.ended is not None:
+        how = "died" if manager.ended == "dead" else "was closed"
+        return f"its manager {manager.id} (pid {manager.pid}) {how}"
+    if manager.id in gone:
+        return f"its manager {manager.id} (pid {manager.pid}) is gone"
+    return None

@@ -1,0 +1,111 @@
+"""The one stable JSON form of every inspector result, documented in the README.
+
+Every document carries ``"schema"``: the version of this form.  It grows by
+one whenever a field changes meaning or goes away; new fields may appear
+without a new version.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+
+from journal.reducer import State
+from sessiontemp.inspect.events import EventRow
+from sessiontemp.inspect.fsck import Finding, FsckReport
+from sessiontemp.inspect.state import StateAt
+from sessiontemp.inspect.story import Story
+from sessiontemp.inspect.summary import Summary
+from sessiontemp.inspect.timeline import Timeline
+from sessiontemp.inspect.verify import Verification
+
+__all__ = ["SCHEMA", "as_json", "state_json"]
+
+SCHEMA: Final = 1
+
+
+def _ser(_inst: Any, _field: Any, value: Any) -> Any:
+    if isinstance(value, frozenset):
+        return sorted(value)
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def _asdict(obj: Any) -> dict[str, Any]:
+    return attrs.asdict(obj, value_serializer=_ser)
+
+
+def state_json(state: State) -> dict[str, Any]:
+    """The managers and generations of *state* as JSON objects keyed by id."""
+    return {
+        "managers": {k: _asdict(v) for k, v in sorted(state.managers.items())},
+        "generations": {k: _asdict(v) for k, v in sorted(state.generations.items())},
+    }
+
+
+def as_json(result: object) -> dict[str, Any]:
+    """The documented JSON form of any result of :mod:`sessiontemp.inspect`."""
+    return {"schema": SCHEMA, **_body(result)}
+
+
+def _findings(findings: tuple[Finding, ...]) -> list[dict[str, Any]]:
+    return [_asdict(f) for f in findings]
+
+
+def _body(result: object) -> dict[str, Any]:
+    if isinstance(result, Summary):
+        return {
+            "journal": str(result.journal), "root": _str(result.root),
+            "immutable": result.immutable, "size_bytes": result.size_bytes,
+            "events": result.events, "first_seq": result.first_seq,
+            "last_seq": result.last_seq, "first_time": result.first_time,
+            "last_time": result.last_time, "managers": dict(result.managers),
+            "running_managers": [_asdict(m) for m in result.running],
+            "generations": dict(result.generations), "held": list(result.held),
+            "verify": as_json(result.verify), "checkpoint": result.checkpoint,
+        }
+    if isinstance(result, Verification):
+        return {"journal": str(result.journal), "mode": result.mode, "events": result.events,
+                "ok": result.ok, "problems": [_asdict(p) for p in result.problems]}
+    if isinstance(result, EventRow):
+        return {"seq": result.seq, "time": result.time, "kind": result.kind,
+                "fields": dict(result.fields)}
+    if isinstance(result, StateAt):
+        return {"journal": str(result.journal), "seq": result.seq, "time": result.time,
+                **state_json(result.state), "held": dict(result.state.held),
+                "refused": list(result.refused)}
+    if isinstance(result, Story):
+        return {"journal": str(result.journal), "generation": result.generation,
+                "path": _str(result.path), "status": result.status, "manager": result.manager,
+                "leases": list(result.leases),
+                "story": [_asdict(s) for s in result.sentences]}
+    if isinstance(result, FsckReport):
+        return {
+            "root": str(result.root), "ok": result.ok,
+            "findings": _findings(result.findings), "held": _findings(result.held),
+            "before": _findings(result.before),
+            "repair": None if result.repair is None else {
+                "ran": result.repair.ran,
+                "removed": [{"path": str(p), "generation": g, "reason": r}
+                            for p, g, r in result.repair.removed],
+                "skipped": [{"path": str(p), "reason": r} for p, r in result.repair.skipped],
+                "dead": list(result.repair.dead),
+            },
+        }
+    if isinstance(result, Timeline):
+        return {
+            "journal": str(result.journal), "output": _str(result.output),
+            "events": result.events, "managers": result.managers,
+            "generations": result.generations, "drawn": result.drawn,
+            "grouped": result.grouped, "ended": dict(result.ended),
+            "crashes": result.crashes, "recoveries": result.recoveries,
+            "refused": list(result.refused),
+        }
+    raise TypeError(f"no JSON form for {type(result).__name__}")
+
+
+def _str(path: Path | None) -> str | None:
+    return None if path is None else str(path)

@@ -1,0 +1,278 @@
+"""Locating a journal, opening it read-only, replaying it, and probing the kernel's locks.
+
+What every part of the inspector shares.  Nothing here writes: the journal
+is opened read-only (immutable for a copy on a read-only medium), and the
+locks probed are taken without blocking and dropped at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import errno
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Final, Literal, TypeAlias
+
+import attrs
+
+from journal.errors import BadInput, RuleViolation
+from journal.events import Event, Record, Unreadable, decode
+from journal.reducer import EMPTY, Fold, State
+from journal.store import Store
+from sessiontemp.root import (
+    GENERATION_PREFIX,
+    JOURNAL_NAME,
+    MANAGERS_DIR,
+    RECOVERY_LOCK,
+    default_root,
+    generation_id_of,
+)
+
+__all__ = [
+    "PROGRESS_EVERY",
+    "ROOT_FILES",
+    "Hold",
+    "Liveness",
+    "Location",
+    "Problem",
+    "Progress",
+    "generation_of",
+    "locate",
+    "opened",
+    "parse_moment",
+    "probe_generation",
+    "probe_liveness",
+    "replay",
+    "when",
+]
+
+Progress: TypeAlias = Callable[[int, int], None]
+"""Called with (events done, events in all) now and then during a long replay."""
+Liveness: TypeAlias = Literal["live", "gone", "unknown"]
+"""Whether a manager's liveness lock is held ("live"), free ("gone") or cannot be probed."""
+Hold: TypeAlias = Literal["held", "free", "absent", "unknown"]
+"""Whether anyone holds a generation directory's lock, or the directory is not there."""
+
+# Entries of a root that are neither generations nor trash.
+ROOT_FILES: Final = frozenset({
+    JOURNAL_NAME, JOURNAL_NAME + "-wal", JOURNAL_NAME + "-shm", JOURNAL_NAME + "-journal",
+    RECOVERY_LOCK, MANAGERS_DIR,
+})
+PROGRESS_EVERY: Final = 50_000
+_ROOT_FIX: Final = "Pass the root directory that holds journal.sqlite3 as --root DIR"
+
+
+@attrs.frozen
+class Location:
+    """The journal file, and its root when known (None for a bare journal file)."""
+
+    journal: Path
+    root: Path | None
+
+
+def locate(journal: os.PathLike[str] | str | None = None,
+           root: os.PathLike[str] | str | None = None) -> Location:
+    """The journal named by its file, else by its root, else the per-user default root.
+
+    Raises :class:`BadInput` for a root that is not a directory, and for a
+    directory given as the journal file (with ``--root`` as the fix when it
+    holds a journal).
+    """
+    base = None if root is None else Path(root)
+    if base is not None:
+        if not os.path.lexists(base):
+            raise BadInput(base, "does not exist", _ROOT_FIX)
+        if not base.is_dir():
+            raise BadInput(base, "is not a directory", _ROOT_FIX + (
+                ", or name a journal file as PATH" if journal is None else ""))
+    if journal is not None:
+        path = Path(journal)
+        if path.is_dir():
+            if (path / JOURNAL_NAME).exists():
+                raise BadInput(path, "is a root directory, not a journal file",
+                               f"Pass it as --root {path} (or name {path / JOURNAL_NAME})")
+            raise BadInput(path, "is a directory, not a journal file",
+                           "Name a journal file, or pass its root as --root DIR")
+        return Location(path, base)
+    if base is None:
+        base = Path(default_root())
+    return Location(base / JOURNAL_NAME, base)
+
+
+@contextlib.contextmanager
+def opened(journal: Path, *, snapshot: bool = False) -> Iterator[Store]:
+    """The journal open read-only; with *snapshot*, every read sees the same moment."""
+    store = Store(journal, readonly=True)
+    try:
+        if snapshot:
+            with store.snapshot():
+                yield store
+        else:
+            yield store
+    finally:
+        store.close()
+
+
+def probe_liveness(root: Path, manager_id: str) -> Liveness:
+    """Whether a manager's liveness lock is held, without creating or keeping anything.
+
+    The lock file is opened read-only only if it exists; a non-blocking
+    shared flock is tried and, if had, dropped at once.  "unknown" when the
+    file is missing (not made yet, or already swept) or unreadable.
+    """
+    path = root / MANAGERS_DIR / f"{manager_id}.lock"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return "unknown"
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return "live"
+            return "unknown"
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return "gone"
+    finally:
+        os.close(fd)
+
+
+def probe_generation(root: Path, generation_id: str) -> Hold:
+    """Whether a command (or anyone) holds the lock of a generation directory.
+
+    Holders take shared locks, so only a non-blocking exclusive try can see
+    them; it is dropped at once.  Call it only for generations of managers
+    that ended or are gone: nobody hands those out again, and a recovery
+    pass that probes one in the same instant sees it held and leaves it to
+    the next pass, which is what it does for any held directory.
+    """
+    try:
+        fd = os.open(root / (GENERATION_PREFIX + generation_id),
+                     os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return "absent"
+    except OSError:
+        return "unknown"
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            return "held" if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN) else "unknown"
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return "free"
+    finally:
+        os.close(fd)
+
+
+@attrs.frozen
+class Problem:
+    """One thing wrong: the event it concerns (None for the whole file), the check, why."""
+
+    seq: int | None
+    check: str
+    message: str
+
+
+def replay(
+    store: Store,
+    *,
+    until: int | None = None,
+    progress: Progress | None = None,
+    lenient: list[Problem] | None = None,
+    each: Callable[[Record, Fold], None] | None = None,
+    start: State = EMPTY,
+) -> State:
+    """Fold the reducer over the journal after *start* up to *until*; strict unless *lenient*.
+
+    Strict: a gap or an event that breaks the rules raises
+    :class:`JournalCorrupt`.  Lenient: the fold is the reducer's tolerant
+    one, as recovery's is: each such record is recorded in *lenient* and
+    refused, and whatever it names is held (``State.held``).  *each* sees
+    every record the rules accept, after it is applied.
+    """
+    total = store.last_seq() if until is None else until
+    draft = Fold(start, tolerant=lenient is not None)
+    expected = start.seq + 1
+    step = draft.step
+    for seq, time, kind, payload, _ in store.rows(after=start.seq, until=until):
+        if seq != expected:
+            gap = RuleViolation(seq, f"follows event {expected - 1}: a gap")
+            if lenient is None:
+                raise store.corrupt(gap)
+            lenient.append(Problem(seq, "sequence", str(gap)))
+        expected = seq + 1
+        event: Event
+        try:
+            event = decode(seq, kind, payload)
+        except RuleViolation as e:
+            if lenient is None:
+                raise store.corrupt(e) from e
+            lenient.append(Problem(seq, "schema", str(e)))
+            # Refused by the fold below, which holds whatever it may name.
+            event = Unreadable(kind, payload, e.reason)
+        record = Record(seq, time, event)
+        refused = len(draft.refused)
+        try:
+            step(record)
+        except RuleViolation as e:
+            raise store.corrupt(e) from e
+        if len(draft.refused) > refused:
+            if lenient is not None and not isinstance(event, Unreadable):
+                lenient.append(Problem(seq, "rules", str(draft.refused[-1])))
+            continue
+        if each is not None:
+            each(record, draft)
+        if progress is not None and seq % PROGRESS_EVERY == 0:
+            progress(seq, total)
+    if progress is not None:
+        progress(total, total)
+    return draft.state()
+
+
+def parse_moment(text: str) -> int | float:
+    """A sequence number (an integer) or a time (ISO 8601, or epoch seconds with a point).
+
+    Raises ValueError for anything else.
+    """
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is neither a sequence number nor a time (ISO 8601, or "
+                         "epoch seconds with a decimal point)") from None
+    if moment.tzinfo is None:
+        moment = moment.astimezone()
+    return moment.timestamp()
+
+
+def generation_of(target: str) -> str:
+    """The generation id named by a directory path, a generation or trash name, or an id.
+
+    Raises :class:`BadInput` for a path (it has a slash) whose last part is
+    neither a generation nor a trash name, such as ``/etc``.
+    """
+    name = Path(target.rstrip("/")).name
+    gid = generation_id_of(name)
+    if gid is not None:
+        return gid
+    if "/" in target or name in ("", ".", ".."):
+        raise BadInput(target, f"is not a sessiontemp generation (its name does not start "
+                       f"with {GENERATION_PREFIX})",
+                       "Name a generation directory of the root, or a generation id "
+                       "(journal-inspect events --kind generation.created lists them)")
+    return name
+
+
+def when(t: float) -> str:
+    """A time for people: local ISO 8601, to the second."""
+    return dt.datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds")

@@ -1,0 +1,57 @@
+"""``state``: the derived state right after one event, or at one moment."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import attrs
+
+from journal import checkpoint
+from journal.reducer import State
+from sessiontemp.inspect.read import Problem, Progress, opened, replay
+
+__all__ = ["StateAt", "state_at"]
+
+
+@attrs.frozen
+class StateAt:
+    """The derived state right after event ``seq`` (0: before any), written at ``time``.
+
+    ``refused`` lists the seqs of records the lifecycle rules refuse; what
+    they name is held in ``state.held``, as recovery holds it.
+    """
+
+    journal: Path
+    seq: int
+    time: float | None
+    state: State
+    refused: tuple[int, ...] = ()
+
+
+def state_at(journal: os.PathLike[str] | str, at: int | float | None = None, *,
+             progress: Progress | None = None) -> StateAt:
+    """The state right after event *at* (an int) or the last event at or before a time.
+
+    None means the end of the journal.  A sequence number past the end is an
+    error (ValueError); a time before the first event gives the empty state.
+    The fold is tolerant, as recovery's is: a record the rules refuse is
+    skipped and listed.
+    """
+    path = Path(journal)
+    with opened(path, snapshot=True) as store:
+        last = store.last_seq()
+        if at is None:
+            seq = last
+        elif isinstance(at, int):
+            if at < 0 or at > last:
+                raise ValueError(f"there is no event {at}: the journal holds events 1 to {last}")
+            seq = at
+        else:
+            seq = store.seq_at(at)
+        refused: list[Problem] = []
+        state = replay(store, until=seq, progress=progress, lenient=refused,
+                       start=checkpoint.restore(store, until=seq).state) if seq else State()
+        time = store.times_of([seq]).get(seq)
+    return StateAt(path, seq, time, state, tuple(
+        p.seq for p in refused if p.seq is not None and p.check in ("rules", "schema")))

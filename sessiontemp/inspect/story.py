@@ -1,0 +1,290 @@
+"""``explain``: one generation's life, told in plain sentences.
+
+Only the part of the journal that concerns the generation is replayed: from
+the newest checkpoint before it was first named to the end of its removal
+(or to the end of the journal while it is not removed).  Each event is told
+by a ``match`` on its type, as the replay reaches it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import attrs
+
+from journal import checkpoint
+from journal.errors import RuleViolation
+from journal.events import (
+    CommandStarted,
+    GenerationCreated,
+    GenerationReady,
+    LeaseAcquired,
+    LeaseReleased,
+    ManagerClosed,
+    ManagerDied,
+    ManagerOpened,
+    Reappeared,
+    Record,
+    RecoveryStarted,
+    Released,
+    RemovalFinished,
+    RemovalStarted,
+    Rotated,
+    decode,
+)
+from journal.reducer import Fold, GenerationState, ManagerState, held_by
+from journal.store import Store
+from sessiontemp.inspect.read import Problem, Progress, generation_of, opened, replay, when
+from sessiontemp.root import GENERATION_PREFIX
+
+__all__ = ["Sentence", "Story", "explain"]
+
+
+@attrs.frozen
+class Sentence:
+    """One sentence of a story: the event it tells (``kind`` "now" for the last word)."""
+
+    seq: int
+    time: float
+    kind: str
+    text: str
+
+
+@attrs.frozen
+class Story:
+    """One generation's life in sentences; ``status`` sums up where it is now.
+
+    ``status``: "live" (its manager's current directory), "retired" (waiting
+    for its last lease or a recovery), "removing" (removal started, not
+    finished), "removed", or "unknown" (the journal never names it).
+    """
+
+    journal: Path
+    generation: str
+    path: Path | None
+    status: str
+    manager: str | None
+    sentences: tuple[Sentence, ...]
+    leases: tuple[str, ...]
+
+
+@attrs.define
+class _Teller:
+    """What the story needs to remember while the replay runs past the generation."""
+
+    gid: str
+    managers: dict[str, ManagerState]
+    recoveries: dict[str, int]
+    said: list[Sentence] = attrs.field(factory=list)
+    deaths: dict[str, float] = attrs.field(factory=dict)  # when each manager ended
+    last: float = 0.0
+    held: set[str] = attrs.field(factory=set)  # the generation's leases before this event
+
+    def say(self, record: Record, text: str) -> None:
+        self.said.append(Sentence(record.seq, record.time, record.event.kind, text))
+
+    def pid_of(self, manager: str | None) -> str:
+        m = self.managers.get(manager or "")
+        return f" (pid {m.pid})" if m is not None else ""
+
+    def each(self, record: Record, draft: Fold) -> None:
+        self.last = record.time
+        match record.event:
+            case ManagerOpened(manager=m):
+                self.managers[m] = draft.managers[m]
+            case _:
+                pass
+        if self.note(record, draft):
+            return
+        generation = draft.generations.get(self.gid)
+        if generation is None:
+            return
+        if getattr(record.event, "generation", None) == self.gid:
+            self.tell(record, draft, generation)
+        elif generation.retired_seq == record.seq and generation.manager is not None:
+            self.say(record, f"Retired at {when(record.time)}: "
+                     f"{_retired_by(record, generation.manager)}.")
+        self.ended_while_held(record, generation)
+        self.held = set(generation.leases)
+
+    def note(self, record: Record, draft: Fold) -> bool:
+        """Remember recovery passes' pids and when managers ended; True when the event
+        concerns nothing else."""
+        match record.event:
+            case RecoveryStarted(recovery=r, pid=pid):
+                self.recoveries[r] = pid
+                return True
+            case ManagerDied(manager=m) | ManagerClosed(manager=m):
+                self.managers[m] = draft.managers[m]
+                self.deaths[m] = record.time
+        return False
+
+    def tell(self, record: Record, draft: Fold, generation: GenerationState) -> None:
+        at = when(record.time)
+        match record.event:
+            case GenerationCreated(manager=m):
+                self.say(record, f"Created at {at} by manager {m}{self.pid_of(m)}.")
+            case GenerationReady(device=device, inode=inode):
+                self.say(record, f"Its directory was made at {at} (device {device}, "
+                         f"inode {inode}).")
+            case LeaseAcquired(lease=lease, label=label):
+                named = f" ({label})" if label else ""
+                self.say(record, f"Lease {lease}{named} was taken at {at}.")
+            case CommandStarted(lease=lease, pid=pid):
+                self.say(record, f"Command pid {pid} was started under lease {lease} at {at}; "
+                         "its removal waits for that process as long as it runs.")
+            case LeaseReleased(lease=lease):
+                self.say(record, f"Lease {lease} was released at {at}.")
+            case RemovalStarted(by=by, reason=reason):
+                if generation.retired_seq == record.seq and generation.manager is not None:
+                    self.say(record, f"Retired at {at} by the start of its removal.")
+                self.say(record, f"Removal was started at {at} by "
+                         f"{self.remover(by, draft.generations[self.gid])}: {reason}.")
+            case Reappeared(by=by):
+                self.say(record, f"It was on disk again at {at}, after its removal (a power "
+                         f"loss undid it); {self.remover(by, generation)} removes it again.")
+            case RemovalFinished(outcome=outcome):
+                what = {"removed": "its directory was removed",
+                        "absent": "its directory was already gone"}.get(outcome, outcome)
+                self.say(record, f"Removal finished at {at}: {what}.")
+            case _:
+                pass
+
+    def remover(self, by: str, generation: GenerationState) -> str:
+        """Who removed the generation, in words: its manager, or which recovery and why."""
+        if by == generation.manager:
+            return f"its own manager {by}, in normal use"
+        # The state says who ended the manager (ended_by): no other query.
+        owner = self.managers.get(generation.manager or "")
+        dead = ""
+        if owner is not None and owner.ended == "dead":
+            at = (f" at {when(self.deaths[owner.id])}" if owner.id in self.deaths else "")
+            finder = "" if owner.ended_by == by else f" by recovery {owner.ended_by}"
+            dead = (f", after manager {owner.id} (pid {owner.pid}) was found dead{finder}{at} "
+                    f"(event {owner.ended_seq})")
+        elif generation.manager is None:
+            dead = ", as a stray the journal did not know"
+        pid = f" (pid {self.recoveries[by]})" if by in self.recoveries else ""
+        return f"recovery {by}{pid}{dead}"
+
+    def ended_while_held(self, record: Record, generation: GenerationState) -> None:
+        """Say so when the manager ended while leases were held: only commands keep it now."""
+        if generation.removal is not None or not self.held:
+            return
+        match record.event:
+            case ManagerClosed(manager=m) if m == generation.manager:
+                how = "was closed"
+            case ManagerDied(manager=m, recovery=r) if m == generation.manager:
+                pid = f" (pid {self.recoveries[r]})" if r in self.recoveries else ""
+                how = f"was found dead by recovery {r}{pid}"
+            case _:
+                return
+        self.say(record, f"Its manager {m} {how} at {when(record.time)} while lease(s) "
+                 f"{', '.join(sorted(self.held))} were held: from then on only a command "
+                 "still running under them keeps the directory.")
+
+
+def _retired_by(record: Record, m: str) -> str:
+    match record.event:
+        case Rotated():
+            return f"its manager {m} rotated"
+        case Released():
+            return f"the last owner of its manager {m} released it, sealing it"
+        case ManagerClosed():
+            return f"its manager {m} was closed"
+        case ManagerDied():
+            return f"a recovery found its manager {m} dead"
+        case _:
+            return record.event.kind
+
+
+def explain(journal: os.PathLike[str] | str, target: str, root: os.PathLike[str] | str | None
+            = None, *, progress: Progress | None = None) -> Story:
+    """The life story of the generation *target* (a path or an id).
+
+    Only the part of the journal that concerns it is replayed: from the
+    newest checkpoint before it was first named, up to the end of its removal
+    (or the end of the journal while it is not removed).  A path that names
+    no generation is :class:`BadInput`.
+    """
+    gid = generation_of(target)
+    path = Path(journal)
+    where = None if root is None else Path(root) / (GENERATION_PREFIX + gid)
+    with opened(path, snapshot=True) as store:
+        first, finished = _span_of(store, gid)
+        if first is None:
+            return Story(path, gid, where, "unknown", None, (), ())
+        start = checkpoint.restore(store, until=first - 1).state
+        # The managers from before the start are in its state, and who ended
+        # each (ended_by); only the pids of recovery passes that started
+        # before it are read apart, so that every checkpoint tells the same.
+        teller = _Teller(gid, dict(start.managers), {
+            r.event.recovery: r.event.pid for r in store.records_of(
+                ["recovery.started"], until=start.seq)
+            if isinstance(r.event, RecoveryStarted)} if start.seq else {})
+        refused: list[Problem] = []
+        state = replay(store, until=finished, progress=progress, each=teller.each, start=start,
+                       lenient=refused)
+    generation = state.generations.get(gid)
+    if generation is None:
+        return Story(path, gid, where, "unknown", None, (), ())
+    status = ("removed" if generation.removal == "finished" else
+              "removing" if generation.removal == "started" else
+              "retired" if generation.retired else "live")
+    said = teller.said
+    kept = held_by(state, generation)
+    now = (f"It is kept: event {kept}, which the lifecycle rules refuse, names it or its "
+           "manager, so no recovery removes it until a person decides (see `journal-inspect "
+           "verify`)." if kept is not None and generation.removal != "finished" else
+           _now(status, generation, state.managers.get(generation.manager or "")))
+    if now:
+        said.append(Sentence(state.seq, teller.last, "now", now))
+    return Story(path, gid, where, status, generation.manager, tuple(said),
+                 tuple(sorted(generation.leases)))
+
+
+def _now(status: str, generation: GenerationState, owner: ManagerState | None) -> str:
+    """The last word: where the generation stands at the end of the journal."""
+    if status == "live" and owner is not None:
+        holders = ", ".join(sorted(generation.leases)) or "no lease"
+        return (f"It is still live: the current directory of manager {owner.id} "
+                f"(pid {owner.pid}), held by {holders}.")
+    if status == "retired":
+        if generation.commands and not generation.leases:
+            pids = ", ".join(sorted(c.partition(":")[0] for c in generation.commands))
+            return (f"It is retired and not yet removed: its removal waits until no command "
+                    f"it recorded (pid {pids}) runs and no lock holds it.")
+        if generation.leases:
+            return (f"It is retired and still held by lease(s) "
+                    f"{', '.join(sorted(generation.leases))}; it goes when the last is released.")
+        if owner is not None and owner.ended is not None:
+            return (f"It is retired and not yet removed: its manager {owner.id} {owner.ended}; "
+                    "the next recovery removes it once no command holds it.")
+        return "It is retired and not yet removed."
+    if status == "removing":
+        return "Its removal was started and not finished; the next recovery finishes it."
+    return ""
+
+
+def _span_of(store: Store, gid: str) -> tuple[int | None, int | None]:
+    """The seqs of the first event that names generation *gid* and of its removal's end."""
+    first = finished = None
+    for seq, _time, kind, payload in store.rows_naming(
+        [gid], kinds=("generation.created", "removal.started", "removal.finished",
+                      "generation.reappeared"),
+    ):
+        try:
+            event = decode(seq, kind, payload)
+        except RuleViolation as e:
+            raise store.corrupt(e) from e
+        if getattr(event, "generation", None) != gid:
+            continue
+        if first is None:
+            first = seq
+        # The end of its last removal: a power loss may have undone one.
+        if kind == "removal.finished":
+            finished = seq
+        elif kind == "generation.reappeared":
+            finished = None
+    return first, finished

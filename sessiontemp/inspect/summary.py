@@ -1,0 +1,206 @@
+"""``summary``: counts and times of a journal, without replaying all of it.
+
+SQL aggregates count what every event did; only the events of managers that
+have not ended are replayed, so a summary of a long journal is fast.  With a
+root, the kernel's locks add what the journal cannot know: which of those
+managers still live, and which directories of ended managers a command that
+outlived its manager still holds.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+import attrs
+
+from journal import checkpoint
+from journal.errors import RuleViolation
+from journal.events import KINDS, Record, decode
+from journal.reducer import Fold, State
+from journal.store import Store
+from sessiontemp.inspect.read import Liveness, Problem, opened, probe_generation, probe_liveness
+from sessiontemp.inspect.verify import Verification
+from sessiontemp.root import GENERATION_PREFIX, generation_id_of
+
+__all__ = ["ManagerInfo", "Summary", "summary"]
+
+# The kinds whose counts summary reports; unknown kinds are counted too, to
+# be reported as problems.
+_COUNTED: Final = ("manager.opened", "manager.closed", "manager.dead", "generation.created",
+                   "removal.started", "removal.finished")
+
+
+@attrs.frozen
+class ManagerInfo:
+    """A manager the journal says has not ended, with its liveness on disk."""
+
+    id: str
+    pid: int
+    opened_seq: int
+    opened_at: float
+    owners: int
+    sealed: bool
+    current: str | None
+    generations: int
+    liveness: Liveness
+
+
+@attrs.frozen
+class Summary:
+    """What :func:`summary` found: the file, its events, managers and generations.
+
+    ``managers`` counts opened, closed, dead and not-ended managers (and of
+    those: live, gone, of unknown liveness, sealed, and their owners);
+    ``generations`` counts them by where they are in their life, the leases
+    the journal says are held, and ``held_by_commands``: directories of
+    managers that ended or are gone which a running command still holds
+    (their leases died with the manager in the journal; only the kernel lock
+    on the directory tells).  It is None without a root.  ``running`` lists
+    the managers not ended; ``verify`` is the quick check.
+    """
+
+    journal: Path
+    root: Path | None
+    immutable: bool
+    size_bytes: int
+    events: int
+    first_seq: int | None
+    last_seq: int | None
+    first_time: float | None
+    last_time: float | None
+    managers: Mapping[str, int]
+    running: tuple[ManagerInfo, ...]
+    generations: Mapping[str, int | None]
+    verify: Verification
+    # The newest checkpoint replays would start from (this format, this
+    # history; not decoded here), None when they start from event 1.
+    checkpoint: int | None = None
+    held: tuple[str, ...] = ()
+
+
+def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None = None
+            ) -> Summary:
+    """Counts and times of a journal, from SQL aggregates and a replay of only what is open.
+
+    Only the events of managers that have not ended are replayed, so it is
+    fast on a long journal.  Its ``verify`` is the quick check: sequence
+    gap-free, kinds known, and the open managers' events obey the rules;
+    :func:`verify` does the full one.  With *root*, each open manager's
+    liveness lock and the directory lock of each generation whose manager
+    ended or is gone are probed.
+    """
+    path = Path(journal)
+    base = None if root is None else Path(root)
+    with opened(path, snapshot=True) as store:
+        first, last, count = store.extent()
+        times = store.times_of([s for s in (first, last) if s is not None])
+        kinds = dict.fromkeys(_COUNTED, 0)
+        kinds.update(store.kind_counts(excluding=[k for k in KINDS if k not in _COUNTED]))
+        problems: list[Problem] = []
+        if count and (first != 1 or last != count):
+            problems.append(Problem(None, "sequence", f"{count} events numbered {first} to "
+                                    f"{last}: the sequence has gaps"))
+        for kind in sorted(set(kinds) - set(KINDS)):
+            problems.append(Problem(None, "kinds", f"{kinds[kind]} events of unknown kind "
+                                    f"{kind!r}"))
+        open_rows: list[tuple[int, str]] = []
+        if kinds["manager.opened"] > kinds["manager.closed"] + kinds["manager.dead"]:
+            open_rows = store.open_managers()
+        total_generations = 0
+        if kinds["generation.created"] or kinds["removal.started"]:
+            total_generations = store.generation_count()
+        state = _open_part(store, open_rows, problems)
+        newest = next((seq for seq, format, chained in store.checkpoints()
+                       if format == checkpoint.FORMAT and chained), None)
+        size = sum(_size(path.with_name(path.name + suffix)) for suffix in ("", "-wal"))
+        immutable = store.immutable
+    running = tuple(
+        ManagerInfo(
+            id=m.id, pid=m.pid, opened_seq=m.opened_seq, opened_at=m.opened_at,
+            owners=m.owners, sealed=m.sealed, current=m.current,
+            generations=len(m.generations),
+            liveness="unknown" if base is None else probe_liveness(base, m.id),
+        )
+        for m in sorted(state.managers.values(), key=lambda m: m.opened_seq)
+        if m.ended is None
+    )
+    held: tuple[str, ...] = ()
+    if base is not None:
+        # A live manager holds its own generations' locks itself; a lock on
+        # any other directory says a command outlived its manager.  Only the
+        # directories on disk are probed: no query over the whole history.
+        live = {m.id for m in running if m.liveness != "gone"}
+        mine = {g for m in state.managers.values() if m.id in live for g in m.generations}
+        held = tuple(sorted(
+            gid for name in _entries(base)
+            if name.startswith(GENERATION_PREFIX) and (gid := generation_id_of(name)) is not None
+            and gid not in mine and probe_generation(base, gid) == "held"))
+    own = [g for g in state.generations.values() if g.manager in state.managers]
+    own_unremoved = [g for g in own if g.removal is None]
+    removed = kinds["removal.finished"]
+    pending = kinds["removal.started"] - removed
+    live_generations = sum(1 for g in own_unremoved if not g.retired)
+    managers = {
+        "opened": kinds["manager.opened"],
+        "closed": kinds["manager.closed"],
+        "dead": kinds["manager.dead"],
+        "running": len(running),
+        "live": sum(1 for m in running if m.liveness == "live"),
+        "gone": sum(1 for m in running if m.liveness == "gone"),
+        "unknown": sum(1 for m in running if m.liveness == "unknown"),
+        "sealed": sum(1 for m in running if m.sealed),
+        "owners": sum(m.owners for m in running),
+    }
+    generations: dict[str, int | None] = {
+        "total": total_generations,
+        "live": live_generations,
+        "retired": total_generations - kinds["removal.started"] - live_generations,
+        "removal_pending": pending,
+        "removed": removed,
+        "leases_held": sum(len(g.leases) for g in own_unremoved),
+        "held_by_commands": None if base is None else len(held),
+    }
+    return Summary(
+        journal=path, root=base, immutable=immutable, size_bytes=size, events=count,
+        first_seq=first, last_seq=last, first_time=times.get(first or 0),
+        last_time=times.get(last or 0), managers=managers, running=running,
+        generations=generations, verify=Verification(path, "quick", count, tuple(problems)),
+        checkpoint=newest, held=held,
+    )
+
+
+def _entries(root: Path) -> list[str]:
+    try:
+        return os.listdir(root)
+    except OSError:
+        return []
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _open_part(store: Store, open_rows: list[tuple[int, str]], problems: list[Problem]
+               ) -> State:
+    """Replay only the events naming the managers that have not ended."""
+    if not open_rows:
+        return State()
+    wanted = {m for _, m in open_rows}
+    start = min(seq for seq, _ in open_rows)
+    draft = Fold(State())
+    for seq, time, kind, payload in store.rows_naming(wanted, after=start - 1):
+        try:
+            event = decode(seq, kind, payload)
+            # A manager's events name it, and so do the removals it made of
+            # its own generations ("by").
+            if getattr(event, "manager", None) in wanted or getattr(event, "by", None) in wanted:
+                draft.step(Record(seq, time, event))
+        except RuleViolation as e:
+            problems.append(Problem(e.seq, "rules", str(e)))
+    return draft.state()

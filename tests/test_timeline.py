@@ -1,0 +1,407 @@
+"""journal-inspect timeline: the picture holds exactly what the journal holds.
+
+The SVG is parsed as XML and its marks are counted and coloured against a
+replay of the same journal, written by real managers (one of them killed
+with SIGKILL and found dead by a recovery).  Where a headless Chromium is
+installed, the picture is also rendered as a person would see it and the
+colours of every ending are looked for in the pixels.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
+
+import pytest
+
+from journal.events import (
+    Event,
+    GenerationCreated,
+    GenerationReady,
+    LeaseAcquired,
+    LeaseReleased,
+    ManagerOpened,
+    Reappeared,
+    Record,
+    RecoveryStarted,
+    RemovalFinished,
+    RemovalStarted,
+    Retained,
+    Rotated,
+)
+from journal.reducer import GenerationState, State, replay
+from journal.store import Store
+from sessiontemp import Manager, inspect
+from sessiontemp.inspect import COLOURS
+from tests.test_cli import Child, inspect_json
+
+SVG = "{http://www.w3.org/2000/svg}"
+JOURNAL = "journal.sqlite3"
+
+
+def parse(path: Path) -> ElementTree.Element:
+    # Our own output, parsed to check it.
+    return ElementTree.parse(path).getroot()  # noqa: S314
+
+
+def classes(element: ElementTree.Element) -> list[str]:
+    return element.get("class", "").split()
+
+
+def marks(root: ElementTree.Element, kind: str) -> list[ElementTree.Element]:
+    return [e for e in root.iter() if kind in classes(e)]
+
+
+def ending_of(g: GenerationState) -> str:
+    """How the journal says a generation ended, the slow and obvious way."""
+    if g.removal_outcome is not None and g.removal_outcome.startswith("refused"):
+        return "refused"
+    if g.removal != "finished":
+        return "live"
+    return "normal" if g.removal_by == g.manager else "recovery"
+
+
+def replayed(journal: Path) -> tuple[State, Counter[str]]:
+    store = Store(journal, readonly=True)
+    try:
+        records = list(store.records())
+    finally:
+        store.close()
+    return replay(records), Counter(r.event.kind for r in records)
+
+
+@pytest.fixture(scope="module")
+def lived_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Generations removed normally and by recovery, a retired one still held, a live one,
+    a manager killed with SIGKILL and found dead, and several recovery passes."""
+    root = tmp_path_factory.mktemp("timeline") / "root"
+    first = Manager(root)
+    first.retain()
+    first.acquire().release()
+    first.rotate()  # removed by its manager
+    kept = first.acquire()
+    first.rotate()  # retired, still held by `kept`
+    first.acquire()  # live: the current one, leased
+    child = Child(root)
+    child.ask("retain")
+    child.ask("acquire")
+    child.kill()
+    Manager(root).close()  # a recovery finds the child dead and removes its directory
+    closing = Manager(root)
+    closing.retain()
+    closing.acquire().release()
+    closing.release()
+    closing.close()
+    assert kept.path.exists()
+    return root
+
+
+def test_every_generation_is_one_bar_coloured_by_how_the_journal_says_it_ended(
+    lived_root: Path, tmp_path: Path,
+) -> None:
+    out = tmp_path / "t.svg"
+    result = inspect.timeline(lived_root / JOURNAL, out)
+    state, _ = replayed(lived_root / JOURNAL)
+    svg = parse(out)
+    bars = {e.get("data-generation"): e for e in marks(svg, "generation")}
+    assert set(bars) == set(state.generations)
+    for gid, g in state.generations.items():
+        ending = ending_of(g)
+        assert ending in classes(bars[gid]), gid
+        assert bars[gid].get("fill") == COLOURS[ending]
+    endings = Counter(ending_of(g) for g in state.generations.values())
+    # The fixture made every kind of ending but a refused one.
+    assert endings["normal"] >= 2
+    assert endings["recovery"] == 1
+    assert endings["live"] == 2
+    assert dict(result.ended) == {k: endings.get(k, 0) for k in COLOURS}
+    assert not result.grouped
+
+
+def test_leases_crashes_recoveries_and_managers_are_marked_as_often_as_the_journal_says(
+    lived_root: Path, tmp_path: Path,
+) -> None:
+    out = tmp_path / "t.svg"
+    inspect.timeline(lived_root / JOURNAL, out)
+    state, kinds = replayed(lived_root / JOURNAL)
+    svg = parse(out)
+    assert len(marks(svg, "lease")) == kinds["lease.acquired"]
+    assert len(marks(svg, "crash")) == kinds["manager.dead"] == 1
+    assert len(marks(svg, "recovery-pass")) == kinds["recovery.started"] >= 1
+    assert {e.get("data-manager") for e in marks(svg, "manager")} == set(state.managers)
+    assert marks(svg, "refused-record") == []
+
+
+def test_every_mark_has_hover_text_naming_its_event_seqs(lived_root: Path, tmp_path: Path
+                                                        ) -> None:
+    out = tmp_path / "t.svg"
+    inspect.timeline(lived_root / JOURNAL, out)
+    state, _ = replayed(lived_root / JOURNAL)
+    svg = parse(out)
+    titles = [t.text or "" for t in svg.iter(f"{SVG}title")]
+    for g in state.generations.values():
+        title = next(t for t in titles if t.startswith(f"generation {g.id} "))
+        assert f"created at event {g.created_seq} " in title
+        if g.removal_seq is not None:
+            assert f"removal started at event {g.removal_seq} " in title
+    dead = next(m for m in state.managers.values() if m.ended == "dead")
+    assert any(f"event {dead.ended_seq}: recovery" in t and dead.id in t for t in titles)
+
+
+def test_the_picture_is_self_contained(lived_root: Path, tmp_path: Path) -> None:
+    out = tmp_path / "t.svg"
+    inspect.timeline(lived_root / JOURNAL, out)
+    text = out.read_text()
+    assert "http://" not in text.replace("http://www.w3.org/2000/svg", "")
+    assert "https://" not in text
+    assert "<script" not in text
+    assert "href" not in text
+
+
+def test_one_manager_and_a_window_keep_only_what_they_name(lived_root: Path, tmp_path: Path
+                                                          ) -> None:
+    state, _ = replayed(lived_root / JOURNAL)
+    dead = next(m for m in state.managers.values() if m.ended == "dead")
+    out = tmp_path / "one.svg"
+    result = inspect.timeline(lived_root / JOURNAL, out, manager=dead.id)
+    svg = parse(out)
+    assert [e.get("data-manager") for e in marks(svg, "manager")] == [dead.id]
+    assert {e.get("data-generation") for e in marks(svg, "generation")} == {
+        g.id for g in state.generations.values() if g.manager == dead.id}
+    assert result.crashes == 1
+    # A window before the dead manager opened leaves it out.
+    early = inspect.timeline(lived_root / JOURNAL, tmp_path / "early.svg",
+                             until=dead.opened_seq - 1)
+    assert dead.id not in {e.get("data-manager")
+                           for e in marks(parse(tmp_path / "early.svg"), "manager")}
+    assert early.crashes == 0
+
+
+def test_an_unknown_manager_is_bad_input(lived_root: Path, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("journal-inspect")), "--root", str(lived_root),
+         "timeline", "-o", str(tmp_path / "t.svg"), "--manager", "nobody"],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "--manager nobody: is not a manager of this journal" in result.stderr
+
+
+def test_the_cli_writes_the_picture_and_reports_what_it_drew(lived_root: Path, tmp_path: Path
+                                                            ) -> None:
+    out = tmp_path / "t.svg"
+    report: dict[str, Any] = inspect_json("--root", lived_root, "timeline", "-o", out)
+    assert report["output"] == str(out)
+    assert report["generations"] == len(marks(parse(out), "generation"))
+
+
+def manager_id(n: int) -> str:
+    return f"{n:032x}"
+
+
+def generation_id(n: int) -> str:
+    """A canonical generation id (16 characters of lower-case base32) numbered *n*."""
+    alphabet = "abcdefghijklmnopqrstuvwxyz234567"
+    return "".join(alphabet[(n >> (5 * i)) & 31] for i in reversed(range(16)))
+
+
+def lease_id(n: int) -> str:
+    return f"{n:016x}"
+
+
+def records_with_a_refused_one() -> list[Record]:
+    t = 1_700_000_000.0
+    m, g, l1, l2 = manager_id(1), generation_id(1), lease_id(1), lease_id(2)
+    events: list[Event] = [
+        ManagerOpened(m, 4242), Retained(m), GenerationCreated(m, g),
+        GenerationReady(m, g, 1, 2), LeaseAcquired(m, g, l1),
+        # Refused: l2 was never granted.
+        LeaseReleased(m, g, l2),
+        LeaseReleased(m, g, l1), Rotated(m),
+        RemovalStarted(g, m, "retired"), RemovalFinished(g, m, "removed"),
+    ]
+    return [Record(i + 1, t + i, e) for i, e in enumerate(events)]
+
+
+def write(path: Path, records: list[Record], batch: int = 5000) -> None:
+    store = Store(path)
+    try:
+        for i in range(0, len(records), batch):
+            chunk = records[i:i + batch]
+            store.append([r.event for r in chunk], time=chunk[-1].time)
+    finally:
+        store.close()
+
+
+def test_a_record_the_reducer_refuses_is_marked_and_skipped(tmp_path: Path) -> None:
+    journal = tmp_path / JOURNAL
+    write(journal, records_with_a_refused_one(), batch=1)
+    result = inspect.timeline(journal, tmp_path / "t.svg")
+    assert result.refused == (6,)
+    refused = marks(parse(tmp_path / "t.svg"), "refused-record")
+    assert len(refused) == 1
+    title = refused[0].find(f"{SVG}title")
+    assert title is not None
+    assert title.text is not None
+    assert title.text.startswith(f"event 6 refused: event 6 releases lease {lease_id(2)}")
+    assert result.ended["normal"] == 1
+
+
+def many_generations(n: int) -> list[Record]:
+    """One manager making, leasing and removing *n* generations in turn."""
+    m = manager_id(1)
+    events: list[Event] = [ManagerOpened(m, 4242), Retained(m)]
+    for i in range(n):
+        g, lease = generation_id(i), lease_id(i)
+        events += [GenerationCreated(m, g), GenerationReady(m, g, 1, i),
+                   LeaseAcquired(m, g, lease), LeaseReleased(m, g, lease),
+                   Rotated(m), RemovalStarted(g, m, "retired"),
+                   RemovalFinished(g, m, "removed")]
+    return [Record(i + 1, 1_700_000_000.0 + i / 100, e) for i, e in enumerate(events)]
+
+
+def test_ten_thousand_generations_are_grouped_and_the_picture_says_so(tmp_path: Path) -> None:
+    journal = tmp_path / JOURNAL
+    write(journal, many_generations(10_000), batch=100)
+    out = tmp_path / "t.svg"
+    result = inspect.timeline(journal, out)
+    svg = parse(out)
+    assert result.grouped
+    assert result.generations == 10_000
+    assert marks(svg, "generation") == []
+    groups = marks(svg, "group")
+    assert len(groups) == result.drawn <= 1200 // 4
+    assert sum(int(g.get("data-count", "0")) for g in groups) == 10_000
+    assert all(g.get("fill") == COLOURS["normal"] for g in groups)
+    caption = " ".join(e.text or "" for e in svg.iter(f"{SVG}text") if "caption" in classes(e))
+    assert "Grouped: 10,000 bars would be too many to tell apart" in caption
+    assert "10,000 generations of 1 managers" in caption
+
+
+# -- as a person sees it -------------------------------------------------------------------
+
+
+def browser() -> str | None:
+    return next((b for b in ("chromium", "chromium-browser", "google-chrome")
+                 if shutil.which(b)), None)
+
+
+def png_pixels(data: bytes, from_row: int = 0) -> set[tuple[int, int, int]]:
+    """The distinct RGB colours of an 8-bit, non-interlaced RGB or RGBA PNG, from a row on."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, header = 8, b"", b""
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos:pos + 4])
+        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            header = body
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", header)
+    assert (depth, interlace) == (8, 0)
+    assert colour in (2, 6)
+    bpp = 3 if colour == 2 else 4
+    raw = zlib.decompress(idat)
+    stride = width * bpp
+    previous = bytearray(stride)
+    seen: set[tuple[int, int, int]] = set()
+    for y in range(height):
+        start = y * (stride + 1)
+        kind, line = raw[start], bytearray(raw[start + 1:start + 1 + stride])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b = previous[i]
+            c = previous[i - bpp] if i >= bpp else 0
+            if kind == 1:
+                line[i] = (line[i] + a) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + b) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 0xFF
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                paeth = a if pa <= pb and pa <= pc else b if pb <= pc else c
+                line[i] = (line[i] + paeth) & 0xFF
+        if y >= from_row:
+            seen.update((line[i], line[i + 1], line[i + 2]) for i in range(0, stride, bpp))
+        previous = line
+    return seen
+
+
+@pytest.mark.skipif(browser() is None, reason="no headless Chromium installed")
+def test_a_real_browser_renders_every_ending_in_its_colour(lived_root: Path, tmp_path: Path
+                                                          ) -> None:
+    out = tmp_path / "t.svg"
+    inspect.timeline(lived_root / JOURNAL, out)
+    shot = tmp_path / "t.png"
+    command = browser()
+    assert command is not None
+    subprocess.run([command, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    f"--screenshot={shot}", "--window-size=1200,500", out.as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    # The lanes start 86 px down, below the legend, which shows every colour anyway.
+    colours = png_pixels(shot.read_bytes(), from_row=86)
+    for ending in ("normal", "recovery", "live"):
+        rgb = tuple(int(COLOURS[ending][i:i + 2], 16) for i in (1, 3, 5))
+        assert rgb in colours, ending
+
+
+def many_managers(n: int) -> list[Record]:
+    """*n* managers one after another, each making and removing one generation."""
+    events: list[Event] = []
+    for i in range(n):
+        m, g = manager_id(i), generation_id(i)
+        events += [ManagerOpened(m, 1000 + i), Retained(m), GenerationCreated(m, g),
+                   GenerationReady(m, g, 1, i), Rotated(m), RemovalStarted(g, m, "retired"),
+                   RemovalFinished(g, m, "removed")]
+    return [Record(i + 1, 1_700_000_000.0 + i, e) for i, e in enumerate(events)]
+
+
+def test_past_max_lanes_managers_share_lanes_and_the_picture_says_so(tmp_path: Path) -> None:
+    journal = tmp_path / JOURNAL
+    write(journal, many_managers(35), batch=1)
+    out = tmp_path / "t.svg"
+    result = inspect.timeline(journal, out, max_lanes=10)
+    svg = parse(out)
+    assert result.managers == 35
+    assert result.grouped
+    lanes = marks(svg, "managers")
+    assert len(lanes) == 9  # 4 managers a lane
+    assert sum(int(g.get("data-count", "0")) for g in marks(svg, "group")) == 35
+    caption = " ".join(e.text or "" for e in svg.iter(f"{SVG}text") if "caption" in classes(e))
+    assert "Merged: 35 managers would make as many lanes" in caption
+    assert "each lane holds 4 managers" in caption
+
+
+def test_a_generation_on_disk_again_after_a_power_loss_is_told_and_drawn_once(
+    tmp_path: Path,
+) -> None:
+    m, g, r = manager_id(1), generation_id(1), lease_id(9)
+    events: list[Event] = [
+        ManagerOpened(m, 4242), Retained(m), GenerationCreated(m, g),
+        GenerationReady(m, g, 1, 2), Rotated(m), RemovalStarted(g, m, "retired"),
+        RemovalFinished(g, m, "removed"), RecoveryStarted(r, 77), Reappeared(g, r),
+        RemovalFinished(g, r, "removed"),
+    ]
+    journal = tmp_path / JOURNAL
+    write(journal, [Record(i + 1, 1_700_000_000.0 + i, e) for i, e in enumerate(events)],
+          batch=1)
+    story = inspect.explain(journal, g)
+    texts = [s.text for s in story.sentences]
+    assert story.status == "removed"
+    assert any(t.startswith("It was on disk again at") and f"recovery {r} (pid 77)" in t
+               for t in texts)
+    assert texts[-1].startswith("Removal finished")
+    result = inspect.timeline(journal, tmp_path / "t.svg")
+    svg = parse(tmp_path / "t.svg")
+    (bar,) = marks(svg, "generation")
+    assert "recovery" in classes(bar)
+    assert result.ended["recovery"] == 1
