@@ -227,6 +227,10 @@ def plant_interruptible_operations() -> None:
 
 
 def storm(root: Path, interrupts: int, seed: int) -> int:
+    # Python installs its KeyboardInterrupt handler only when SIGINT was not
+    # ignored at start; a parent that ignores it (a test run's other tests
+    # may) would pass that on, and no interrupt would ever be raised here.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     manager = Manager(root, busy_timeout=BUSY_TIMEOUT)
     manager.retain()
     emit({"manager": manager.id, "pid": os.getpid()})
