@@ -838,6 +838,16 @@ class Store:
                 f"could not {doing} it: the file system is full ({message})",
                 "Free space on it; nothing already committed was lost",
             )
+        if extended == sqlite3.SQLITE_IOERR_SHMSIZE:
+            # SQLite allocates the -shm file by writing into each of its
+            # pages; a full file system fails that write, and SQLite calls
+            # it a plain I/O error ("disk I/O error"), not SQLITE_FULL.
+            return JournalFull(
+                self.path,
+                f"could not {doing} it: the file system is full (its shared-memory file "
+                f"{self.path.name}-shm could not grow: {message})",
+                "Free space on it; nothing already committed was lost",
+            )
         if code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_CANTOPEN):
             return JournalReadOnly(
                 self.path,

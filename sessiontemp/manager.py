@@ -266,19 +266,22 @@ class Manager:
                 self._keep_alive()
                 # Work a failure left (a directory half made, a removal due)
                 # is finished before anything new begins.
-                self._settle()
-                return self._lease(label)
+                unfinished = self._settle()
+                return self._lease(label, unfinished)
             except (JournalError, RuleViolation) as e:
                 raise self._unavailable(f"the journal could not record the lease: {e}",
                                         "No directory was handed out; retry once fixed") from e
 
-    def _lease(self, label: str) -> Lease:
+    def _lease(self, label: str, unfinished: Exception | None = None) -> Lease:
         current = self._me.current
         if current is not None and not self._state.generations[current].ready:
+            # *unfinished* says why clearing it failed just now (a full disk,
+            # a busy journal): the caller's fix depends on it.
+            why = "" if unfinished is None else f": {unfinished}"
             raise self._unavailable(
                 f"directory {generation_name(current)} was left half made and could not be "
-                "cleared yet", "Retry once the journal accepts writes again",
-            )
+                f"cleared yet{why}", "Retry once the journal accepts writes again",
+            ) from unfinished
         made: tuple[str, int, GenerationReady] | None = None
         if current is None:
             made = self._make_generation()
@@ -367,13 +370,15 @@ class Manager:
             ) from e
         return generation, fd, GenerationReady(self.id, generation, st.st_dev, st.st_ino)
 
-    def _abandon(self, generation: str, reason: str) -> None:
-        """Undo a generation that never became ready; failures are left for later."""
+    def _abandon(self, generation: str, reason: str) -> Exception | None:
+        """Undo a generation that never became ready; a failure is left for later, and returned."""
         try:
             self._remove(generation, reason)
         except (OSError, SessionTempError) as e:
             logger.warning("generation.abandon_failed", manager=self.id,
                            generation=generation, reason=str(e))
+            return e
+        return None
 
     def _release_lease(self, lease: Lease) -> None:
         if self._handles.forked:
@@ -516,14 +521,15 @@ class Manager:
         logger.error("manager.broken", manager=self.id, reason=reason)
         self._handles.close_all()
 
-    def _settle(self) -> None:
+    def _settle(self) -> Exception | None:
         """Act on what the state now says, finishing work a failure left behind.
 
         Drops the manager's locks on retired generations, clears a current
         generation that was never made ready (its creation failed), and
         removes every generation whose removal is due or was started.
         Never raises for a failed removal: the next settle, or recovery,
-        tries again.
+        tries again.  Returns why the current generation could not be
+        cleared, if it could not.
         """
         state = self._state
         for generation in list(self._handles.generations):
@@ -531,10 +537,11 @@ class Manager:
                 self._steps.before("unlock", generation_name(generation))
                 self._handles.drop_generation(generation)
         me = self._me
+        unfinished = None
         if me.ended is None and me.current is not None and not state.generations[
             me.current
         ].ready:
-            self._abandon(me.current, "its creation did not finish")
+            unfinished = self._abandon(me.current, "its creation did not finish")
         for generation in sorted(self._me.generations):
             current = self._state.generations[generation]
             if removal_due(current) or current.removal == "started":
@@ -543,6 +550,7 @@ class Manager:
                 except (OSError, SessionTempError) as e:
                     logger.warning("generation.removal_failed", manager=self.id,
                                    generation=generation, reason=str(e))
+        return unfinished
 
     def _remove(self, generation: str, reason: str) -> None:
         target = Target.known(self._state.generations[generation], by=self.id, reason=reason,

@@ -1,0 +1,440 @@
+"""A driver process for the fault tests: managers that live on through a fault.
+
+Run as ``python tests/faultchild.py MODE ROOT [options]``.  Every mode talks
+to the test in JSON lines (one message a line on stdout; commands, where a
+mode reads any, one a line on stdin), so the test always knows what this
+process holds before it does anything to it.  End of file on stdin ends a
+mode that waits for commands, so a test that dies never leaves it behind.
+
+Modes:
+
+``neighbour ROOT``
+    Another process on the roots: answers ``open PATH [BUSY_TIMEOUT]`` (open
+    and close a Manager on PATH, whose open runs recovery) and ``recover
+    PATH`` with the recovery report, or with ``{"error": ...}``.  ROOT is
+    unused.
+
+``storm ROOT --interrupts N``
+    Opens a manager (``{"manager", "pid"}``), then loops acquire / write a
+    file / rotate every other round / release, catching KeyboardInterrupt,
+    while a thread of this process sends it SIGINT every 5 to 50 ms, N
+    times.  Then it checks that the manager still works and agrees with the
+    journal and answers with the counts.  It then waits for ``close``.
+
+``fork ROOT --exit {block,sys.exit,os._exit}``
+    Forks inside ``with Manager(ROOT)`` and ``with manager.acquire()``.  The
+    child tries ``acquire()`` on its copy, releases its copy of the lease,
+    answers ``{"child": ...}``, and exits the way asked: out of both blocks
+    and off the end of the program, by ``sys.exit`` inside them, or by
+    ``os._exit`` inside them.  The parent waits for it, looks at what it
+    left (``{"after_child": ...}``), then rotates, leaves the lease's block,
+    acquires and closes, answering ``{"parent": ...}``.
+
+``close ROOT --busy-timeout S``
+    Opens a manager holding two leases (one on a retired generation, one on
+    the current one) with files in them, answers with ids and paths, and on
+    ``close`` closes it, answering with the events it logged and whether its
+    liveness lock file is still there.  On ``exit`` it exits.
+
+``--planted`` runs a deliberately broken variant, for the tests to show
+that they catch it: in ``storm`` mode, operations run unshielded in the
+main thread, where an interrupt cuts them anywhere; in ``fork`` mode, the
+forked child's copies are not disarmed (so the child journals, unlocks
+and unlinks for its parent); in ``close`` mode, a close that could not
+journal unlinks the liveness lock file anyway.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from structlog.testing import capture_logs
+
+from journal import Store, replay
+from journal.errors import ForkedCopy, JournalError, RuleViolation
+from sessiontemp import Lease, Manager, Report, recover
+from sessiontemp.handles import Handles
+
+# Long enough for a loaded machine, bounded so that a wedge still ends.
+BUSY_TIMEOUT = 10.0
+
+
+def emit(message: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    return {
+        "removed": [[str(r.path), r.generation, r.reason] for r in report.removed],
+        "skipped": [[str(s.path), s.reason] for s in report.skipped],
+        "dead": list(report.dead),
+        "ran": report.ran,
+    }
+
+
+def agrees_with_journal(manager: Manager) -> str:
+    """"agrees" when replaying the journal from scratch gives what *manager* holds of its own.
+
+    Otherwise says how it differs, or which record the rules refuse.
+    """
+    store = Store(manager.root / "journal.sqlite3", readonly=True)
+    try:
+        state = replay(store.records())
+    except (RuleViolation, JournalError) as e:
+        return f"the journal holds a record the rules refuse: {e}"
+    finally:
+        store.close()
+
+    def own(s: Any) -> tuple[object, dict[str, object]]:
+        return s.managers[manager.id], {
+            gid: g for gid, g in s.generations.items() if g.manager == manager.id
+        }
+
+    return "agrees" if own(state) == own(manager.state) else "differs"
+
+
+def commands() -> Iterator[list[str]]:
+    for line in sys.stdin:
+        words = line.split()
+        if words:
+            yield words
+
+
+# -- neighbour ---------------------------------------------------------------------
+
+
+def neighbour() -> int:
+    emit({"pid": os.getpid()})
+    for words in commands():
+        try:
+            if words[0] == "open":
+                wait = float(words[2]) if len(words) > 2 else BUSY_TIMEOUT
+                with Manager(words[1], busy_timeout=wait) as other:
+                    pass
+                # Answered once closed: the test looks at the root next.
+                emit({"manager": other.id, **report_json(other.recovery)})
+            elif words[0] == "recover":
+                emit(report_json(recover(words[1], busy_timeout=BUSY_TIMEOUT)))
+            else:
+                emit({"error": f"unknown command {words[0]!r}"})
+        except Exception as e:  # answered, so the test sees what went wrong
+            emit({"error": f"{words[0]}: {e!r}", "traceback": traceback.format_exc()})
+    return 0
+
+
+# -- a SIGINT storm ------------------------------------------------------------------
+
+
+class Sender(threading.Thread):
+    """Sends this process SIGINT *count* times, 5 to 50 ms apart."""
+
+    def __init__(self, count: int, seed: int) -> None:
+        super().__init__(daemon=True)
+        self.count = count
+        self.sent = 0
+        self.rng = random.Random(seed)
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while self.sent < self.count:
+                time.sleep(self.rng.uniform(0.005, 0.05))
+                os.kill(os.getpid(), signal.SIGINT)
+                self.sent += 1
+        finally:
+            self.done.set()
+
+
+class Storm:
+    """The loop a notebook kernel or a REPL runs: Ctrl-C is caught, and work goes on."""
+
+    def __init__(self, manager: Manager, sender: Sender) -> None:
+        self.manager = manager
+        self.sender = sender
+        self.rounds = 0
+        self.caught = 0
+        # Raised by the library once the operation it interrupted had finished.
+        self.deferred = 0
+        # Escaped the loop's own handler (landed inside it) and caught further out.
+        self.escaped = 0
+        # Operations that failed with anything but the interrupt: the first few.
+        self.failures: list[str] = []
+
+    def one_round(self) -> None:
+        with self.manager.acquire(label="storm") as lease:
+            (lease.path / f"file-{self.rounds}").write_bytes(b"z" * 256)
+            if self.rounds % 2:
+                self.manager.rotate()
+        self.rounds += 1
+
+    def count(self, interrupt: KeyboardInterrupt) -> None:
+        self.caught += 1
+        if any(frame.filename.endswith(os.path.join("sessiontemp", "shield.py"))
+               for frame in traceback.extract_tb(interrupt.__traceback__)):
+            self.deferred += 1
+
+    def loop(self) -> None:
+        while not self.sender.done.is_set():
+            try:
+                self.one_round()
+            except KeyboardInterrupt as interrupt:
+                self.count(interrupt)
+            except Exception as e:
+                if len(self.failures) < 5:
+                    self.failures.append(repr(e))
+
+    def run(self) -> None:
+        # An interrupt can land inside the loop's own handler, and then in
+        # the one around it: each level catches what the one inside let out.
+        while not self.sender.done.is_set():
+            try:
+                try:
+                    self.loop()
+                except KeyboardInterrupt:
+                    self.escaped += 1
+            except KeyboardInterrupt:
+                self.escaped += 1
+        self.sender.join()
+        # The last signal may still be on its way to the main thread.
+        for _ in range(3):
+            try:
+                time.sleep(0.05)
+            except KeyboardInterrupt:
+                self.escaped += 1
+
+
+def plant_interruptible_operations() -> None:
+    """The old behaviour: operations run in the main thread, where an interrupt cuts them."""
+    import sessiontemp.manager
+
+    def inline(operation: Any, undo: Any = None) -> Any:
+        return operation()
+
+    sessiontemp.manager.shielded = inline  # type: ignore[attr-defined]
+
+
+def storm(root: Path, interrupts: int, seed: int) -> int:
+    # Python installs its KeyboardInterrupt handler only when SIGINT was not
+    # ignored at start; a parent that ignores it (a test run's other tests
+    # may) would pass that on, and no interrupt would ever be raised here.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    manager = Manager(root, busy_timeout=BUSY_TIMEOUT)
+    manager.retain()
+    emit({"manager": manager.id, "pid": os.getpid()})
+    sender = Sender(interrupts, seed)
+    run = Storm(manager, sender)
+    sender.start()
+    run.run()
+    # Afterwards, without any interrupt: it must simply work.
+    works = True
+    error = ""
+    try:
+        with manager.acquire(label="after the storm") as lease:
+            (lease.path / "after").write_bytes(b"after")
+        manager.rotate()
+        with manager.acquire(label="after the storm") as lease:
+            pass
+    except Exception as e:
+        works, error = False, repr(e)
+    emit({"sent": sender.sent, "caught": run.caught, "deferred": run.deferred,
+          "escaped": run.escaped, "rounds": run.rounds, "failures": run.failures,
+          "works": works, "error": error, "closed": manager.closed,
+          "journal": agrees_with_journal(manager)})
+    for words in commands():
+        if words[0] == "close":
+            manager.close()
+            emit({"closed": manager.closed})
+            return 0
+    return 0
+
+
+# -- fork inside a with block ----------------------------------------------------------
+
+
+def plant_fork_unsafety() -> None:
+    """The old behaviour: a forked child's copies act as the parent's own."""
+    Handles.forget = lambda self: None  # type: ignore[method-assign]
+    Handles.forked = property(lambda self: False)  # type: ignore[assignment, method-assign]
+
+
+def lock_state(path: Path) -> str:
+    """"missing", "held" (someone holds a lock on it) or "free", probed through a new descriptor."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return "missing"
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return "held"
+    finally:
+        os.close(fd)
+    return "free"
+
+
+def journal_rows(root: Path) -> list[list[Any]]:
+    store = Store(root / "journal.sqlite3", readonly=True)
+    try:
+        return [[seq, kind, payload] for seq, _, kind, payload, _ in store.rows()]
+    finally:
+        store.close()
+
+
+def in_child(manager: Manager, lease: Lease, parent: int) -> dict[str, Any]:
+    """What the forked child sees when it uses its copies."""
+    seen: dict[str, Any] = {"pid": os.getpid(), "parent": parent}
+    try:
+        manager.acquire()
+        seen["acquire"] = "succeeded"
+    except ForkedCopy as e:
+        seen["acquire"] = "ForkedCopy"
+        seen["message"] = str(e)
+    except Exception as e:
+        seen["acquire"] = repr(e)
+    try:
+        lease.release()
+        seen["release"] = "returned"
+    except Exception as e:
+        seen["release"] = repr(e)
+    return seen
+
+
+def attempt(what: str, action: Any) -> str:
+    try:
+        action()
+    except Exception as e:
+        return f"{what}: {e!r}"
+    return ""
+
+
+def fork(root: Path, how: str) -> int:
+    parent = os.getpid()
+    failures: list[str] = []
+    with Manager(root, busy_timeout=BUSY_TIMEOUT) as manager:
+        manager.retain()
+        with manager.acquire(label="held across the fork") as lease:
+            (lease.path / "before-fork").write_bytes(b"parent")
+            lock_path = manager.root / "managers" / f"{manager.id}.lock"
+            before = journal_rows(root)
+            emit({"manager": manager.id, "pid": parent, "lease": lease.id,
+                  "generation": lease.generation, "path": str(lease.path),
+                  "before_fork": before})
+            child = os.fork()
+            if child == 0:
+                emit({"child": in_child(manager, lease, parent)})
+                if how == "sys.exit":
+                    sys.exit(0)
+                if how == "os._exit":
+                    os._exit(0)
+                # "block": leave both with blocks, then the program, normally.
+            else:
+                _, status = os.waitpid(child, 0)
+                after = journal_rows(root)
+                emit({"after_child": {
+                    "child": child,
+                    "status": os.waitstatus_to_exitcode(status),
+                    "lock_file": lock_state(lock_path),
+                    "new_rows": after[len(before):],
+                    "rows_changed": after[:len(before)] != before,
+                    "lease_released_here": lease.released,
+                    "journal": agrees_with_journal(manager),
+                }})
+                # Retired: only the lease's own lock is left on the directory.
+                failures += filter(None, [attempt("rotate", manager.rotate)])
+                lease_lock_after_rotate = lock_state(lease.path)
+        # Leaving the lease's block released it (in the parent: for real).
+        if os.getpid() == parent:
+            removed = not lease.path.exists()
+            failures += filter(None, [attempt("acquire", lambda: manager.acquire().release())])
+    if os.getpid() != parent:
+        return 0
+    failures += filter(None, [attempt("close", manager.close)])
+    emit({"parent": {"failures": failures, "lease_lock_after_rotate": lease_lock_after_rotate,
+                     "retired_removed_after_release": removed, "closed": manager.closed,
+                     "lock_file_after_close": lock_state(lock_path)}})
+    return 0
+
+
+# -- close that cannot journal -----------------------------------------------------------
+
+
+class UnlinksItsLockAfterAFailedClose(Manager):
+    """The old close: the liveness lock file goes even when the end was not journaled."""
+
+    def _close(self) -> None:
+        super()._close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.root / "managers" / f"{self.id}.lock")
+
+
+def hold_then_close(root: Path, busy_timeout: float, planted: bool) -> int:
+    kind = UnlinksItsLockAfterAFailedClose if planted else Manager
+    manager = kind(root, busy_timeout=busy_timeout)
+    manager.retain()
+    retired = manager.acquire(label="on the retired generation")
+    (retired.path / "a").write_bytes(b"a" * 1000)
+    manager.rotate()
+    current = manager.acquire(label="on the current generation")
+    (current.path / "b").write_bytes(b"b" * 1000)
+    lock_path = manager.root / "managers" / f"{manager.id}.lock"
+    emit({"manager": manager.id, "pid": os.getpid(),
+          "generations": [retired.generation, current.generation],
+          "paths": [str(retired.path), str(current.path)], "lock_file": str(lock_path)})
+    for words in commands():
+        if words[0] == "close":
+            error = ""
+            with capture_logs() as logs:
+                try:
+                    manager.close()
+                except BaseException as e:
+                    error = repr(e)
+            emit({"error_raised": error, "events": [e["event"] for e in logs],
+                  "journal": agrees_with_journal(manager),
+                  "closed": manager.closed, "lock_file_exists": lock_path.exists(),
+                  "lock_file": lock_state(lock_path)})
+        elif words[0] == "exit":
+            return 0
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("mode", choices=("neighbour", "storm", "fork", "close"))
+    parser.add_argument("root", type=Path)
+    parser.add_argument("--interrupts", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--exit", choices=("block", "sys.exit", "os._exit"), default="block")
+    parser.add_argument("--busy-timeout", type=float, default=BUSY_TIMEOUT)
+    parser.add_argument("--planted", action="store_true",
+                        help="run the deliberately broken variant of the mode")
+    args = parser.parse_args(argv)
+    if args.mode == "neighbour":
+        return neighbour()
+    if args.mode == "storm":
+        if args.planted:
+            plant_interruptible_operations()
+        return storm(args.root, args.interrupts, args.seed)
+    if args.mode == "fork":
+        if args.planted:
+            plant_fork_unsafety()
+        return fork(args.root, args.exit)
+    return hold_then_close(args.root, args.busy_timeout, args.planted)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
