@@ -69,6 +69,8 @@ from sessiontemp.steps import StepHook, Steps
 __all__ = ["DEFAULT_STALE_AFTER", "Manager"]
 
 DEFAULT_STALE_AFTER: Final = recovery.DEFAULT_STALE_AFTER
+# The longest label the journal's schema accepts (journal.events decodes no longer text).
+MAX_LABEL: Final = 4096
 
 # Every manager of this process, so that a forked child can disarm its copies.
 _MANAGERS: Final[weakref.WeakSet[Manager]] = weakref.WeakSet()
@@ -241,8 +243,12 @@ class Manager:
         (a command line, a test's name).  Raises :class:`Unavailable` when
         the manager is sealed, closed or has no owner, or when the directory
         cannot be made or the journal cannot record it.  Never falls back
-        to any other directory.
+        to any other directory.  A label longer than 4096 characters (what
+        the journal's schema accepts) is refused with ValueError.
         """
+        if len(label) > MAX_LABEL:
+            raise ValueError(f"a lease label holds at most {MAX_LABEL} characters, not "
+                             f"{len(label)}; shorten it")
         self._refuse_forked()
         return shielded(lambda: self._acquire(label), lambda lease: lease.release())
 

@@ -668,3 +668,14 @@ def test_opening_a_manager_sweeps_old_unknown_generations_and_keeps_fresh_ones(
     assert fresh.is_dir()
     assert sorted(r.path for r in m.recovery.removed) == sorted([old, trash])
 
+
+
+def test_a_label_longer_than_the_journal_accepts_is_refused_before_anything_is_written(
+    manager: Manager,
+) -> None:
+    seq = manager.state.seq
+    with pytest.raises(ValueError, match="at most 4096 characters"):
+        manager.acquire(label="x" * 4097)
+    assert manager.state.seq == seq
+    with manager.acquire(label="x" * 4096) as lease:
+        assert lease.label == "x" * 4096
