@@ -484,26 +484,7 @@ class Store:
         if until is not None:
             sql += " AND seq <= ?"
             params = (after, until)
-        with self._lock:
-            try:
-                cursor = self._conn.execute(sql + " ORDER BY seq", params)
-            except sqlite3.Error as e:
-                raise self._translate(e, "read") from e
-        try:
-            while True:
-                with self._lock:
-                    try:
-                        chunk = cursor.fetchmany(batch)
-                    except sqlite3.Error as e:
-                        raise self._translate(e, "read") from e
-                if not chunk:
-                    return
-                yield from chunk
-        finally:
-            # A generator closed late (collected after the store failed or
-            # closed) must not print "Exception ignored" on its way out.
-            with contextlib.suppress(sqlite3.Error):
-                cursor.close()
+        yield from self._stream(sql + " ORDER BY seq", params, batch)
 
     def records(
         self, *, after: int = 0, until: int | None = None, tolerant: bool = False
@@ -642,9 +623,15 @@ class Store:
         # Only fixed clauses with placeholders are joined: every value is a parameter.
         sql = ("SELECT seq, time, kind, payload FROM events WHERE "  # noqa: S608
                + " AND ".join(clauses) + " ORDER BY seq")
+        return self._stream(sql, tuple(params), batch)
+
+    def _stream(
+        self, sql: str, params: tuple[object, ...], batch: int
+    ) -> Generator[Any, None, None]:
+        """Rows of *sql*, fetched *batch* at a time from one read snapshot, errors translated."""
         with self._lock:
             try:
-                cursor = self._conn.execute(sql, tuple(params))
+                cursor = self._conn.execute(sql, params)
             except sqlite3.Error as e:
                 raise self._translate(e, "read") from e
         try:
@@ -658,7 +645,10 @@ class Store:
                     return
                 yield from chunk
         finally:
-            cursor.close()
+            # A generator closed late (collected after the store failed or
+            # closed) must not print "Exception ignored" on its way out.
+            with contextlib.suppress(sqlite3.Error):
+                cursor.close()
 
     def records_of(self, kinds: Collection[str], *, until: int | None = None
                    ) -> Iterator[Record]:
