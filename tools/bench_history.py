@@ -1,6 +1,6 @@
 """What history costs: open + recovery, a warm cycle, memory and journal disk; prints Markdown.
 
-    python tools/bench_history.py [--events N] [--rotations R] [--root DIR] [--quick]
+    python tools/bench_history.py [--events N] [--rotations R] [--memory-at M] [--quick]
 
 Three measurements, each against the same with little history:
 
@@ -10,19 +10,20 @@ Three measurements, each against the same with little history:
   ``tools/bench_replay.py`` builds its journal (:func:`benchlib.lifetimes`:
   managers that open, retain, lease, rotate, remove, release and close, one
   in ten killed and recovered), appended in batches of 20,000 events through
-  the real ``Store``, with, after each batch, a real process that opens a
-  Manager, takes a lease and exits without closing (a crash), and a real
-  recovery pass (``sessiontemp.recover``: it finds that process dead,
-  removes its directory, and writes checkpoints and retires history as the
-  library does).  Then 5 live sessions are opened in this process, each
+  the real ``Store``; after every fifth batch a real process opens a
+  Manager, takes a lease and exits without closing (a crash), and after
+  every batch a real recovery pass runs (``sessiontemp.recover``: it finds
+  that process dead, removes its directory, and writes checkpoints and
+  retires history as the library does).  Then 5 live sessions are opened in this process, each
   retained, rotated once and holding a lease, and stay open throughout.
 * **journal disk** of those roots: every file of the root but the sessions'
   directories (journal, -wal, -shm, any segments, lock files).
 * **a warm cycle after R rotations** (default 100,000) of one manager against
   one after 100, alternating; and the **manager's memory** (``tracemalloc``,
   traced from before the manager opened, after a garbage collection) after
-  1,000 rotations and after R.  A rotation here is ``rotate()`` + ``acquire()``
-  + ``release()``: a generation made and removed.  These two roots go to
+  M rotations (``--memory-at``, default 1,000) and after R.  A rotation
+  here is ``rotate()`` + ``acquire()`` + ``release()``: a generation made
+  and removed.  These two roots go to
   /dev/shm when it is writable (fsync is free there, so the build is
   quicker and what is compared is the CPU's share, which is what grows with
   history).
@@ -47,6 +48,7 @@ from sessiontemp.root import JOURNAL_NAME
 
 BATCH = 20_000
 LIVE = 5
+CRASH_EVERY = 5  # batches between real crashes
 SMALL_HISTORY = 1_000
 FEW_ROTATIONS = 100
 
@@ -79,6 +81,7 @@ def build(root: Path, events: int) -> list[tuple[Manager, Lease]]:
     pending: list[Event] = []
     clock = time.time() - events / BATCH
     store = Store(root / JOURNAL_NAME)
+    batches = 0
     try:
         for lives in benchlib.lifetimes(events):
             pending += lives
@@ -86,7 +89,9 @@ def build(root: Path, events: int) -> list[tuple[Manager, Lease]]:
                 store.append(pending, time=clock)
                 clock += 1.0
                 pending = []
-                subprocess.run([sys.executable, "-c", CRASH, str(root)], check=True)
+                batches += 1
+                if batches % CRASH_EVERY == 0:
+                    subprocess.run([sys.executable, "-c", CRASH, str(root)], check=True)
                 recover(root)
                 progress(f"  {root.name}: {store.last_seq():,} events")
         if pending:
