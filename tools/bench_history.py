@@ -1,6 +1,6 @@
 """What history costs: open + recovery, a warm cycle, memory and journal disk; prints Markdown.
 
-    python tools/bench_history.py [--events N] [--rotations R] [--memory-at M] [--quick]
+    python tools/bench_history.py [--events N] [--rotations R] [--memory-at M] [--part P] [--quick]
 
 Three measurements, each against the same with little history:
 
@@ -72,6 +72,9 @@ def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cycles", type=int, default=500, help="warm cycles timed on each")
     parser.add_argument("--memory-at", type=int, default=1_000,
                         help="rotations at which the first memory figure is taken")
+    parser.add_argument("--part", choices=("all", "history", "rotations"), default="all",
+                        help="run only the built histories (open, disk) or only the rotations "
+                             "(warm cycle, memory); two processes can run the parts at once")
 
 
 def progress(message: str) -> None:
@@ -255,11 +258,13 @@ def main() -> None:
     quick = " --quick" if args.quick else ""
     print(f"Command: python tools/bench_history.py --events {args.events} --rotations "
           f"{args.rotations} --rounds {args.rounds} --cycles {args.cycles} --memory-at "
-          f"{args.memory_at}{quick}\n"
+          f"{args.memory_at} --part {args.part}{quick}\n"
           f"{benchlib.environment(args.root)}\n")
     with benchlib.scratch(args.root) as scratch:
-        history(args, scratch)
-        rotated(args, scratch)
+        if args.part in ("all", "history"):
+            history(args, scratch)
+        if args.part in ("all", "rotations"):
+            rotated(args, scratch)
 
 
 if __name__ == "__main__":
