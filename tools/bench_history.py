@@ -209,6 +209,12 @@ def rotated(args: argparse.Namespace, scratch: Path) -> None:
     fast = benchlib.memory_dir()
     with benchlib.scratch(fast, prefix="bench-history-") as place:
         progress(f"{args.rotations:,} rotations of one manager, traced by tracemalloc")
+        # What the first manager of a process sets up once (imports, caches, the
+        # worker thread) is not the memory of one manager: it is done before tracing.
+        with Manager(place / "warm-up") as warm_up:
+            warm_up.retain()
+            rotations(warm_up, 3)
+            warm_up.release()
         tracemalloc.start()
         base = traced()
         many = Manager(place / "many")
