@@ -51,6 +51,7 @@ from journal.events import (
     ManagerOpened,
     Record,
     Released,
+    RemovalFinished,
     RemovalStarted,
     Retained,
     Rotated,
@@ -72,7 +73,9 @@ __all__ = ["DEFAULT_STALE_AFTER", "DURABILITY", "Durability", "Manager"]
 Durability: TypeAlias = Literal["full", "relaxed"]
 DURABILITY: Final[tuple[Durability, ...]] = ("full", "relaxed")
 # The events a file-system effect follows (a mkdir, a rename, the liveness
-# file's unlink): synced before it in either mode.
+# file's unlink): synced before it in either mode.  A removal's end is
+# synced in neither: lost, it leaves the removal started, which recovery
+# finishes as it would have (and the rmdir it records is not synced either).
 _WRITE_AHEAD: Final = (GenerationCreated, RemovalStarted, ManagerClosed)
 
 DEFAULT_STALE_AFTER: Final = recovery.DEFAULT_STALE_AFTER
@@ -593,7 +596,8 @@ class Manager:
         assert store is not None
         if store.epoch != self._epoch:
             self._resync(store)
-        durable = self.durability == "full" or any(isinstance(e, _WRITE_AHEAD) for e in events)
+        durable = any(isinstance(e, _WRITE_AHEAD) for e in events) or (
+            self.durability == "full" and not all(isinstance(e, RemovalFinished) for e in events))
         try:
             pending = store.submit(events, time=self._clock(), durable=durable, fold=_fold,
                                    base=self._state)
