@@ -17,7 +17,7 @@ import logging
 
 import structlog
 
-__all__ = ["logger"]
+__all__ = ["debugging", "logger"]
 
 _stdlib = logging.getLogger("sessiontemp")
 # Without a handler of its own, logging's last-resort handler would print
@@ -44,6 +44,11 @@ class _BoundLogger(structlog.stdlib.BoundLogger):
         ):
             return None
         return super()._proxy_to_logger(method_name, event, *event_args, **event_kw)
+
+
+def debugging() -> bool:
+    """Whether a debug event would be seen: cheaper than the bound logger's own test."""
+    return structlog.is_configured() or _stdlib.isEnabledFor(logging.DEBUG)
 
 
 logger: structlog.stdlib.BoundLogger = structlog.wrap_logger(

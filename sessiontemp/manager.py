@@ -62,7 +62,7 @@ from sessiontemp import aio, processes, recovery
 from sessiontemp.handles import Handles
 from sessiontemp.lease import Lease
 from sessiontemp.locks import Liveness, hold_root, lock_shared
-from sessiontemp.log import logger
+from sessiontemp.log import debugging, logger
 from sessiontemp.removal import Target, remove
 from sessiontemp.root import Root, generation_name
 from sessiontemp.shield import shielded
@@ -381,8 +381,9 @@ class Manager:
                         path=str(self.root / name), seq=self._state.seq - 1)
         held = Lease(self, generation, lease, self.root / name, fd, label=label)
         self._handles.leases[lease] = held
-        logger.debug("lease.acquired", manager=self.id, generation=generation, lease=lease,
-                     seq=self._state.seq)
+        if debugging():
+            logger.debug("lease.acquired", manager=self.id, generation=generation, lease=lease,
+                         seq=self._state.seq)
         return held, None if made is not None else pending
 
     def _unmake(self, made: tuple[str, int, GenerationReady], error: BaseException) -> None:
@@ -461,8 +462,9 @@ class Manager:
             self._handles.leases.pop(lease.id, None)
             if self.closed:
                 return
-            logger.debug("lease.released", manager=self.id, generation=lease.generation,
-                         lease=lease.id, seq=self._state.seq)
+            if debugging():
+                logger.debug("lease.released", manager=self.id, generation=lease.generation,
+                             lease=lease.id, seq=self._state.seq)
             self._settle()
 
         def operation() -> None:
