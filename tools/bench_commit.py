@@ -42,7 +42,7 @@ class Bare:
     """A SQLite file in WAL with synchronous=FULL taking single-row commits."""
 
     def __init__(self, path: Path) -> None:
-        self.conn = sqlite3.connect(path, isolation_level=None)
+        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=FULL")
         self.conn.execute("CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY, "
