@@ -719,7 +719,11 @@ class Store:
             self._maintained = seq
         elif seq - self._maintained >= self.maintenance_every:
             self._maintained = seq
-            self.maintenance(seq)
+            # In a thread of its own: the append has committed and must
+            # return as such, whatever the maintenance meets (a signal, a
+            # full disk); and every step of it is safe to stop anywhere.
+            threading.Thread(target=self.maintenance, args=(seq,), daemon=True,
+                             name="sessiontemp-journal-maintenance").start()
 
     def _committed(self, seq: int, digest: bytes) -> bool:
         """Whether event *seq* with *digest* is in the journal, after a failed COMMIT."""
