@@ -163,6 +163,7 @@ class Store:
         # (see :meth:`maintenance_due`); set by whoever can write checkpoints.
         self.maintenance: Callable[[int], None] | None = None
         self.maintenance_every = 20_000
+        self._maintenance_thread: threading.Thread | None = None
         self._maintained = 0
         # Why the last rollover could not start a new segment, for the caller to report.
         self.rollover_failed: str | None = None
@@ -627,6 +628,10 @@ class Store:
         A failure leaves the checkpoint written and the segment active.
         """
         seq, digest = self._tail(conn)
+        if seq == self._active.base:
+            # Nothing appended here yet: a new segment would bound nothing
+            # (and would take this one's very name).
+            return
         folder = segments.directory(self.path)
         path = folder / segments.name_of(seq + 1)
         try:
@@ -722,8 +727,13 @@ class Store:
             # In a thread of its own: the append has committed and must
             # return as such, whatever the maintenance meets (a signal, a
             # full disk); and every step of it is safe to stop anywhere.
-            threading.Thread(target=self.maintenance, args=(seq,), daemon=True,
-                             name="sessiontemp-journal-maintenance").start()
+            running = self._maintenance_thread
+            if running is not None and running.is_alive():
+                return
+            self._maintenance_thread = threading.Thread(
+                target=self.maintenance, args=(seq,), daemon=True,
+                name="sessiontemp-journal-maintenance")
+            self._maintenance_thread.start()
 
     def _committed(self, seq: int, digest: bytes) -> bool:
         """Whether event *seq* with *digest* is in the journal, after a failed COMMIT."""
@@ -1087,7 +1097,10 @@ class Store:
 
         One transaction: either the new row is in and the old ones beyond
         *keep* are gone, or nothing changed.  Raises :class:`ValueError`
-        when there is no event *seq*.
+        when there is no event *seq*; does nothing when event *seq* was
+        already retired.  When the active segment has grown past
+        ``retention.segment_bytes``, the same transaction starts a new
+        segment with this checkpoint as its first content and seals the old.
         """
         with self._transaction("write a checkpoint to") as conn:
             row = conn.execute("SELECT digest FROM events WHERE seq = ?", (seq,)).fetchone()
@@ -1095,9 +1108,13 @@ class Store:
                 row = (self._base[1],)
             if row is None and seq:
                 # In an older segment: another process rolled over meanwhile.
-                found = self._reading().execute(
-                    "SELECT digest FROM events WHERE seq = ?", (seq,)).fetchone()
-                row = found
+                reading = self._reading()
+                row = reading.execute("SELECT digest FROM events WHERE seq = ?",
+                                      (seq,)).fetchone()
+                if row is None and seq < self._base[0]:
+                    # Retired meanwhile, which takes a newer checkpoint than
+                    # this one: there is nothing left for it to speed up.
+                    return
             if row is None:
                 raise ValueError(f"{self.path} holds no event {seq} to checkpoint")
             conn.execute(
@@ -1360,6 +1377,10 @@ class Store:
             conn.close()
 
     def close(self) -> None:
+        running = self._maintenance_thread
+        if running is not None and running is not threading.current_thread():
+            # Before the locks: the maintenance needs them to finish.
+            running.join()
         with _OPEN_LOCK, self._lock:
             self._drop_span()
             if self._identity is not None:

@@ -187,7 +187,7 @@ def maintain(root: Root, store: Store, seq: int = 0, *, clock: Callable[[], floa
         work = _Pass(root, store, stale_after=DEFAULT_STALE_AFTER, clock=clock, steps=steps)
         work.restore()
         work.refresh()
-        work.write_checkpoint()
+        work.write_checkpoint(every=store.maintenance_every)
         work.retire()
     except Exception as e:  # nothing may escape into the appending process
         logger.warning("journal.maintenance_failed", path=str(store.path), reason=str(e))
@@ -244,9 +244,9 @@ class _Pass:
         self.state = restored.state
         self.checkpointed = restored.state.seq
 
-    def write_checkpoint(self) -> None:
+    def write_checkpoint(self, *, every: int = checkpoint.EVERY) -> None:
         """Write a checkpoint of the state just replayed, if enough events follow the last."""
-        if not checkpoint.due(self.state, self.checkpointed):
+        if not checkpoint.due(self.state, self.checkpointed, every=every):
             return
         self.steps.before("checkpoint", f"event {self.state.seq}")
         try:
