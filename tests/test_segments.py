@@ -362,7 +362,8 @@ def test_a_process_killed_at_any_step_of_rollover_or_retirement_leaves_a_usable_
             assert store.verify() == []
             # Whole appends only, wherever the kill came.
             last = store.extent()[1] or store.history().retired_until
-            assert last > 0 and last % 10 == 0
+            assert last > 0
+            assert last % 10 == 0
             before = kept_state(store)
             store.append(lives(1, "after"), time=2.0)
             assert kept_state(store).seq == before.seq + 5
@@ -391,7 +392,8 @@ def test_a_missing_segment_is_named_with_the_reason_and_the_fix(
         message = str(excinfo.value)
         assert str(newest) in message
         assert "missing" in message
-        assert "Restore" in message and "aside" in message
+        assert "Restore" in message
+        assert "aside" in message
 
 
 def test_a_segment_that_is_not_a_database_is_named_with_the_reason_and_the_fix(
@@ -451,17 +453,18 @@ def test_journal_inspect_reads_a_journal_whose_old_segments_are_retired(
     path: Path, retired: Store
 ) -> None:
     retired.close()
-    text = inspect("summary", path).stdout
-    assert "history starts at event 61" in text
+    text = inspect(path, "summary").stdout
+    assert "history      starts at event 61" in text
     assert "retired" in text
-    summary = json.loads(inspect("summary", path, "--json").stdout)
+    summary = json.loads(inspect(path, "summary", "--json").stdout)
     assert summary["history"]["first"] == 61
     assert summary["history"]["retired_until"] == 60
-    assert "0 problems" in inspect("verify", path).stdout or "ok" in inspect(
-        "verify", path).stdout.lower()
-    events = json.loads(inspect("events", path, "--json").stdout)
-    assert [e["seq"] for e in events["events"]][:1] == [61]
-    inspect("state", path)
+    verified = json.loads(inspect(path, "verify", "--json").stdout)
+    assert verified["ok"], verified
+    events = inspect(path, "events", "--json").stdout.splitlines()
+    assert json.loads(events[0])["seq"] == 61
+    state = json.loads(inspect(path, "state", "--json").stdout)
+    assert state["seq"] == 70
 
 
 def test_a_replay_of_an_empty_journal_needs_no_segments(path: Path) -> None:
