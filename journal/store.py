@@ -536,7 +536,14 @@ class Store:
         if active.path != self._active.path:
             self._connect_active(active)
         else:
-            self._active_id = self._identity
+            try:
+                following = self._sealed_next(self._conn)
+            except sqlite3.Error as e:
+                raise self._translate(e, "open", active.path) from e
+            if following is not None:
+                raise self._missing(active.path, following)
+            if self._active_id is None:
+                self._active_id = self._identity
         if not self.readonly and segments.temporaries(self.path):
             # Left by a rollover that crashed before its rename; one that is
             # running holds this write lock while its file exists.
@@ -551,18 +558,26 @@ class Store:
             except sqlite3.Error as e:
                 raise self._translate(e, "open", self._active.path) from e
 
+    def _missing(self, path: Path, following: str) -> JournalCorrupt:
+        """The newest segment is sealed, yet no newer file exists: the one it names is gone."""
+        if path == self.path:
+            # The head names the segment after it; history retired since
+            # then tells which one came last.
+            with contextlib.suppress(sqlite3.Error):
+                (retired,) = self._conn.execute("SELECT max(seq) FROM retired").fetchone()
+                if retired:
+                    following = segments.name_of(int(retired) + 1)
+        lost = segments.directory(self.path) / following
+        return JournalCorrupt(path, f"is sealed, but the segment that follows it, {lost}, "
+                              "is missing", self._segment_fix(lost))
+
     def _connect_active(self, active: Segment) -> None:
         conn = self._connect_segment(active.path)
         try:
             base = conn.execute("SELECT base, digest FROM segment").fetchone()
             following = self._sealed_next(conn)
             if following is not None:
-                # Sealed, yet no newer file: the one it names is gone.
-                raise JournalCorrupt(
-                    active.path,
-                    f"is sealed, but the segment that follows it, "
-                    f"{segments.directory(self.path) / following}, is missing",
-                    self._segment_fix(segments.directory(self.path) / following))
+                raise self._missing(active.path, following)
             if base is None or int(base[0]) != active.base:
                 raise JournalCorrupt(active.path, "does not say where its events start",
                                      self._segment_fix(active.path))
