@@ -1165,8 +1165,12 @@ class Store:
                     # content is tied to the last event of the segment
                     # before, which may be retired: the base it records
                     # (and the next event's digest chains from) stands in.
-                    sql = sql.replace("e.digest IS c.digest", "max(e.digest IS c.digest OR "
-                                      "c.digest IN (SELECT digest FROM bases WHERE base = c.seq))")
+                    # A lookup per checkpoint, not a join: SQLite pushes
+                    # the seq into each segment's primary key that way.
+                    sql = sql.replace("e.digest IS c.digest", (
+                        "max((SELECT digest FROM events WHERE seq = c.seq) IS c.digest OR "
+                        "c.digest IN (SELECT digest FROM bases WHERE base = c.seq))")).replace(
+                        " LEFT JOIN events e ON e.seq = c.seq", "")
                     sql += " GROUP BY c.seq, c.format"
                 elif not self._has_checkpoints():
                     return []
