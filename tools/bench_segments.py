@@ -31,7 +31,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# Its sibling, imported by name as when run from this directory.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_replay import BATCH, lifetimes
 
 from journal import checkpoint
 from journal.events import Event
@@ -39,7 +42,6 @@ from journal.reducer import State, replay
 from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Store
 from sessiontemp import Manager
-from tools.bench_replay import BATCH, lifetimes
 
 
 def disk(root: Path) -> int:
