@@ -159,6 +159,11 @@ class Store:
         # The reading connection over every kept segment, and what it was built for.
         self._span: sqlite3.Connection | None = None
         self._span_key: object = None
+        self._span_schema = 0
+        # Whether the connection's segment has a sealed table; if not, the
+        # schema cookie it was last looked for at.
+        self._seal_table = False
+        self._seal_schema = -1
         # Called with the last seq after each append when maintenance is due
         # (see :meth:`maintenance_due`); set by whoever can write checkpoints.
         self.maintenance: Callable[[int], None] | None = None
@@ -324,14 +329,12 @@ class Store:
             self._conn.execute("PRAGMA synchronous=FULL")
             if version == 0:
                 self._create_schema()
-            elif not sealed and not (self._has_checkpoints() and self._has_segment_tables()):
-                # A journal written before checkpoints or segments existed:
-                # the tables are added, the events stay exactly as they are.
+            elif not sealed and not self._has_checkpoints():
+                # A journal written before checkpoints existed: the table is
+                # added, the events stay exactly as they are.
                 with self._transaction("open"):
                     if not self._has_checkpoints():
                         self._create_checkpoints()
-                    for sql in SEGMENT_SQL:
-                        self._conn.execute(sql)
         except sqlite3.Error as e:
             raise self._translate(e, "open") from e
 
@@ -430,18 +433,32 @@ class Store:
                     "BEGIN SELECT RAISE(ABORT, 'sessiontemp events are append-only, each one right "
                     "after the last'); END"
                 )
+                # The segment tables come with the first rollover: until
+                # then the file is laid out exactly as before segments.
                 self._create_checkpoints()
-                for sql in SEGMENT_SQL:
-                    self._conn.execute(sql)
                 self._conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
                 self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     # -- segments ------------------------------------------------------------
 
-    def _has_segment_tables(self) -> bool:
-        return int(self._conn.execute(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
-            "name IN ('segment', 'sealed', 'retired')").fetchone()[0]) == 3
+    def _seal(self) -> str | None:
+        """What :meth:`_sealed_next` says of the connection's segment, cheaply.
+
+        The head of a journal that never rolled over has no ``sealed``
+        table; one can only appear with a change of its schema, so until
+        then a look at the schema cookie (in the header page) does.
+        """
+        if not self._seal_table:
+            (version,) = self._conn.execute("PRAGMA schema_version").fetchone()
+            if version == self._seal_schema:
+                return None
+            self._seal_schema = int(version)
+            self._seal_table = bool(self._conn.execute(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'sealed'"
+            ).fetchone()[0])
+            if not self._seal_table:
+                return None
+        return self._sealed_next(self._conn)
 
     @staticmethod
     def _sealed_next(conn: sqlite3.Connection) -> str | None:
@@ -600,6 +617,7 @@ class Store:
         self._conn = conn
         self._active = active
         self._active_id = (st.st_dev, st.st_ino)
+        self._seal_table = True
 
     def _begin(self) -> None:
         """BEGIN IMMEDIATE on the active segment, moving on past any rollover made meanwhile.
@@ -617,7 +635,7 @@ class Store:
                 # Retired and removed since this process last wrote.
                 self._open_active()
                 continue
-            if not self._ready or self._sealed_next(self._conn) is None:
+            if not self._ready or self._seal() is None:
                 return
             self._conn.execute("ROLLBACK")
             self._open_active()
@@ -663,6 +681,9 @@ class Store:
             self.rollover_failed = f"{path}: {e}"
             return
         self._step(f"seal {self._active.path.name}")
+        if self._active.is_head:
+            for sql in SEGMENT_SQL:
+                conn.execute(sql)
         conn.execute("INSERT INTO sealed (next, seq, time) VALUES (?, ?, ?)",
                      (path.name, seq, _time.time()))
         if self._active.is_head:
@@ -834,7 +855,9 @@ class Store:
             # Inside a snapshot: it reads the files as they were when it began.
             return self._span
         if self._span is None or key != self._span_key or self._span_stale():
-            self._drop_span()
+            # Not closed here: a generator may still be streaming rows from
+            # it; it closes once the last cursor on it is collected.
+            self._span = None
             self._span = self._spanning()
             self._span_key = key
         return self._span
@@ -879,13 +902,16 @@ class Store:
                         f"SELECT seq, digest, format, state FROM s{i}.checkpoints")  # noqa: S608
                 if "segment" in tables:
                     bases.append(f"SELECT base, digest FROM s{i}.segment")  # noqa: S608
-            empty = "SELECT NULL, NULL, NULL, NULL{} WHERE 0"
+            # Empty views keep their column names: a retired head has no
+            # events, and a journal that never rolled over no bases.
             conn.execute("CREATE TEMP VIEW events AS " + (
-                " UNION ALL ".join(events) or empty.format(", NULL")))
+                " UNION ALL ".join(events) or "SELECT NULL AS seq, NULL AS time, NULL AS kind, "
+                "NULL AS payload, NULL AS digest WHERE 0"))
             conn.execute("CREATE TEMP VIEW checkpoints AS " + (
-                " UNION ALL ".join(checkpoints) or empty.format("")))
+                " UNION ALL ".join(checkpoints) or "SELECT NULL AS seq, NULL AS digest, "
+                "NULL AS format, NULL AS state WHERE 0"))
             conn.execute("CREATE TEMP VIEW bases AS " + (
-                " UNION ALL ".join(bases) or "SELECT NULL, NULL WHERE 0"))
+                " UNION ALL ".join(bases) or "SELECT NULL AS base, NULL AS digest WHERE 0"))
             (self._span_schema,) = conn.execute("PRAGMA s0.schema_version").fetchone()
         except sqlite3.Error as e:
             conn.close()
