@@ -54,7 +54,7 @@ from journal.events import (
     Retained,
     Rotated,
 )
-from journal.reducer import EMPTY, ManagerState, State, removal_due, replay
+from journal.reducer import EMPTY, History, ManagerState, State, removal_due, replay
 from journal.store import Store
 from sessiontemp import aio, processes, recovery
 from sessiontemp.handles import Handles
@@ -118,6 +118,9 @@ class Manager:
         self._steps = Steps(step_hook)
         self._mutex = threading.RLock()
         self._state: State = EMPTY
+        # This manager as it ended: the state forgets it once it has ended
+        # and has nothing left to remove.
+        self._ended: ManagerState | None = None
         self.recovery = recovery.Report(ran=False)
         self._handles = shielded(
             lambda: self._open(root, stale_after, busy_timeout), lambda handles: self.close()
@@ -171,7 +174,9 @@ class Manager:
 
     @property
     def _me(self) -> ManagerState:
-        return self._state.managers[self.id]
+        me = self._state.managers.get(self.id, self._ended)
+        assert me is not None, "a manager's state holds it from its first event on"
+        return me
 
     @property
     def sealed(self) -> bool:
@@ -503,10 +508,11 @@ class Manager:
         raises before the commit, so the journal never holds it.
         """
         self._steps.before("journal", ",".join(e.kind for e in events))
-        decided: list[State] = []
+        decided: list[tuple[State, History]] = []
 
         def decide(records: list[Record]) -> None:
-            decided.append(replay(records, self._state))
+            forgotten = History()
+            decided.append((replay(records, self._state, history=forgotten), forgotten))
 
         store = self._handles.store
         assert store is not None
@@ -516,7 +522,8 @@ class Manager:
             if store.broken is not None:
                 self._break(store.broken)
             raise
-        self._state = decided[-1]
+        self._state, forgotten = decided[-1]
+        self._ended = forgotten.managers.get(self.id, self._ended)
 
     def _break(self, reason: str) -> None:
         """Stop: the journal cannot be trusted to say what this manager did.
@@ -539,7 +546,8 @@ class Manager:
         """
         state = self._state
         for generation in list(self._handles.generations):
-            if state.generations[generation].retired:
+            known = state.generations.get(generation)
+            if known is None or known.retired:
                 self._steps.before("unlock", generation_name(generation))
                 self._handles.drop_generation(generation)
         me = self._me
