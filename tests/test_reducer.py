@@ -875,7 +875,7 @@ def test_a_removed_generation_and_its_ended_manager_are_forgotten() -> None:
     lc = Lifecycle()
     manager = lc.open_manager()
     lc.retain(manager)
-    generation, lease = lc.acquire(manager)
+    generation, _lease = lc.acquire(manager)
     lc.close(manager)
     state = replay(lc.records)
     # Ended, but its generation still owes a removal: both stay.
