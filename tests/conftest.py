@@ -43,8 +43,9 @@ def journal_state(root: Path) -> State:
 
 
 def own_view(state: State, manager_id: str) -> tuple[object, dict[str, object]]:
-    """One manager's part of *state*: its record and its generations."""
-    return state.managers[manager_id], {
+    """One manager's part of *state*: its record (None once the state let it go) and its
+    generations."""
+    return state.managers.get(manager_id), {
         gid: g for gid, g in state.generations.items() if g.manager == manager_id
     }
 
