@@ -16,6 +16,11 @@ cycles (rotate, acquire, release: one generation made and removed each),
 then C warm cycles (acquire + release on its live generation) are timed,
 and the size of its state is counted.
 
+With ``--appends N``: the cost the journal's read indexes add to an
+append.  Two journals side by side, one with the indexes and one without
+(dropped after open), take N single-event commits each, alternating: a
+``generation.created`` (indexed) and a ``lease.acquired`` (not indexed).
+
 Timings are medians in this one process; the machine may be shared.
 """
 
@@ -93,13 +98,45 @@ def warm_after(rotations: int, cycles: int) -> tuple[float, int]:
         return median_ms(cycles, warm), size
 
 
+def append_costs(count: int) -> None:
+    from journal.events import GenerationCreated, LeaseAcquired, ManagerOpened, Retained
+    from journal.ids import new_generation, new_lease
+    from journal.store import _INDEXES
+
+    with tempfile.TemporaryDirectory() as scratch:
+        stores = {"with indexes": Store(Path(scratch) / "a.sqlite3"),
+                  "without": Store(Path(scratch) / "b.sqlite3")}
+        for name, _, _ in _INDEXES:
+            # The store keeps its connection private; a benchmark may reach in.
+            stores["without"]._conn.execute(f"DROP INDEX {name}")
+        m = "0" * 32
+        for store in stores.values():
+            store.append([ManagerOpened(m, 1), Retained(m)], time=1.0)
+        times: dict[tuple[str, str], list[float]] = {}
+        for _ in range(count):
+            for label, store in stores.items():
+                for kind, event in (("generation.created", GenerationCreated(m, new_generation())),
+                                    ("lease.acquired", LeaseAcquired(m, "a" * 16, new_lease()))):
+                    start = time.perf_counter()
+                    store.append([event], time=2.0)
+                    times.setdefault((kind, label), []).append(time.perf_counter() - start)
+        for store in stores.values():
+            store.close()
+        for (kind, label), values in sorted(times.items()):
+            print(f"append {kind} ({label}), median of {count}: "
+                  f"{statistics.median(values) * 1e6:.0f} us")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--journal", type=Path, default=None)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--rotations", type=int, nargs="*", default=[])
     parser.add_argument("--cycles", type=int, default=300)
+    parser.add_argument("--appends", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.appends:
+        append_costs(args.appends)
     if args.journal is not None:
         journal_figures(args.journal, args.runs)
     for n in args.rotations:
