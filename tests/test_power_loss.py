@@ -27,7 +27,7 @@ from journal.reducer import REAPPEARED as REAPPEARED_STATE
 from journal.store import Store
 from sessiontemp import Manager, recover
 from sessiontemp.steps import Steps
-from tests.conftest import journal_state
+from tests.conftest import live_state
 from tests.model import simulate_kill
 
 REAPPEARED = "on disk again after its removal (a power loss undid it)"
@@ -99,7 +99,7 @@ def test_a_reappeared_generation_of_an_ended_manager_is_removed_again_once_unloc
         "generation.reappeared", "removal.finished"]
     assert any(e["event"] == "generation.removed" for e in logs)
     # Removed again: the state lets it go once more, and the journal tells how it ended.
-    assert left.generation not in journal_state(left.manager.root).generations
+    assert left.generation not in live_state(left.manager.root).generations
     store = Store(left.manager.root / "journal.sqlite3", readonly=True)
     try:
         past = pasts(store, [left.generation])[left.generation]
@@ -206,7 +206,7 @@ def test_a_reappeared_generation_whose_removal_was_cut_short_is_checked_against_
                       Reappeared(left.generation, recovery)], time=time.time())
     finally:
         store.close()
-    state = journal_state(left.manager.root).generations[left.generation]
+    state = live_state(left.manager.root).generations[left.generation]
     assert (state.manager, state.device, state.removal) == (None, None, "started")
     os.rename(left.path, left.path.with_name("old"))
     left.path.mkdir()
