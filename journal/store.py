@@ -356,7 +356,9 @@ class Store:
         """
         if not self._missing_indexes():
             return
-        with self._transaction("open"):
+        # Only speed is at stake: a journal that cannot take them now (a
+        # full disk) is read without them, by a scan, and the next open tries again.
+        with contextlib.suppress(JournalError), self._transaction("open"):
             missing = set(self._missing_indexes())
             for name, expression, kinds in _INDEXES:
                 if name in missing:

@@ -7,6 +7,8 @@ and many ended managers as after a few.
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from pathlib import Path
 
 from journal import State, Store, checkpoint, replay
@@ -82,3 +84,46 @@ def test_the_journals_state_and_its_checkpoint_hold_only_the_live_manager_whatev
         assert restored.state == many
         # A recovery pass from that checkpoint finds nothing to do.
         assert recover(root).removed == ()
+
+
+def indexes(path: Path) -> set[str]:
+    conn = sqlite3.connect(path)
+    try:
+        return {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'"
+                                           " AND name LIKE 'events_by_%'")}
+    finally:
+        conn.close()
+
+
+def test_a_journal_without_the_read_indexes_gains_them_on_open_and_answers_the_same(
+    root: Path,
+) -> None:
+    with Manager(root) as manager:
+        manager.retain()
+        rotated(manager, 3)
+    path = root / "journal.sqlite3"
+    assert indexes(path) == {"events_by_generation", "events_by_manager"}
+    store = Store(path, readonly=True)
+    try:
+        generations = {json.loads(payload)["generation"] for _, _, _, payload
+                       in store.rows_where(kinds=["generation.created"])}
+        indexed = list(store.generation_rows(generations))
+        ends = store.manager_ends([manager.id, "0" * 32])
+    finally:
+        store.close()
+    assert set(ends) == {manager.id}
+    conn = sqlite3.connect(path)
+    conn.execute("DROP INDEX events_by_generation")
+    conn.execute("DROP INDEX events_by_manager")
+    conn.close()
+    store = Store(path, readonly=True)
+    try:
+        # Read-only: nothing is added, and the same rows come by a scan.
+        assert list(store.generation_rows(generations)) == indexed
+        assert store.manager_ends([manager.id, "0" * 32]) == ends
+    finally:
+        store.close()
+    assert indexes(path) == set()
+    Store(path).close()
+    assert indexes(path) == {"events_by_generation", "events_by_manager"}
+    assert len(indexed) == 4 * len(generations)  # created, ready, removal started and finished
