@@ -42,6 +42,7 @@ from journal import State, Store, checkpoint, replay
 from journal.errors import ForkedCopy
 from journal.reducer import History, removal_due
 from sessiontemp import Lease, Manager, Unavailable, recover
+from sessiontemp.manager import Durability
 from sessiontemp.root import (
     GENERATION_PREFIX,
     JOURNAL_NAME,
@@ -323,8 +324,9 @@ class World:
     """
 
     def __init__(self, base: Path, *, manager_class: type[Manager] = Manager,
-                 step_hook: StepHook | None = None) -> None:
+                 step_hook: StepHook | None = None, durability: Durability = "full") -> None:
         self.base = base
+        self.durability = durability
         self.root = base / "root"
         self.outside = base / "outside"
         self.outside.mkdir(parents=True)
@@ -362,7 +364,7 @@ class World:
 
     def open(self) -> str:
         manager = self.manager_class(self.root, busy_timeout=BUSY_TIMEOUT,
-                                     step_hook=self.step_hook)
+                                     step_hook=self.step_hook, durability=self.durability)
         name = self._name("m")
         self.real[name] = manager
         self.ids[name] = manager.id
