@@ -661,10 +661,12 @@ class Manager:
         me = self._state.managers.get(self.id)
         if me is not None:
             self._ended = me
-        elif self._ended is not None and self._ended.ended is None:
+        elif self._ended is not None:
+            # Let go of: it ended, and the last of its generations is removed.
             self._ended = attrs.evolve(self._ended, sealed=True, current=None,
-                                       generations=frozenset(), ended="closed",
-                                       ended_by=self.id)
+                                       generations=frozenset(),
+                                       ended=self._ended.ended or "closed",
+                                       ended_by=self._ended.ended_by or self.id)
 
     def _break(self, reason: str) -> None:
         """Stop: the journal cannot be trusted to say what this manager did.
