@@ -1281,7 +1281,7 @@ class Store:
     def manager_ends(self, managers: Collection[str]) -> dict[str, int]:
         """The seq of the close or death of each of *managers* the journal has ended."""
         ends: dict[str, int] = {}
-        for seq, _time, kind, payload in self._by_id(1, managers, None):
+        for seq, _when, kind, payload in self._by_id(1, managers, None):
             if kind != "manager.opened":
                 try:
                     ended = json.loads(payload)["manager"]
