@@ -31,6 +31,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Literal, TypeAlias, cast
 
+import attrs
+
 from journal import ids
 from journal.errors import (
     ForkedCopy,
@@ -57,6 +59,7 @@ from journal.events import (
     Rotated,
 )
 from journal.reducer import EMPTY, ManagerState, State, removal_due, replay
+from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Pending, Store
 from sessiontemp import aio, processes, recovery
 from sessiontemp.handles import Handles
@@ -121,7 +124,9 @@ class Manager:
     *clock* gives the wall-clock time written into events and used for the
     stale sweep; *busy_timeout* bounds the wait for another process's journal
     write; *step_hook* sees every durable step before it happens (tests use
-    it to inject failures and crashes).
+    it to inject failures and crashes); *retention* bounds the journal's
+    disk use (:class:`journal.segments.Retention`: segment size, and the size
+    and age of retired history kept).
 
     A forked child owns nothing of its parent's manager: its copy refuses
     every operation with :class:`ForkedCopy`, and closing it does nothing.
@@ -136,8 +141,10 @@ class Manager:
         busy_timeout: float = 30.0,
         step_hook: StepHook | None = None,
         durability: Durability = "full",
+        retention: Retention = DEFAULT_RETENTION,
     ) -> None:
         recovery.check_stale_after(stale_after)
+        self._retention = retention
         if durability not in DURABILITY:
             raise ValueError(f"durability must be one of {', '.join(map(repr, DURABILITY))}, "
                              f"not {durability!r}")
@@ -149,6 +156,9 @@ class Manager:
         self._steps = Steps(step_hook)
         self._mutex = threading.RLock()
         self._state: State = EMPTY
+        # This manager as the state last held it (see _track_me): the state
+        # forgets it once it has ended and has nothing left to remove.
+        self._ended: ManagerState | None = None
         self.recovery = recovery.Report(ran=False)
         self._handles = shielded(
             lambda: self._open(root, stale_after, busy_timeout), lambda handles: self.close()
@@ -163,8 +173,13 @@ class Manager:
         self._handles = handles
         try:
             handles.root.check_journal()
-            handles.store = Store(handles.root.journal_path, busy_timeout=busy_timeout)
+            handles.store = Store(handles.root.journal_path, busy_timeout=busy_timeout,
+                                  retention=self._retention, step_hook=self._steps.before)
             handles.store.reset_tip(self._state)
+            # Checkpoints, rollover and retirement for a manager that lives long.
+            handles.store.maintenance = functools.partial(
+                recovery.maintain, handles.root, handles.store, clock=self._clock,
+                steps=self._steps)
             self.recovery = recovery.run(
                 handles.root, handles.store, stale_after=stale_after, clock=self._clock,
                 steps=self._steps, wait=False,
@@ -203,7 +218,9 @@ class Manager:
 
     @property
     def _me(self) -> ManagerState:
-        return self._state.managers[self.id]
+        me = self._state.managers.get(self.id, self._ended)
+        assert me is not None, "a manager's state holds it from its first event on"
+        return me
 
     @property
     def sealed(self) -> bool:
@@ -609,6 +626,7 @@ class Manager:
                 self._break(store.broken)
             raise
         self._state = pending.speculative
+        self._track_me()
         if wait:
             self._wait(pending)
         return pending
@@ -642,6 +660,23 @@ class Manager:
         store.drain()
         self._epoch = store.epoch
         self._state = cast(State, store.tip)
+        self._track_me()
+
+    def _track_me(self) -> None:
+        """Remember this manager as the state last held it, or as it ended once let go of.
+
+        The state forgets a manager once it has ended with nothing left to
+        remove (see :mod:`journal.reducer`); only its own close ends it here.
+        """
+        me = self._state.managers.get(self.id)
+        if me is not None:
+            self._ended = me
+        elif self._ended is not None:
+            # Let go of: it ended, and the last of its generations is removed.
+            self._ended = attrs.evolve(self._ended, sealed=True, current=None,
+                                       generations=frozenset(),
+                                       ended=self._ended.ended or "closed",
+                                       ended_by=self._ended.ended_by or self.id)
 
     def _break(self, reason: str) -> None:
         """Stop: the journal cannot be trusted to say what this manager did.
@@ -664,7 +699,8 @@ class Manager:
         """
         state = self._state
         for generation in list(self._handles.generations):
-            if state.generations[generation].retired:
+            known = state.generations.get(generation)
+            if known is None or known.retired:
                 self._steps.before("unlock", generation_name(generation))
                 self._handles.drop_generation(generation)
         me = self._me

@@ -2,7 +2,9 @@
 
 A pass runs on every Manager open and from :func:`recover`, one at a time
 per root (``ROOT/recovery.lock``).  It replays the journal, from the
-newest checkpoint on, and writes a new checkpoint when one is due; then it:
+newest checkpoint on, and writes a new checkpoint when one is due (which
+may start a new journal segment, see :mod:`journal.segments`), retires
+history the retention rule no longer keeps; then it:
 
 1. declares dead every manager whose liveness lock is free, journaling it;
 2. removes every generation of a closed or dead manager, and finishes every
@@ -24,6 +26,12 @@ root is recovered as usual.  A generation journaled as removed but found
 on disk again (directory operations are not fsynced, so a power loss can
 undo a removal) is removed again when its identity is the journaled one and
 no lock holds it.
+
+The state holds only what is alive or owes work; what the sweep needs of
+generations and managers it has let go of (whose a reappeared directory was,
+its identity, whether a lock file's manager ended) is read from the
+journal's records through indexed :class:`Store` lookups
+(:mod:`journal.history`), for the few names found on disk only.
 """
 
 from __future__ import annotations
@@ -42,7 +50,9 @@ import filelock
 from journal import checkpoint, ids
 from journal.errors import JournalError
 from journal.events import Event, ManagerDied, Reappeared, RecoveryStarted, RemovalStarted
+from journal.history import Past, pasts
 from journal.reducer import Fold, GenerationState, State, held_by
+from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Store
 from sessiontemp.locks import probe_liveness, try_exclusive
 from sessiontemp.log import logger
@@ -58,7 +68,7 @@ from sessiontemp.root import (
 from sessiontemp.steps import StepHook, Steps
 
 __all__ = ["DEFAULT_STALE_AFTER", "Removed", "Report", "Skipped", "check_stale_after",
-           "recover", "run"]
+           "maintain", "recover", "run"]
 
 # Unknown generation directories older than this (seconds) are swept.
 DEFAULT_STALE_AFTER: Final = 86400.0
@@ -109,16 +119,23 @@ def recover(
     clock: Callable[[], float] = time.time,
     busy_timeout: float = 30.0,
     step_hook: StepHook | None = None,
+    retention: Retention = DEFAULT_RETENTION,
 ) -> Report:
-    """Run one recovery pass on *root* (None: the per-user default), waiting for any other."""
+    """Run one recovery pass on *root* (None: the per-user default), waiting for any other.
+
+    *retention* bounds the journal: how large a segment grows and how much
+    retired history is kept (see :class:`journal.segments.Retention`).
+    """
     check_stale_after(stale_after)
     opened = Root.open(root)
     try:
         opened.check_journal()
-        store = Store(opened.journal_path, busy_timeout=busy_timeout)
+        steps = Steps(step_hook)
+        store = Store(opened.journal_path, busy_timeout=busy_timeout, retention=retention,
+                      step_hook=steps.before)
         try:
             return run(opened, store, stale_after=stale_after, clock=clock,
-                       steps=Steps(step_hook), wait=True)
+                       steps=steps, wait=True)
         finally:
             store.close()
     finally:
@@ -158,6 +175,33 @@ def run(
         lock.release()
 
 
+def maintain(root: Root, store: Store, seq: int = 0, *, clock: Callable[[], float],
+             steps: Steps) -> None:
+    """Checkpoint and retire history for a process that appends for a long time.
+
+    What a recovery pass does first, without its removals: called by a
+    manager's store every so many events (:attr:`Store.maintenance`), in a
+    thread of its own, with the *seq* it reached.  Skipped when a recovery pass holds the root (that
+    pass does the same); never raises: only the journal's bound is late.
+    """
+    lock = filelock.FileLock(root.recovery_lock_path, timeout=0, thread_local=False,
+                             fallback_to_soft=False)
+    try:
+        lock.acquire()
+    except (filelock.Timeout, OSError):
+        return
+    try:
+        work = _Pass(root, store, stale_after=DEFAULT_STALE_AFTER, clock=clock, steps=steps)
+        work.restore()
+        work.refresh()
+        work.write_checkpoint(every=store.maintenance_every)
+        work.retire()
+    except Exception as e:  # nothing may escape into the appending process
+        logger.warning("journal.maintenance_failed", path=str(store.path), reason=str(e))
+    finally:
+        lock.release()
+
+
 class _Pass:
     def __init__(
         self, root: Root, store: Store, *, stale_after: float, clock: Callable[[], float],
@@ -181,14 +225,16 @@ class _Pass:
         self.restore()
         self.refresh()
         self.write_checkpoint()
+        self.retire()
         self.bury_dead_managers()
         candidates = [g.id for g in self.state.generations.values() if self.orphaned(g)]
         for generation_id in candidates:
             # Re-read first: the state may have moved on since the list was
             # made (a manager finishing its close removes its own).
             self.refresh()
-            generation = self.state.generations[generation_id]
-            if self.orphaned(generation):
+            generation = self.state.generations.get(generation_id)
+            # None: removed meanwhile, and forgotten by the state.
+            if generation is not None and self.orphaned(generation):
                 self.remove_known(generation)
         self.sweep_unknown()
         self.sweep_lock_files()
@@ -206,9 +252,9 @@ class _Pass:
         self.state = restored.state
         self.checkpointed = restored.state.seq
 
-    def write_checkpoint(self) -> None:
+    def write_checkpoint(self, *, every: int = checkpoint.EVERY) -> None:
         """Write a checkpoint of the state just replayed, if enough events follow the last."""
-        if not checkpoint.due(self.state, self.checkpointed):
+        if not checkpoint.due(self.state, self.checkpointed, every=every):
             return
         self.steps.before("checkpoint", f"event {self.state.seq}")
         try:
@@ -221,6 +267,21 @@ class _Pass:
         logger.info("checkpoint.written", path=str(self.store.path), seq=self.state.seq,
                     replayed=self.state.seq - self.checkpointed)
         self.checkpointed = self.state.seq
+        if self.store.rollover_failed is not None:
+            logger.warning("segment.rollover_failed", path=str(self.store.path),
+                           reason=self.store.rollover_failed)
+            self.store.rollover_failed = None
+
+    def retire(self) -> None:
+        """Delete the retired journal segments the retention rule no longer keeps."""
+        try:
+            removed = self.store.retire(now=self.clock())
+        except (JournalError, OSError) as e:
+            # Only the bound is late: the next pass tries again.
+            logger.warning("segment.retire_failed", path=str(self.store.path), reason=str(e))
+            return
+        for path in removed:
+            logger.info("segment.retired", path=str(path))
 
     def refresh(self) -> None:
         """Bring the state up to the journal's end, through events others appended.
@@ -270,7 +331,9 @@ class _Pass:
                 # The lock came free either by death or by close(); close
                 # journals before letting go, so re-reading tells them apart.
                 self.refresh()
-                if self.state.managers[manager.id].ended is None:
+                now = self.state.managers.get(manager.id)
+                # None: it ended with nothing left, and the state let it go.
+                if now is not None and now.ended is None:
                     self.append([ManagerDied(manager.id, self.id)])
                     self.dead.append(manager.id)
                     logger.warning("manager.dead", manager=manager.id, pid=manager.pid,
@@ -288,12 +351,17 @@ class _Pass:
         journal consistent without cross-checking appends: its manager while
         that lives, then the recovery passes, one at a time.
         """
-        if generation.removal == "finished":
-            return False
-        if generation.manager is None:
+        return self.owner_done(generation.manager)
+
+    def owner_done(self, manager_id: str | None) -> bool:
+        """Whether the manager *manager_id* (None: no manager) will never act again."""
+        if manager_id is None:
             # A stray whose removal a crashed pass began.
             return True
-        manager = self.state.managers[generation.manager]
+        manager = self.state.managers.get(manager_id)
+        if manager is None:
+            # Ended with nothing left to remove: the state let it go.
+            return True
         if manager.ended == "dead":
             return True
         # A closed manager may still be inside close(), removing its own
@@ -334,8 +402,15 @@ class _Pass:
             reason = f"manager {manager.id} (pid {manager.pid}) died"
         else:
             reason = f"manager {generation.manager} closed while it was held"
-        self.remove_target(Target.known(generation, by=self.id, reason=reason,
-                                        root=str(self.root.path)), path, reason)
+        target = Target.known(generation, by=self.id, reason=reason, root=str(self.root.path))
+        if target.identity is None and generation.manager is None:
+            # One that reappeared comes back into the state without its
+            # past: its identity is in the journal's records.
+            past = pasts(self.store, [generation.id], until=self.state.seq).get(generation.id)
+            if past is not None and past.identity is not None:
+                target = attrs.evolve(target, identity=past.identity,
+                                      commands=target.commands | past.commands)
+        self.remove_target(target, path, reason)
 
     def on_disk(self, generation: str) -> bool:
         """Whether anything is left under *generation*'s name or its trash name."""
@@ -374,6 +449,7 @@ class _Pass:
         # Listed first, read second: a generation is journaled before its
         # mkdir, so every directory just listed is known to this refresh.
         self.refresh()
+        unknown: list[tuple[str, str]] = []
         for name in sorted(names):
             generation = generation_id_of(name)
             if generation is None:
@@ -383,41 +459,48 @@ class _Pass:
             if self.state.held.get(generation) is not None or (
                 known is not None and held_by(self.state, known) is not None
             ):
-                if known is None or known.removal == "finished":
+                if known is None:
                     self.skip(path, f"kept: event {self.state.held.get(generation)}, which "
                               "the lifecycle rules refuse, names it", generation)
                 continue
             if known is None:
+                unknown.append((name, generation))
+        # Unknown to the state: never journaled (a stray), or journaled as
+        # removed and forgotten, which only the records can tell.
+        removed = pasts(self.store, {g for _, g in unknown}, until=self.state.seq)
+        for name, generation in unknown:
+            past = removed.get(generation)
+            if past is not None and past.removed:
+                self.remove_reappeared(name, past)
+            else:
                 self.remove_stray(name, generation)
-            elif known.removal == "finished":
-                self.remove_reappeared(name, known)
 
-    def remove_reappeared(self, name: str, known: GenerationState) -> None:
+    def remove_reappeared(self, name: str, past: Past) -> None:
         """A generation the journal says is removed, on disk again."""
         path = self.root.path / name
-        if known.removal_outcome is not None and known.removal_outcome.startswith("refused"):
+        if past.outcome is not None and past.outcome.startswith("refused"):
             # Not ours: refused once already; a person decides.
-            self.skip(path, f"its removal was refused ({known.removal_outcome}); check it "
-                      "and remove it by hand", known.id)
+            self.skip(path, f"its removal was refused ({past.outcome}); check it "
+                      "and remove it by hand", past.id)
             return
-        if not self.orphaned(attrs.evolve(known, removal=None)):
+        if not self.owner_done(past.manager):
             # Its one writer is its manager for as long as that lives.
             self.skip(path, "journaled as removed, yet on disk again; it is removed once its "
-                      f"manager {known.manager} has ended", known.id)
+                      f"manager {past.manager} has ended", past.id)
             return
-        if known.device is None or known.inode is None:
+        if past.identity is None:
             # No identity to check it against: treat it as unknown.
-            self.remove_stray(name, known.id, reappeared=known)
+            self.remove_stray(name, past.id, reappeared=True)
             return
         reason = "on disk again after its removal (a power loss undid it)"
+        gid = past.id
         self.remove_target(
-            Target.known(known, by=self.id, reason=reason, root=str(self.root.path),
-                         start=Reappeared(known.id, self.id)),
+            Target(gid, (generation_name(gid), trash_name(gid)), self.id, Reappeared(gid, self.id),
+                   str(self.root.path / generation_name(gid)), past.identity, past.commands),
             path, reason,
         )
 
-    def remove_stray(self, name: str, generation: str, *,
-                     reappeared: GenerationState | None = None) -> None:
+    def remove_stray(self, name: str, generation: str, *, reappeared: bool = False) -> None:
         is_trash = name.startswith(TRASH_PREFIX)
         if not is_trash:
             try:
@@ -428,8 +511,8 @@ class _Pass:
                 return
         reason = ("unknown to the journal, left in the trash" if is_trash else
                   f"unknown to the journal and older than {self.stale_after:g} s")
-        start: Event = (RemovalStarted(generation, self.id, reason) if reappeared is None
-                        else Reappeared(generation, self.id))
+        start: Event = (Reappeared(generation, self.id) if reappeared
+                        else RemovalStarted(generation, self.id, reason))
         target = Target(generation, (name,), self.id, start,
                         str(self.root.path / generation_name(generation)))
         self.remove_target(target, self.root.path / name, reason)
@@ -444,13 +527,19 @@ class _Pass:
         now creates its file a moment before it locks it.
         """
         managers_fd = self.root.managers_fd
-        for name in sorted(os.listdir(managers_fd)):
+        names = sorted(os.listdir(managers_fd))
+        # A manager the state does not hold either ended and was let go of
+        # (the journal says so), or was never journaled at all.
+        ended = self.store.manager_ends({
+            n.removesuffix(".lock") for n in names
+            if n.removesuffix(".lock") not in self.state.managers})
+        for name in names:
             manager_id = name.removesuffix(".lock")
             known = self.state.managers.get(manager_id)
             if known is not None and known.ended is None:
                 continue
             try:
-                if known is None and self.clock() - os.stat(
+                if known is None and manager_id not in ended and self.clock() - os.stat(
                     name, dir_fd=managers_fd, follow_symlinks=False
                 ).st_mtime < _LOCK_GRACE:
                     continue
