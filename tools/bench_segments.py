@@ -34,7 +34,8 @@ from pathlib import Path
 # Its sibling, imported by name as when run from this directory.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_replay import BATCH, lifetimes
+from bench_replay import BATCH
+from benchlib import lifetimes
 
 from journal import checkpoint
 from journal.events import Event
