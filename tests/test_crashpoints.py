@@ -440,7 +440,7 @@ CLASSES = state_classes()
 # first; of the classes with a dead manager, every SAMPLE_STRIDE-th.  Every kind of
 # operation and of step is still crashed, in simple states and crowded ones; `-m slow`
 # enumerates every pair and class.
-SAMPLE_STRIDE = 6
+SAMPLE_STRIDE = 10
 SAMPLED = pytest.param(False, id="sampled")
 EVERY = pytest.param(True, id="every", marks=pytest.mark.slow)
 STEP_KINDS = {"journal", "lock", "unlock", "mkdir", "rename", "rmdir"}
