@@ -733,13 +733,17 @@ class Manager:
     def _keep_alive(self) -> None:
         """Put the liveness lock file back if something deleted it meanwhile."""
         liveness = self._handles.liveness
+        if liveness is None or liveness.untouched():
+            # One fstat of the held descriptor on every operation; the
+            # lookups by name only once something touched the file.
+            return
         root = self._handles.root
-        if liveness is not None and root.managers_removed():
+        if root.managers_removed():
             # The whole directory went (``rm -r``): its lock file cannot be
             # put back into a removed directory, so the directory comes first.
             root.reopen_managers()
             liveness.moved(root.managers_fd)
-        if liveness is not None and liveness.check():
+        if liveness.check():
             logger.warning("manager.lock_recreated", manager=self.id,
                            path=str(self._handles.root.manager_lock_path(self.id)))
 
