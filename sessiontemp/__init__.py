@@ -28,12 +28,14 @@ from journal.errors import (
     UnsafeRoot,
     Unsupported,
 )
+from journal.segments import DEFAULT_RETENTION, Retention
 from sessiontemp.lease import Lease
 from sessiontemp.manager import Manager
 from sessiontemp.recovery import Removed, Report, Skipped, recover
 from sessiontemp.root import GENERATION_PREFIX, TRASH_PREFIX, default_root
 
 __all__ = [
+    "DEFAULT_RETENTION",
     "GENERATION_PREFIX",
     "TRASH_PREFIX",
     "BadInput",
@@ -49,6 +51,7 @@ __all__ = [
     "Manager",
     "Removed",
     "Report",
+    "Retention",
     "SessionTempError",
     "Skipped",
     "Unavailable",

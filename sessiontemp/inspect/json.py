@@ -66,6 +66,10 @@ def _body(result: object) -> dict[str, Any]:
             "running_managers": [_asdict(m) for m in result.running],
             "generations": dict(result.generations), "held": list(result.held),
             "verify": as_json(result.verify), "checkpoint": result.checkpoint,
+            "history": None if result.history is None else {
+                "first": result.history.first, "first_time": result.history.first_time,
+                "retired_until": result.history.retired_until,
+                "retired_at": result.history.retired_at},
         }
     if isinstance(result, Verification):
         return {"journal": str(result.journal), "mode": result.mode, "events": result.events,
