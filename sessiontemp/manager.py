@@ -280,9 +280,12 @@ class Manager:
                 try:
                     self._settle()
                 finally:
-                    self._wait(pending)
-                # Committed only now: the locks on what it retired can go.
-                self._drop_retired()
+                    try:
+                        self._wait(pending)
+                    finally:
+                        # Committed only now (or failed): the locks on what
+                        # it did retire can go.
+                        self._drop_retired()
 
         shielded(operation)
 
@@ -681,15 +684,17 @@ class Manager:
             me.current
         ].ready:
             unfinished = self._abandon(me.current, "its creation did not finish")
-        for generation in sorted(self._me.generations):
-            current = self._state.generations[generation]
-            if removal_due(current) or current.removal == "started":
-                try:
-                    self._remove(generation, "retired and no lease left")
-                except (OSError, SessionTempError) as e:
-                    logger.warning("generation.removal_failed", manager=self.id,
-                                   generation=generation, reason=str(e))
-        self._drop_retired()
+        try:
+            for generation in sorted(self._me.generations):
+                current = self._state.generations[generation]
+                if removal_due(current) or current.removal == "started":
+                    try:
+                        self._remove(generation, "retired and no lease left")
+                    except (OSError, SessionTempError) as e:
+                        logger.warning("generation.removal_failed", manager=self.id,
+                                       generation=generation, reason=str(e))
+        finally:
+            self._drop_retired()
         return unfinished
 
     def _drop_retired(self) -> None:
