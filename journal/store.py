@@ -105,6 +105,10 @@ def _in(kinds: Sequence[str]) -> str:
 Fold: TypeAlias = Callable[[list[Record], Any], Any]
 
 
+class _StaleTail(Exception):
+    """Another writer appended after the last event this store knew of."""
+
+
 class Pending:
     """One append waiting in the queue for a group commit, and then its outcome."""
 
@@ -201,6 +205,11 @@ class Store:
         # The segment the connection is on: the head until a rollover.
         self._active = Segment(self.path, 0)
         self._base: tuple[int, bytes] = (0, _GENESIS)
+        # (seq, digest) of the last event this store committed: the next
+        # batch starts there without reading it, and the sequence trigger
+        # (or the primary key) refuses its first row if another process
+        # appended meanwhile; the batch then reads the tail and runs again.
+        self._known_tail: tuple[int, bytes] | None = None
         self._active_id: tuple[int, int] | None = None
         # Set once open: from then on every write transaction checks for a seal.
         self._ready = False
@@ -907,12 +916,23 @@ class Store:
 
         The one place events are written: one transaction, one sync at most.
         """
+        try:
+            self._write_batch(batch, own, self._known_tail)
+        except _StaleTail:
+            self._write_batch(batch, own, None)
+
+    def _write_batch(self, batch: list[Pending], own: Pending,
+                     tail: tuple[int, bytes] | None) -> None:
+        """:meth:`_commit_batch` after *tail*, the last event known here (None: read it).
+
+        Raises _StaleTail, with nothing written, when *tail* is not the last.
+        """
         alone = len(batch) == 1
         tip = self.tip
         last: tuple[int, bytes] | None = None
         try:
             with self._transaction("append to", durable=any(p.durable for p in batch)) as conn:
-                seq, digest = self._tail(conn)
+                seq, digest = self._tail(conn) if tail is None else tail
                 for p in batch:
                     mark = (seq, digest)
                     if not alone:
@@ -921,11 +941,16 @@ class Store:
                     for event, (kind, payload) in zip(p.events, p.rows, strict=True):
                         seq += 1
                         digest = chain(digest, seq, p.time, kind, payload)
-                        conn.execute(
-                            "INSERT INTO events (seq, time, kind, payload, digest) "
-                            "VALUES (?, ?, ?, ?, ?)",
-                            (seq, p.time, kind, payload, digest),
-                        )
+                        try:
+                            conn.execute(
+                                "INSERT INTO events (seq, time, kind, payload, digest) "
+                                "VALUES (?, ?, ?, ?, ?)",
+                                (seq, p.time, kind, payload, digest),
+                            )
+                        except sqlite3.IntegrityError:
+                            if tail is None or seq != tail[0] + 1:
+                                raise
+                            raise _StaleTail from None
                         records.append(Record(seq, p.time, event))
                     try:
                         if p.fold is not None:
@@ -956,9 +981,12 @@ class Store:
             if not (last is not None and self._committed(*last)):
                 self._failed(batch, own, e)
                 return
+        except _StaleTail:
+            raise
         except BaseException as e:
             self._failed(batch, own, e)
             return
+        self._known_tail = last
         self.tip = self.durable_tip = tip
         if last is not None:
             self._maintain_if_due(last[0])
@@ -970,6 +998,7 @@ class Store:
 
     def _failed(self, batch: list[Pending], own: Pending, error: BaseException) -> None:
         """Fail every append of *batch* not refused already, and forget what was folded."""
+        self._known_tail = None
         self.tip = self.durable_tip
         self.epoch += 1
         with self._queued:

@@ -67,10 +67,22 @@ class Liveness:
         fd = os.open(self.name, _FILE_FLAGS | os.O_CREAT, 0o600, dir_fd=managers_fd)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._changed = os.fstat(fd).st_ctime_ns
         except BaseException:
             os.close(fd)
             raise
         self.fd = fd
+
+    def untouched(self) -> bool:
+        """Whether the lock file surely still stands where it was put: one fstat.
+
+        Deleting the file (alone, or with its directory) or renaming
+        another over it leaves the inode held here with no link; renaming
+        or linking it elsewhere changes its ctime.  False means only "look
+        by name" (:meth:`check`), never that it is gone.
+        """
+        st = os.fstat(self.fd)
+        return st.st_nlink > 0 and st.st_ctime_ns == self._changed
 
     def check(self) -> bool:
         """Put the lock file back if it is gone or replaced; True when it had to."""
@@ -78,6 +90,7 @@ class Liveness:
         try:
             named = os.stat(self.name, dir_fd=self._dir, follow_symlinks=False)
             if (named.st_dev, named.st_ino) == (mine.st_dev, mine.st_ino):
+                self._changed = mine.st_ctime_ns
                 return False
         except FileNotFoundError:
             pass
@@ -88,12 +101,13 @@ class Liveness:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.rename(spare, self.name, src_dir_fd=self._dir, dst_dir_fd=self._dir)
+            changed = os.fstat(fd).st_ctime_ns
         except BaseException:
             os.close(fd)
             with contextlib.suppress(OSError):
                 os.unlink(spare, dir_fd=self._dir)
             raise
-        old, self.fd = self.fd, fd
+        old, self.fd, self._changed = self.fd, fd, changed
         os.close(old)
         return True
 

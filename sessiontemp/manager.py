@@ -287,7 +287,12 @@ class Manager:
                 try:
                     self._settle()
                 finally:
-                    self._wait(pending)
+                    try:
+                        self._wait(pending)
+                    finally:
+                        # Committed only now (or failed): the locks on what
+                        # it did retire can go.
+                        self._drop_retired()
 
         shielded(operation)
 
@@ -690,40 +695,69 @@ class Manager:
     def _settle(self) -> Exception | None:
         """Act on what the state now says, finishing work a failure left behind.
 
-        Drops the manager's locks on retired generations, clears a current
-        generation that was never made ready (its creation failed), and
-        removes every generation whose removal is due or was started.
-        Never raises for a failed removal: the next settle, or recovery,
-        tries again.  Returns why the current generation could not be
-        cleared, if it could not.
+        Clears a current generation that was never made ready (its creation
+        failed), removes every generation whose removal is due or was
+        started, and drops the manager's locks on retired generations
+        (:meth:`_drop_retired`).  Never raises for a failed removal: the
+        next settle, or recovery, tries again.  Returns why the current
+        generation could not be cleared, if it could not.
         """
         state = self._state
-        for generation in list(self._handles.generations):
-            known = state.generations.get(generation)
-            if known is None or known.retired:
-                self._steps.before("unlock", generation_name(generation))
-                self._handles.drop_generation(generation)
         me = self._me
         unfinished = None
         if me.ended is None and me.current is not None and not state.generations[
             me.current
         ].ready:
             unfinished = self._abandon(me.current, "its creation did not finish")
-        for generation in sorted(self._me.generations):
-            current = self._state.generations[generation]
-            if removal_due(current) or current.removal == "started":
-                try:
-                    self._remove(generation, "retired and no lease left")
-                except (OSError, SessionTempError) as e:
-                    logger.warning("generation.removal_failed", manager=self.id,
-                                   generation=generation, reason=str(e))
+        try:
+            for generation in sorted(self._me.generations):
+                current = self._state.generations[generation]
+                if removal_due(current) or current.removal == "started":
+                    try:
+                        self._remove(generation, "retired and no lease left")
+                    except (OSError, SessionTempError) as e:
+                        logger.warning("generation.removal_failed", manager=self.id,
+                                       generation=generation, reason=str(e))
+        finally:
+            self._drop_retired()
         return unfinished
+
+    def _drop_retired(self) -> None:
+        """Drop the manager's own locks on the generations whose retirement is committed.
+
+        Only once committed: a retirement still queued may yet fail, and the
+        generation is then current again, which its lock must still say on
+        disk (an age-based cleaner skips only a locked directory).
+        """
+        store = self._handles.store
+        if store is None:
+            return
+        committed = cast(State, store.durable_tip).generations
+        for generation in list(self._handles.generations):
+            known = committed.get(generation)
+            if known is None or known.retired:
+                self._steps.before("unlock", generation_name(generation))
+                self._handles.drop_generation(generation)
 
     def _remove(self, generation: str, reason: str) -> None:
         target = Target.known(self._state.generations[generation], by=self.id, reason=reason,
                               root=str(self.root))
-        result = remove(self._handles.root.fd, target, journal=lambda events: self._append(
-            *events), steps=self._steps)
+        # The manager's own lock becomes the removal's exclusive lock
+        # (removal.seize): the generation keeps it until the removal's
+        # start, with every event queued before it, is committed.
+        held = self._handles.generations.pop(generation, None)
+        try:
+            result = remove(self._handles.root.fd, target, journal=lambda events: self._append(
+                *events), steps=self._steps, held=held)
+        finally:
+            now = self._state.generations.get(generation)
+            if held is not None and now is not None and now.removal is None:
+                # The removal's start was not journaled: the lock is still
+                # ours, shared again (remove() closes it only once it is).
+                if self._handles.closed:
+                    os.close(held)
+                else:
+                    self._handles.generations[generation] = held
         log = logger.info if result.outcome in ("removed", "absent") else logger.warning
         log(f"generation.{result.outcome}", manager=self.id, generation=generation,
             path=str(self.root / generation_name(generation)), seq=self._state.seq,
@@ -739,13 +773,17 @@ class Manager:
     def _keep_alive(self) -> None:
         """Put the liveness lock file back if something deleted it meanwhile."""
         liveness = self._handles.liveness
+        if liveness is None or liveness.untouched():
+            # One fstat of the held descriptor on every operation; the
+            # lookups by name only once something touched the file.
+            return
         root = self._handles.root
-        if liveness is not None and root.managers_removed():
+        if root.managers_removed():
             # The whole directory went (``rm -r``): its lock file cannot be
             # put back into a removed directory, so the directory comes first.
             root.reopen_managers()
             liveness.moved(root.managers_fd)
-        if liveness is not None and liveness.check():
+        if liveness.check():
             logger.warning("manager.lock_recreated", manager=self.id,
                            path=str(self._handles.root.manager_lock_path(self.id)))
 

@@ -21,7 +21,9 @@ is unlinked, never followed, and a hard link is unlinked, never truncated.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import os
 import stat
 from collections.abc import Callable, Iterable, Sequence
@@ -59,10 +61,20 @@ class Found:
     fd: int | None = None
     symlink: bool = False
     reason: str = ""
+    held: bool = False
 
     def abandon(self) -> None:
-        """Give up a seized entry without removing it."""
-        if self.fd is not None:
+        """Give up a seized entry without removing it.
+
+        A lock seized through the remover's own descriptor (``held``) is
+        turned back into the shared lock it was, and the descriptor stays
+        open: its holder keeps the generation alive as before.
+        """
+        if self.fd is None:
+            return
+        if self.held:
+            _share(self.fd)
+        else:
             os.close(self.fd)
 
 
@@ -72,12 +84,20 @@ def seize(
     *,
     identity: tuple[int, int] | None = None,
     steps: Steps,
+    held: int | None = None,
 ) -> Found:
     """Find the first of *names* present under *root_fd* and lock it exclusively.
 
     *identity* is the (device, inode) recorded when the generation was made;
     a directory with another identity under that name was put there by
     someone else and is refused.
+
+    *held* is a descriptor of the generation through which the remover
+    holds a shared lock itself (a manager's own lock on its generation):
+    a second descriptor could never get the exclusive lock beside it, so
+    that lock is converted in place instead, and the generation is never
+    without a lock of the remover's until its removal is journaled.  When
+    it is busy, the shared lock is taken back at once.
     """
     for name in names:
         try:
@@ -98,15 +118,42 @@ def seize(
                 os.close(fd)
                 return Found("refused", name=name,
                              reason="it was replaced by another directory since it was made")
+            if held is not None:
+                if (st.st_dev, st.st_ino) != _identity(held):
+                    os.close(fd)
+                    return Found("refused", name=name,
+                                 reason="it is not the directory its manager holds")
+                os.close(fd)
+                fd = held
             steps.before("lock", name)
             if not try_exclusive(fd):
-                os.close(fd)
+                if held is None:
+                    os.close(fd)
+                else:
+                    # A failed conversion has dropped the shared lock too.
+                    _share(held)
                 return Found("busy", name=name)
         except BaseException:
-            os.close(fd)
+            if fd != held:
+                os.close(fd)
             raise
-        return Found("seized", name=name, fd=fd)
+        return Found("seized", name=name, fd=fd, held=held is not None)
     return Found("absent")
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+def _share(fd: int) -> None:
+    """Hold a shared lock through *fd* again (after an exclusive one, or a failed conversion).
+
+    Fails only if another remover took the exclusive lock meanwhile; the
+    generation is then theirs to remove, and *fd* simply holds no lock.
+    """
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
 
 
 def finish(root_fd: int, found: Found, trash: str, *, steps: Steps) -> None:
@@ -316,7 +363,8 @@ class Result:
     detail: str = ""
 
 
-def remove(root_fd: int, target: Target, *, journal: Journal, steps: Steps) -> Result:
+def remove(root_fd: int, target: Target, *, journal: Journal, steps: Steps,
+           held: int | None = None) -> Result:
     """Journal and carry out the removal of *target*: the one removal routine.
 
     The journal hears of the removal after the exclusive lock is taken (so a
@@ -324,9 +372,13 @@ def remove(root_fd: int, target: Target, *, journal: Journal, steps: Steps) -> R
     deleted (so a crash from there on is finished by recovery).  OSError
     from the removal itself propagates; what is left stays for the next
     recovery.
+
+    *held* (see :func:`seize`) is the remover's own shared lock on the
+    generation: it is closed once the removal's start is journaled, and
+    until then stays the caller's, shared, whatever is returned or raised.
     """
     gid = target.generation
-    found = seize(root_fd, target.names, identity=target.identity, steps=steps)
+    found = seize(root_fd, target.names, identity=target.identity, steps=steps, held=held)
     if found.status == "busy":
         return Result("busy", "a lease or a running command holds its lock")
     if found.status == "seized" and target.commands:
@@ -335,12 +387,12 @@ def remove(root_fd: int, target: Target, *, journal: Journal, steps: Steps) -> R
             found.abandon()
             return Result("busy", holders)
     started = [] if target.start is None else [target.start]
-    if found.status == "absent":
-        journal([*started, RemovalFinished(gid, target.by, "absent")])
-        return Result("absent")
-    if found.status == "refused":
-        journal([*started, RemovalFinished(gid, target.by, f"refused: {found.reason}")])
-        return Result("refused", found.reason)
+    if found.status in ("absent", "refused"):
+        outcome = "absent" if found.status == "absent" else f"refused: {found.reason}"
+        journal([*started, RemovalFinished(gid, target.by, outcome)])
+        if held is not None:
+            os.close(held)
+        return Result("absent") if found.status == "absent" else Result("refused", found.reason)
     try:
         if started:
             journal(started)

@@ -183,9 +183,10 @@ class Root:
         renamed and replaced after the open, the journal and the lock files
         would be opened in the replacement (someone else's choice) while the
         generations stay in the original.  The mode and owner are re-read
-        from the descriptor, so a root opened to others after it was checked
-        is refused too.  A cheap lstat and fstat, done before every use of
-        the path and before each recovery pass acts.
+        too (the path names the very inode held, so they are its own), and
+        a root opened to others after it was checked is refused.  One cheap
+        lstat, done before every use of the path and before each recovery
+        pass acts.
         """
         try:
             # follow_symlinks=False: a symlink put in place of the root, even
@@ -201,7 +202,9 @@ class Root:
                              "names another " + ("symbolic link" if stat.S_ISLNK(named.st_mode)
                                                  else "entry"),
                              "Find out who moved it; then open the root again")
-        check_owned_private(self.path, os.fstat(self.fd))
+        # The same inode as the one held: its mode and owner are the
+        # descriptor's own, with no fstat of it.
+        check_owned_private(self.path, named)
 
     @property
     def journal_path(self) -> Path:

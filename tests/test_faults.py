@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import random
@@ -806,3 +807,59 @@ def test_the_quiet_test_finds_a_library_logger_that_reaches_stderr(root: Path) -
     append_unknown_kind(root)
     with pytest.raises(AssertionError, match="stderr holds more than the program printed"):
         run_quietly(root, "planted")
+
+
+# -- a commit that fails after the operation's lock would have gone ----------------------------
+
+def locked_by_someone(directory: Path) -> bool:
+    """Whether any descriptor but this probe's holds a lock on *directory*."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+@pytest.mark.parametrize(("operation", "leased"), [
+    ("rotate", True), ("release", True), ("rotate", False), ("release", False),
+])
+def test_a_retirement_whose_commit_fails_keeps_the_managers_lock_on_the_generation(
+    root: Path, neighbour: Child, operation: str, leased: bool
+) -> None:
+    """Rotate or the last release, behind a journal another process holds: nothing changes.
+
+    Leased, the retirement's own commit fails; unleased, the commit it shares
+    with the removal's start does.  Either way the generation is still
+    current in memory and in the journal, so on disk it must still carry
+    the manager's own lock (what keeps an age-based cleaner out of it once
+    its lease is gone), and the next operation retires it as usual.
+    """
+    manager = Manager(root, busy_timeout=0.3)
+    try:
+        manager.retain()
+        lease = manager.acquire()
+        directory = lease.path
+        if not leased:
+            lease.release()
+        before = committed(root)
+        at = f"after a {operation} whose commit failed"
+        with lock_held_by_another_process(root / "journal.sqlite3"), pytest.raises(JournalError):
+            getattr(manager, operation)()
+        assert_agrees(manager, at)
+        assert manager.current_dir == directory, f"{at}: the generation is no longer current"
+        if leased:
+            lease.release()
+        assert directory.is_dir(), f"{at}: the generation was removed"
+        assert locked_by_someone(directory), f"{at}: the manager's lock on it was dropped"
+        assert_sound(root, before, at)
+        getattr(manager, operation)()
+        assert_agrees(manager, at)
+        assert not directory.exists(), f"{at}: the next {operation} did not remove it"
+        assert_journal_matches_disk(root, at)
+    finally:
+        manager.close()
+    opened_elsewhere(neighbour, root, at)
+    assert_nothing_left(root, at)

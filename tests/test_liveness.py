@@ -527,3 +527,16 @@ def test_lock_files_deleted_over_and_over_never_make_a_recovery_declare_the_mana
         codes = [r.wait(timeout=TIMEOUT) for r in recoveries]
     assert codes == [0, 0]
     assert journal_state(manager.root).managers[manager.id].ended is None
+
+
+def test_a_liveness_lock_file_renamed_away_is_put_back_by_the_next_operation(
+    manager: Manager,
+) -> None:
+    """Renamed, the file keeps its link (and its lock) but no longer stands under its name."""
+    path = lock_file(manager)
+    path.rename(path.with_name(path.name + ".moved"))
+    with capture_logs() as logs:
+        manager.retain()
+    assert locked_by_another(path)
+    assert [e["event"] for e in logs].count("manager.lock_recreated") == 1
+    assert recover_elsewhere(manager.root)["dead"] == []

@@ -867,3 +867,23 @@ def test_an_append_waits_for_a_writer_that_finishes_within_busy_timeout(path: Pa
         assert list(store.records()) == [*before, *records]
     finally:
         store.close()
+
+
+def test_stores_appending_in_turn_each_continue_after_the_others_last_event(
+    path: Path,
+) -> None:
+    """Each store starts its next commit after the last event it wrote, unread: when another
+    store appended meanwhile, the first row is refused by the sequence and the commit is
+    made again after the real last event, never failed and never forked from the chain."""
+    first, second = Store(path), Store(path)
+    try:
+        turns = [first, second, second, first, first, second, first]
+        for n, store in enumerate(turns):
+            records = store.append([Retained(manager_id(str(n)))], time=float(n))
+            assert [r.seq for r in records] == [n + 1]
+        assert first.verify() == []
+        assert [cast(Retained, r.event).manager for r in first.records()] == [
+            manager_id(str(n)) for n in range(len(turns))]
+    finally:
+        first.close()
+        second.close()
