@@ -23,22 +23,28 @@ from journal.errors import (
     JournalFull,
     JournalReadOnly,
     JournalVersionError,
+    SessionOwned,
     SessionTempError,
     Unavailable,
     UnsafeRoot,
     Unsupported,
 )
+from sessiontemp.artifacts import Artifact, remove_artifact
 from sessiontemp.lease import Lease
 from sessiontemp.manager import Manager
+from sessiontemp.placement import InsideWorkdir
 from sessiontemp.recovery import Removed, Report, Skipped, recover
 from sessiontemp.root import GENERATION_PREFIX, TRASH_PREFIX, default_root
+from sessiontemp.sessions import remove_session
 
 __all__ = [
     "GENERATION_PREFIX",
     "TRASH_PREFIX",
+    "Artifact",
     "BadInput",
     "CheckpointInvalid",
     "CommandNotStarted",
+    "InsideWorkdir",
     "JournalBusy",
     "JournalCorrupt",
     "JournalError",
@@ -49,6 +55,7 @@ __all__ = [
     "Manager",
     "Removed",
     "Report",
+    "SessionOwned",
     "SessionTempError",
     "Skipped",
     "Unavailable",
@@ -56,4 +63,6 @@ __all__ = [
     "Unsupported",
     "default_root",
     "recover",
+    "remove_artifact",
+    "remove_session",
 ]

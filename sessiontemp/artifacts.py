@@ -28,6 +28,7 @@ import fcntl
 import hashlib
 import os
 import stat
+import time
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Final
@@ -51,6 +52,7 @@ __all__ = [
     "copy_in",
     "file_name",
     "id_of",
+    "remove_artifact",
     "remove_file",
     "remove_unreferenced",
     "unreferenced",
@@ -60,6 +62,9 @@ ARTIFACTS_DIR: Final = "artifacts"
 # The largest file kept (16 MiB): an artifact is a result worth keeping (a
 # report, a log, a patch), not a build tree; the store never fills a disk.
 MAX_BYTES: Final = 16 * 1024 * 1024
+
+# The reason a recovery pass reports for an artifact removed by remove_artifact.
+ON_REQUEST: Final = "removed on request (remove_artifact)"
 
 _CHUNK: Final = 1 << 20
 # How a source file is opened: never through a symlink, never blocking on
@@ -294,6 +299,44 @@ def _copy(source: int, target: int, shown: str, max_bytes: int) -> tuple[str, in
         view = memoryview(chunk)
         while view:
             view = view[os.write(target, view):]
+
+
+def remove_artifact(
+    root: os.PathLike[str] | str | None,
+    artifact: Artifact | str,
+    *,
+    clock: Callable[[], float] = time.time,
+    busy_timeout: float = 30.0,
+) -> bool:
+    """Remove a kept artifact (an :class:`Artifact` or its id) from *root*, journaled.
+
+    The removal is journaled (``artifact.removed``) before the file is
+    unlinked, by a recovery pass that also does whatever else a pass does.
+    Returns False when no kept artifact has that id (already removed, or
+    never kept).
+    """
+    # Imported here: recovery imports this module for its sweep.
+    from journal.store import Store
+    from sessiontemp import recovery
+
+    artifact_id = artifact.id if isinstance(artifact, Artifact) else artifact
+    if not isinstance(artifact_id, str) or not ids.ARTIFACT.fullmatch(artifact_id):
+        raise ValueError(f"{artifact_id!r} is not an artifact id (16 lower-case hex digits); "
+                         "pass the Artifact lease.keep returned, or its id")
+    opened = Root.open(root)
+    try:
+        opened.check_journal()
+        store = Store(opened.journal_path, busy_timeout=busy_timeout)
+        try:
+            report = recovery.run(opened, store, stale_after=recovery.DEFAULT_STALE_AFTER,
+                                  clock=clock, steps=Steps(), wait=True,
+                                  remove_artifacts=(artifact_id,))
+        finally:
+            store.close()
+    finally:
+        opened.close()
+    return any(id_of(removed.path.name) == artifact_id and removed.reason == ON_REQUEST
+               for removed in report.removed)
 
 
 def remove_file(root: Root, artifact: ArtifactState) -> bool:

@@ -41,6 +41,7 @@ from journal.errors import (
     UnsafeRoot,
 )
 from journal.events import (
+    ArtifactKept,
     CommandStarted,
     Event,
     GenerationCreated,
@@ -53,22 +54,25 @@ from journal.events import (
     Released,
     Retained,
     Rotated,
+    SessionAdopted,
+    SessionClaimed,
 )
-from journal.reducer import EMPTY, ManagerState, State, removal_due, replay
+from journal.reducer import EMPTY, GenerationState, ManagerState, State, removal_due, replay
 from journal.store import Store
-from sessiontemp import aio, processes, recovery
+from sessiontemp import aio, artifacts, placement, processes, recovery, sessions
 from sessiontemp.handles import Handles
 from sessiontemp.lease import Lease
 from sessiontemp.locks import Liveness, hold_root, lock_shared
 from sessiontemp.log import logger
 from sessiontemp.removal import Target, remove
-from sessiontemp.root import Root, generation_name
+from sessiontemp.root import Root, default_root, generation_name
 from sessiontemp.shield import shielded
 from sessiontemp.steps import StepHook, Steps
 
-__all__ = ["DEFAULT_STALE_AFTER", "Manager"]
+__all__ = ["DEFAULT_RESUME_WINDOW", "DEFAULT_STALE_AFTER", "Manager"]
 
 DEFAULT_STALE_AFTER: Final = recovery.DEFAULT_STALE_AFTER
+DEFAULT_RESUME_WINDOW: Final = sessions.DEFAULT_RESUME_WINDOW
 # The longest label the journal's schema accepts (journal.events decodes no longer text).
 MAX_LABEL: Final = 4096
 
@@ -99,6 +103,17 @@ class Manager:
     write; *step_hook* sees every durable step before it happens (tests use
     it to inject failures and crashes).
 
+    *session* names the logical session (1-64 characters of
+    ``[A-Za-z0-9._-]``, not ``.`` or ``..``; ValueError otherwise): one live
+    manager per name and root, a second is refused with
+    :class:`SessionOwned` naming the owner's pid.  When a named session's
+    manager dies, its current directory is kept for *resume_window* seconds
+    (a day by default) from its journaled death; the next manager of that
+    name adopts it, files and all, unless *resume* is False (then it is
+    removed, as it is once the window has passed).  *workdir* is the
+    directory sandboxed commands may write: a root inside it is refused
+    (:class:`UnsafeRoot`), or with ``workdir_policy="warn"`` warned about.
+
     A forked child owns nothing of its parent's manager: its copy refuses
     every operation with :class:`ForkedCopy`, and closing it does nothing.
     """
@@ -111,8 +126,22 @@ class Manager:
         clock: Callable[[], float] = time.time,
         busy_timeout: float = 30.0,
         step_hook: StepHook | None = None,
+        session: str | None = None,
+        resume: bool = True,
+        resume_window: float = DEFAULT_RESUME_WINDOW,
+        workdir: os.PathLike[str] | str | None = None,
+        workdir_policy: placement.Policy = "refuse",
     ) -> None:
         recovery.check_stale_after(stale_after)
+        claim = None if session is None else sessions.Claim(sessions.check_name(session),
+                                                             resume=bool(resume))
+        window = sessions.check_window(resume_window)
+        if workdir is not None and (root is None or os.fspath(root)):
+            # Before anything is made: a refused root must not be created.
+            placement.check(default_root() if root is None else root, workdir,
+                            policy=workdir_policy)
+        self.session = session
+        self.resumed = False
         self.id = ids.new_manager()
         self._clock = clock
         self._steps = Steps(step_hook)
@@ -120,22 +149,28 @@ class Manager:
         self._state: State = EMPTY
         self.recovery = recovery.Report(ran=False)
         self._handles = shielded(
-            lambda: self._open(root, stale_after, busy_timeout), lambda handles: self.close()
+            lambda: self._open(root, stale_after, busy_timeout, claim, window),
+            lambda handles: self.close(),
         )
         _MANAGERS.add(self)
         logger.debug("manager.opened", manager=self.id, path=str(self._handles.root.path))
 
     def _open(self, root: os.PathLike[str] | str | None, stale_after: float,
-              busy_timeout: float) -> Handles:
+              busy_timeout: float, claim: sessions.Claim | None, window: float) -> Handles:
         handles = Handles(Root.open(root))
         # Set at once: whatever fails below, close_all() gives back what was had.
         self._handles = handles
         try:
+            if claim is not None:
+                # First: refused at once while another manager owns the name.
+                handles.session = sessions.SessionLock.take(handles.root, claim.name)
             handles.root.check_journal()
             handles.store = Store(handles.root.journal_path, busy_timeout=busy_timeout)
             self.recovery = recovery.run(
                 handles.root, handles.store, stale_after=stale_after, clock=self._clock,
-                steps=self._steps, wait=False,
+                steps=self._steps,
+                # A claimer must know how its last owner ended: it waits for its pass.
+                wait=claim is not None, claim=claim,
             )
             # Keeps an age-based cleaner (systemd-tmpfiles) out of the whole
             # root, journal and lock files included, while the manager lives.
@@ -146,7 +181,10 @@ class Manager:
             # manager, so a recovery that sees the name finds the lock.
             self._steps.before("lock", f"manager {self.id}")
             handles.liveness = Liveness(handles.root.managers_fd, self.id)
-            self._append(ManagerOpened(self.id, os.getpid()))
+            if claim is None:
+                self._append(ManagerOpened(self.id, os.getpid()))
+            else:
+                self._claim(claim, window)
         except BaseException:
             if handles.liveness is not None and (
                 handles.store is None or handles.store.broken is None
@@ -156,6 +194,68 @@ class Manager:
             handles.close_all()
             raise
         return handles
+
+    def _claim(self, claim: sessions.Claim, window: float) -> None:
+        """Journal this manager's birth as the owner of *claim*'s session, adopting what it can.
+
+        What the last owner left is adopted (a resume) when the recovery
+        pass kept it for this claim; its events and this manager's own fold
+        from the part of the journal's state they name.
+        """
+        found = self.recovery.resumable
+        if found is not None:
+            self._state = found.seed()
+        events: list[Event] = [ManagerOpened(self.id, os.getpid()),
+                               SessionClaimed(self.id, claim.name, round(window * 1000))]
+        taken = None
+        if claim.resume and found is not None and found.generation is not None:
+            taken = self._take_over(found.generation)
+            if taken is not None:
+                events.append(SessionAdopted(self.id, claim.name, found.generation.id,
+                                             found.owner.id))
+        try:
+            self._append(*events)
+        except BaseException:
+            if taken is not None:
+                os.close(taken)
+            raise
+        if taken is not None and found is not None and found.generation is not None:
+            self._handles.generations[found.generation.id] = taken
+            self.resumed = True
+            logger.info("session.resumed", manager=self.id, session=claim.name,
+                        generation=found.generation.id, previous=found.owner.id,
+                        path=str(self.root / generation_name(found.generation.id)),
+                        seq=self._state.seq)
+
+    def _take_over(self, generation: GenerationState) -> int | None:
+        """Lock the directory a dead owner left, as its new manager; None if it cannot be.
+
+        Locked before the adoption is journaled, like a new generation: a
+        remover that seized it first makes this fail, and one that comes
+        after finds it held.
+        """
+        name = generation_name(generation.id)
+        try:
+            self._steps.before("lock", name)
+            fd = lock_shared(self._handles.root.fd, name)
+        except OSError as e:
+            logger.warning("session.not_resumed", manager=self.id, generation=generation.id,
+                           reason=f"{name} could not be locked ({e.strerror})")
+            return None
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != (generation.device, generation.inode):
+                logger.warning("session.not_resumed", manager=self.id,
+                               generation=generation.id,
+                               reason=f"{name} was replaced by another directory")
+                os.close(fd)
+                return None
+            # A usage touch: an age-based cleaner sees it in use from now on.
+            os.utime(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     # -- what the journal says -------------------------------------------------
 
@@ -302,6 +402,9 @@ class Manager:
             # always has its lock, and a lock taken for a lease that could
             # not be journaled is simply closed.
             fd = lock_shared(self._handles.root.fd, name)
+            # A usage touch: an age rule (systemd-tmpfiles, the sweep of a
+            # lost journal's leftovers) then measures idleness, not age.
+            os.utime(fd)
         except BaseException as e:
             if made is not None:
                 self._unmake(made, e)
@@ -412,6 +515,40 @@ class Manager:
                 self._settle()
 
         shielded(operation)
+
+    def _keep(self, lease: Lease, path: os.PathLike[str] | str, label: str) -> artifacts.Artifact:
+        """Copy *path* from *lease*'s directory into the artifact store, and journal it."""
+        artifacts.check_label(label)
+        parts = artifacts.source_parts(lease.path, path)
+        self._refuse_forked()
+
+        def operation() -> artifacts.Artifact:
+            with self._mutex:
+                fd = lease._fd
+                if not self._holds(lease) or fd is None:
+                    raise Unavailable(lease.path, f"lease {lease.id} was already released",
+                                      "Keep files while the lease is held")
+                artifact = ids.new_artifact()
+                copy = artifacts.copy_in(self._handles.root, fd, parts, artifact, label,
+                                         steps=self._steps)
+                try:
+                    self._append(ArtifactKept(self.id, artifact, label, copy.sha256, copy.size))
+                except BaseException:
+                    store = self._handles.store
+                    if store is not None and store.broken is not None:
+                        # Its record may have been committed: leave the file;
+                        # if it was not, recovery finds it unreferenced.
+                        copy.done()
+                    else:
+                        copy.discard()
+                    raise
+                copy.done()
+                kept = artifacts.artifact_of(self.root, self._state.artifacts[artifact])
+                logger.info("artifact.kept", manager=self.id, lease=lease.id,
+                            path=str(kept.path), seq=self._state.seq)
+                return kept
+
+        return shielded(operation)
 
     def _track(self, lease: Lease, pid: int) -> bool:
         """Journal that *pid* was started on *lease*; False when it cannot be recorded."""
