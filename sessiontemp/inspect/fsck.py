@@ -201,6 +201,16 @@ def _fsck(base: Path, progress: Progress | None) -> tuple[tuple[Finding, ...],
                 f"Nothing to do: Manager(root, session={session.name!r}) resumes it, "
                 f"sessiontemp.remove_session(root, {session.name!r}) removes it"))
             continue
+        owner = state.managers.get(g.manager or "")
+        if owner is not None and owner.id in gone and owner.current == g.id and g.ready and (
+            any(n.owner == owner.id for n in state.sessions.values())
+        ):
+            held.append(Finding("resumable", path, g.id, (
+                f"the current directory of session owner {owner.id} (pid {owner.pid}), which "
+                "is gone: once a recovery journals its death, it is kept for the session's "
+                "next owner to resume"),
+                "Nothing to do: the session's next Manager resumes it"))
+            continue
         why = _left_because(g, state, gone)
         if why is None:
             continue
