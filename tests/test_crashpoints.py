@@ -557,6 +557,37 @@ def test_every_crash_point_of_keep_leaves_a_recorded_artifact_or_nothing() -> No
     assert tally.by_kind["journal"] == 1
 
 
+def test_an_exception_at_every_step_of_keep_leaves_no_file_and_the_lease_keeps_working() -> None:
+    tally = Tally()
+    for k in itertools.count(1):
+        faults = Faults()
+        with world_at(Manager, faults) as world:
+            for step in (("open",), ("retain", "m0"), ("acquire", "m0")):
+                perform(world, step)
+            world.write("l1", "kept.txt", "a0\n")
+            faults.arm(raising(Injected(f"before step {k}")), at=k)
+            try:
+                world.leases["l1"].keep("kept.txt", "a0")
+            except Injected:
+                pass
+            finally:
+                fired = faults.disarm()
+            if fired is None:
+                break
+            tally.crash_points += 1
+            tally.by_kind[fired[0]] += 1
+            try:
+                # Nothing recorded, nothing left in the store; the same lease keeps it next.
+                world.check()
+                world.keep("l1")
+                world.check()
+            except AssertionError as e:
+                tally.failures.append(f"keep with an exception at step {k} {fired}: {e}")
+    print(f"\nkeep, an exception at each step: {tally.line()}")
+    assert tally.failures == [], "\n".join(tally.failures[:10])
+    assert dict(tally.by_kind) == {"copy": 1, "journal": 1}
+
+
 # -- a planted bug: the enumeration must catch it ---------------------------------------------
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 
-from journal import Record, RuleViolation, replay
+from journal import Record, RuleViolation, checkpoint, replay
 from journal.errors import SessionOwned, SessionTempError, UnsafeRoot
 from journal.events import (
     ArtifactKept,
@@ -36,7 +36,7 @@ from journal.events import (
     SessionClaimed,
     SessionDiscarded,
 )
-from journal.reducer import State, kept_for_resume
+from journal.reducer import Fold, State, kept_for_resume
 from sessiontemp.root import Root
 from sessiontemp.sessions import SESSIONS_DIR, SessionLock, check_name, lock_name
 from tests.strategies import NAMED_FIELD_VALUES, generation_id, hex_id, manager_id
@@ -333,3 +333,16 @@ def test_keeping_an_id_twice_or_removing_an_unknown_one_is_a_violation() -> None
         fold(ManagerOpened(M1, 11), kept, kept)
     with pytest.raises(RuleViolation, match="which is not kept"):
         fold(ArtifactRemoved(hex_id("a"), RECOVERY))
+
+
+def test_a_checkpoint_holds_sessions_and_artifacts_as_the_replay_has_them() -> None:
+    state = fold(*owner_with_a_directory(), ArtifactKept(M1, hex_id("a"), "r.txt", "0" * 64, 5),
+                 ManagerDied(M1, RECOVERY), ManagerOpened(M2, 12),
+                 SessionClaimed(M2, "chat", WINDOW_MS), SessionAdopted(M2, "chat", G1, M1),
+                 ManagerOpened(M3, 13), SessionClaimed(M3, "other", 0), ManagerClosed(M3))
+    restored = checkpoint.decode(checkpoint.encode(state))
+    assert restored == state
+    assert restored.sessions["chat"].adoptions == 1
+    assert restored.artifacts[hex_id("a")].size == 5
+    # A fold resumed from it knows who owns what.
+    assert Fold(restored).owned == {M2: "chat", M3: "other"}
