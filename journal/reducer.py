@@ -648,7 +648,8 @@ def _session_discarded(d: Fold, r: Record, e: SessionDiscarded) -> None:
     session = d.sessions.get(e.session)
     if session is None:
         raise RuleViolation(r.seq, f"discards session {e.session}, which was never claimed")
-    if d.managers[session.owner].ended is None:
+    owner = d.managers.get(session.owner)
+    if owner is not None and owner.ended is None:
         raise RuleViolation(r.seq, f"discards session {e.session}, which manager "
                             f"{session.owner} still owns")
     d.sessions[e.session] = attrs.evolve(

@@ -208,7 +208,8 @@ class Manager:
         events: list[Event] = [ManagerOpened(self.id, os.getpid()),
                                SessionClaimed(self.id, claim.name, round(window * 1000))]
         taken = None
-        if claim.resume and found is not None and found.generation is not None:
+        if (claim.resume and found is not None and found.generation is not None
+                and found.owner is not None):
             taken = self._take_over(found.generation)
             if taken is not None:
                 events.append(SessionAdopted(self.id, claim.name, found.generation.id,
@@ -219,7 +220,8 @@ class Manager:
             if taken is not None:
                 os.close(taken)
             raise
-        if taken is not None and found is not None and found.generation is not None:
+        if (taken is not None and found is not None and found.generation is not None
+                and found.owner is not None):
             self._handles.generations[found.generation.id] = taken
             self.resumed = True
             logger.info("session.resumed", manager=self.id, session=claim.name,

@@ -114,13 +114,14 @@ class Resumable:
     """
 
     session: SessionState
-    owner: ManagerState
+    owner: ManagerState | None
     generation: GenerationState | None
 
     def seed(self) -> State:
         """The part of the journal's state a claimer's own state must start from."""
         generations = {} if self.generation is None else {self.generation.id: self.generation}
-        return State(managers={self.owner.id: self.owner}, generations=generations,
+        managers = {} if self.owner is None else {self.owner.id: self.owner}
+        return State(managers=managers, generations=generations,
                      sessions={self.session.name: self.session})
 
 
@@ -132,7 +133,8 @@ def resumable(state: State, name: str) -> Resumable | None:
     kept = None if session.kept is None else state.generations.get(session.kept)
     if kept is not None and kept_for_resume(state, kept) is None:
         kept = None
-    return Resumable(session, state.managers[session.owner], kept)
+    # The owner may be gone from the state: ended, with nothing left of it.
+    return Resumable(session, state.managers.get(session.owner), kept)
 
 
 def expired(session: SessionState, now: float) -> bool:
