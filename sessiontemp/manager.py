@@ -268,7 +268,11 @@ class Manager:
 
     @property
     def state(self) -> State:
-        """The reducer's state over the events this manager appended."""
+        """The reducer's state over the events this manager appended.
+
+        A named session's manager starts from the part of the journal's state
+        its claim names: the session, its last owner and what that left.
+        """
         return self._state
 
     @property
@@ -301,7 +305,8 @@ class Manager:
 
     def __repr__(self) -> str:
         me = self._me
-        return (f"<Manager {self.id} at {self.root} owners={me.owners} "
+        named = "" if self.session is None else f" session={self.session!r}"
+        return (f"<Manager {self.id} at {self.root}{named} owners={me.owners} "
                 f"sealed={me.sealed} closed={self.closed}>")
 
     # -- owners ----------------------------------------------------------------

@@ -191,16 +191,19 @@ class Model:
         return True
 
     def recover(self, *, late: bool = False) -> None:
-        """A recovery pass; *late*: once every resume window has passed."""
-        for name, m in self.managers.items():
-            if m.status == "crashed":
-                m.status = "dead"
-                self._end(name, died=True)
+        """A recovery pass; *late*: past the resume window of every death journaled before it.
+
+        A death this pass journals starts its window now: what it keeps stays.
+        """
         if late:
             for s in self.sessions.values():
                 if s.kept is not None:
                     self.generations[s.kept].removed = True
                     s.kept = None
+        for name, m in self.managers.items():
+            if m.status == "crashed":
+                m.status = "dead"
+                self._end(name, died=True)
 
     def remove_session(self, session: str) -> None:
         """Remove what *session*'s dead owner left (a recovery pass runs first)."""
@@ -433,9 +436,7 @@ class World:
 
     def open(self, session: str | None = None, *, resume: bool = True) -> str | None:
         """Open a manager (of named *session*); None when the session's owner refused it."""
-        owner = self.model.sessions.get(session or "")
-        if session is not None and (self.model.owned(session) or (
-                owner is not None and owner.owner in self.unclosed)):
+        if session is not None and self.owned(session):
             try:
                 self.manager_class(self.root, busy_timeout=BUSY_TIMEOUT,
                                    step_hook=self.step_hook, session=session)
@@ -466,9 +467,14 @@ class World:
         self.model.remove_artifact(artifact)
         self._recovered()
 
+    def owned(self, session: str) -> bool:
+        """Whether a manager holds *session*'s lock: a live one, or one whose close stopped."""
+        owner = self.model.sessions.get(session)
+        return self.model.owned(session) or (owner is not None and owner.owner in self.unclosed)
+
     def remove_session(self, session: str) -> None:
         """Remove *session*'s leftovers; refused (and checked so) while it is owned."""
-        if self.model.owned(session):
+        if self.owned(session):
             try:
                 remove_session(self.root, session, busy_timeout=BUSY_TIMEOUT)
             except SessionOwned:
