@@ -433,7 +433,11 @@ class Record:
 
 def encode(event: Event) -> tuple[str, str]:
     """Return the ``(kind, payload)`` pair stored for *event*."""
-    return event.kind, json.dumps(attrs.asdict(event), separators=(",", ":"), sort_keys=True)
+    names = _FIELDS.get(event.kind)
+    # Every field of a known kind is an int or a str: read them directly,
+    # at a fraction of attrs.asdict's cost, on every append.
+    fields = attrs.asdict(event) if names is None else {n: getattr(event, n) for n in names}
+    return event.kind, json.dumps(fields, separators=(",", ":"), sort_keys=True)
 
 
 def decode(seq: int, kind: str, payload: str) -> Event:

@@ -34,7 +34,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from pathlib import Path
 from time import monotonic, sleep
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 from urllib.parse import quote
 
 import sqlite_utils
@@ -51,7 +51,7 @@ from journal.errors import (
 )
 from journal.events import Event, Record, Unreadable, decode, encode
 
-__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "Store"]
+__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "Pending", "Store"]
 
 SCHEMA_VERSION: Final = 1
 # "STMP": marks the file as a sessiontemp journal in SQLite's header.
@@ -68,6 +68,33 @@ _OPEN_LOCK: Final = threading.Lock()
 # Connections inherited through fork(), kept referenced so that they are
 # never closed (see Store.forget).
 _FORKED: Final[list[sqlite3.Connection]] = []
+
+
+# fold(records, base) -> the state after *records* (see Store.submit).
+Fold: TypeAlias = Callable[[list[Record], Any], Any]
+
+
+class Pending:
+    """One append waiting in the queue for a group commit, and then its outcome."""
+
+    __slots__ = ("base", "decide", "done", "durable", "error", "events", "fold", "guessed",
+                 "records", "rows", "speculative", "time")
+
+    def __init__(self, events: list[Event], rows: list[tuple[str, str]], time: float,
+                 decide: Callable[[list[Record]], object] | None, durable: bool,
+                 fold: Fold | None, base: object) -> None:
+        self.events = events
+        self.rows = rows
+        self.time = time
+        self.decide = decide
+        self.durable = durable
+        self.fold = fold
+        self.base = base
+        self.speculative: Any = None
+        self.guessed = 0
+        self.records: list[Record] | None = None
+        self.error: BaseException | None = None
+        self.done = False
 
 
 def chain(previous: bytes, seq: int, time: float, kind: str, payload: str) -> bytes:
@@ -115,6 +142,17 @@ class Store:
         # outcome could not be read back: nothing more is written through
         # this store, so nothing can be written on a false premise.
         self.broken: str | None = None
+        # Group commit (see submit): appends queued for the next leader.
+        self._queued = threading.Condition(threading.Lock())
+        self._queue: list[Pending] = []
+        self._leading = False
+        self._next_seq: int | None = None
+        self._synced = True
+        self.tip: object = None
+        self.durable_tip: object = None
+        # Counts the times a folded state had to be worked out again, or
+        # was thrown away: a caller holding a speculative state rereads tip.
+        self.epoch = 0
         with _OPEN_LOCK:
             self._check_header()
             self._conn = self._connect(busy_timeout)
@@ -364,6 +402,7 @@ class Store:
         *,
         time: float,
         decide: Callable[[list[Record]], object] | None = None,
+        durable: bool = True,
     ) -> list[Record]:
         """Commit *events* as one transaction and return them as records.
 
@@ -374,42 +413,184 @@ class Store:
         commit: whatever it raises (a rule the records break) rolls the
         transaction back and propagates, so nothing it refuses is ever written.
 
+        With ``durable=False`` the commit is not synced on its own: it is
+        written to the -wal file (a process crash loses nothing), and made
+        durable by the next durable commit (a power loss may lose it).
+
         A commit whose outcome SQLite leaves uncertain (an I/O error while
         committing) is read back: the records are returned if they are in
         the journal after all.  When even that cannot be told, the store
         marks itself :attr:`broken` and refuses every later write.
+
+        Appends from several threads at once share transactions and syncs
+        (see :meth:`submit`).
+        """
+        return self.wait(self.submit(events, time=time, decide=decide, durable=durable))
+
+    def submit(
+        self,
+        events: Sequence[Event],
+        *,
+        time: float,
+        decide: Callable[[list[Record]], object] | None = None,
+        durable: bool = True,
+        fold: Fold | None = None,
+        base: object = None,
+    ) -> Pending:
+        """Queue *events* for the next group commit; :meth:`wait` for it to be durable.
+
+        Group commit: whoever waits first while no commit runs leads: it
+        commits, in one transaction and one sync, every append queued
+        meanwhile, each in its own savepoint, so that what one append's
+        *decide* or *fold* refuses is rolled back alone.
+
+        *fold*, with *base*, threads a caller's state through the queue:
+        ``fold(records, base)`` runs here at once, on the sequence numbers
+        the records will most likely get, and raises (queueing nothing) if
+        it refuses them; its result is :attr:`Pending.speculative`, which
+        the caller may build its next append on.  Inside the transaction
+        the result is reused when the records got those numbers and
+        *base* is what the appends before committed; otherwise *fold*
+        runs again on what they did commit, and its refusal fails this
+        append alone.  :attr:`tip` is the state after the last append
+        folded; a failed transaction puts it back to :attr:`durable_tip`.
         """
         rows = [encode(event) for event in events]
         # The digest covers the time as SQLite gives it back: a float, and
         # never -0.0, which a REAL column returns as 0.0.
         time = float(time) + 0.0
-        records: list[Record] = []
+        pending = Pending(list(events), rows, time, decide, durable, fold, base)
+        with self._queued:
+            if fold is not None:
+                if self._next_seq is None:
+                    self._next_seq = self.last_seq() + 1
+                first = self._next_seq
+                guess = [Record(first + i, time, e) for i, e in enumerate(events)]
+                pending.speculative = fold(guess, base)
+                pending.guessed = first
+            self._queue.append(pending)
+            if self._next_seq is not None:
+                self._next_seq += len(events)
+        return pending
+
+    def wait(self, pending: Pending) -> list[Record]:
+        """Return *pending*'s records once they are durable; raise why they are not."""
+        while True:
+            with self._queued:
+                while not pending.done and self._leading:
+                    self._queued.wait()
+                if pending.done:
+                    break
+                self._leading = True
+                batch, self._queue = self._queue, []
+            try:
+                self._commit_batch(batch, pending)
+            finally:
+                with self._queued:
+                    self._leading = False
+                    for p in batch:
+                        p.done = True
+                    self._queued.notify_all()
+        if pending.error is not None:
+            raise pending.error
+        assert pending.records is not None
+        return pending.records
+
+    def drain(self) -> None:
+        """Wait until every append queued so far has committed or failed."""
+        with self._queued:
+            last = self._queue[-1] if self._queue else None
+        if last is not None:
+            with contextlib.suppress(Exception):
+                self.wait(last)
+        with self._queued:
+            while self._leading:
+                self._queued.wait()
+
+    def _commit_batch(self, batch: list[Pending], own: Pending) -> None:
+        """Commit *batch* in one transaction, settling each pending append's outcome.
+
+        The one place events are written: one transaction, one sync at most.
+        """
+        alone = len(batch) == 1
+        tip = self.tip
         last: tuple[int, bytes] | None = None
         try:
-            with self._transaction("append to") as conn:
+            with self._transaction("append to", durable=any(p.durable for p in batch)) as conn:
                 row = conn.execute(
                     "SELECT seq, digest FROM events ORDER BY seq DESC LIMIT 1"
                 ).fetchone()
                 seq, digest = (0, _GENESIS) if row is None else (row[0], row[1])
-                for event, (kind, payload) in zip(events, rows, strict=True):
-                    seq += 1
-                    digest = chain(digest, seq, time, kind, payload)
-                    conn.execute(
-                        "INSERT INTO events (seq, time, kind, payload, digest) "
-                        "VALUES (?, ?, ?, ?, ?)",
-                        (seq, time, kind, payload, digest),
-                    )
-                    records.append(Record(seq, time, event))
-                if decide is not None:
-                    decide(records)
+                for p in batch:
+                    mark = (seq, digest)
+                    if not alone:
+                        conn.execute("SAVEPOINT one_append")
+                    records: list[Record] = []
+                    for event, (kind, payload) in zip(p.events, p.rows, strict=True):
+                        seq += 1
+                        digest = chain(digest, seq, p.time, kind, payload)
+                        conn.execute(
+                            "INSERT INTO events (seq, time, kind, payload, digest) "
+                            "VALUES (?, ?, ?, ?, ?)",
+                            (seq, p.time, kind, payload, digest),
+                        )
+                        records.append(Record(seq, p.time, event))
+                    try:
+                        if p.fold is not None:
+                            if p.base is tip and p.guessed == mark[0] + 1:
+                                folded = p.speculative
+                            else:
+                                self.epoch += 1
+                                folded = p.fold(records, tip)
+                        if p.decide is not None:
+                            p.decide(records)
+                    except Exception as e:
+                        if alone:
+                            raise
+                        conn.execute("ROLLBACK TO one_append")
+                        conn.execute("RELEASE one_append")
+                        seq, digest = mark
+                        p.error = e
+                        continue
+                    if not alone:
+                        conn.execute("RELEASE one_append")
+                    if p.fold is not None:
+                        tip = folded
+                    p.records = records
                 # From here on only COMMIT is left, whose failure may or may
                 # not have made the records durable.
                 last = (seq, digest)
-        except JournalError:
-            if last is not None and records and self._committed(*last):
-                return records
-            raise
-        return records
+        except JournalError as e:
+            if not (last is not None and self._committed(*last)):
+                self._failed(batch, own, e)
+                return
+        except BaseException as e:
+            self._failed(batch, own, e)
+            return
+        self.tip = self.durable_tip = tip
+        with self._queued:
+            # Queued appends guessed their numbers from the last batch's;
+            # the next ones start from what this one committed.
+            self._next_seq = (last[0] if last else seq) + 1 + sum(
+                len(p.events) for p in self._queue)
+
+    def _failed(self, batch: list[Pending], own: Pending, error: BaseException) -> None:
+        """Fail every append of *batch* not refused already, and forget what was folded."""
+        self.tip = self.durable_tip
+        self.epoch += 1
+        with self._queued:
+            self._next_seq = None
+        for p in batch:
+            p.records = None
+            if p.error is None:
+                # What interrupted the committing thread (a Ctrl-C) is its own.
+                p.error = error if p is own or isinstance(error, Exception) else JournalError(
+                    self.path, "could not append to it: the thread committing it was "
+                    "interrupted", _RETRY)
+
+    def reset_tip(self, state: object) -> None:
+        """Start the folded state over at *state* (nothing may be queued)."""
+        self.tip = self.durable_tip = state
 
     def _committed(self, seq: int, digest: bytes) -> bool:
         """Whether event *seq* with *digest* is in the journal, after a failed COMMIT."""
@@ -424,8 +605,14 @@ class Store:
         return row is not None and bytes(row[0]) == digest
 
     @contextlib.contextmanager
-    def _transaction(self, doing: str) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, doing: str, *, durable: bool = True
+                     ) -> Iterator[sqlite3.Connection]:
         """One write transaction: committed when the block ends, rolled back if it raises.
+
+        *durable* False commits without a sync of its own (SQLite's
+        ``synchronous`` is set per connection, between transactions): the
+        frames reach the -wal file, which the next durable commit syncs
+        whole, so what is durable is always a prefix of what was committed.
 
         Whatever fails, the connection is left outside any transaction: a
         ROLLBACK that fails, or leaves one open (SQLite keeps it after some
@@ -438,6 +625,9 @@ class Store:
                 raise JournalError(self.path, f"could not {doing} it: {self.broken}",
                                    "Close the manager and open a new one")
             try:
+                if durable != self._synced:
+                    self._conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+                    self._synced = durable
                 self._conn.execute("BEGIN IMMEDIATE")
                 try:
                     yield self._conn
@@ -463,6 +653,7 @@ class Store:
         try:
             self._conn = self._connect(self._busy_timeout)
             self._conn.execute("PRAGMA synchronous=FULL")
+            self._synced = True
         except (sqlite3.Error, JournalError) as e:
             self._break(f"its connection could not be reopened after a failed write ({e})")
 
@@ -786,6 +977,10 @@ class Store:
                 self._identity = None
                 _FORKED.append(self._conn)
         self.broken = "this is a forked copy of another process's journal connection"
+        # The parent's queue and its leader are not this process's.
+        self._queued = threading.Condition(threading.Lock())
+        self._queue = []
+        self._leading = False
 
     # -- errors --------------------------------------------------------------
 

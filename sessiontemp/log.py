@@ -17,13 +17,40 @@ import logging
 
 import structlog
 
-__all__ = ["logger"]
+__all__ = ["debugging", "logger"]
 
 _stdlib = logging.getLogger("sessiontemp")
 # Without a handler of its own, logging's last-resort handler would print
 # warnings to stderr of applications that never asked for them.
 _stdlib.addHandler(logging.NullHandler())
 
+_LEVELS = logging.getLevelNamesMapping()
+
+
+class _BoundLogger(structlog.stdlib.BoundLogger):
+    """Drops at once an event that nothing would see.
+
+    When the application has not configured structlog, an event goes
+    through structlog's default processors (a timestamp, a rendered line)
+    only for the stdlib logger to drop it below its level: about a tenth
+    of a millisecond, on every lease.  Configured structlog (and
+    ``capture_logs``) sees every event as before.
+    """
+
+    def _proxy_to_logger(self, method_name: str, event: str | None = None,
+                         *event_args: str, **event_kw: object) -> object:
+        if not structlog.is_configured() and not _stdlib.isEnabledFor(
+            _LEVELS.get(method_name.upper(), logging.CRITICAL)
+        ):
+            return None
+        return super()._proxy_to_logger(method_name, event, *event_args, **event_kw)
+
+
+def debugging() -> bool:
+    """Whether a debug event would be seen: cheaper than the bound logger's own test."""
+    return structlog.is_configured() or _stdlib.isEnabledFor(logging.DEBUG)
+
+
 logger: structlog.stdlib.BoundLogger = structlog.wrap_logger(
-    _stdlib, wrapper_class=structlog.stdlib.BoundLogger
+    _stdlib, wrapper_class=_BoundLogger
 )

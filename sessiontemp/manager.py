@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Final
+from typing import Final, Literal, TypeAlias, cast
 
 from journal import ids
 from journal.errors import (
@@ -52,24 +52,36 @@ from journal.events import (
     ManagerOpened,
     Record,
     Released,
+    RemovalFinished,
+    RemovalStarted,
     Retained,
     Rotated,
     SessionAdopted,
     SessionClaimed,
 )
 from journal.reducer import EMPTY, GenerationState, ManagerState, State, removal_due, replay
-from journal.store import Store
+from journal.store import Pending, Store
 from sessiontemp import aio, artifacts, placement, processes, recovery, sessions
 from sessiontemp.handles import Handles
 from sessiontemp.lease import Lease
 from sessiontemp.locks import Liveness, hold_root, lock_shared
-from sessiontemp.log import logger
+from sessiontemp.log import debugging, logger
 from sessiontemp.removal import Target, remove
 from sessiontemp.root import Root, default_root, generation_name
 from sessiontemp.shield import shielded
 from sessiontemp.steps import StepHook, Steps
 
-__all__ = ["DEFAULT_RESUME_WINDOW", "DEFAULT_STALE_AFTER", "Manager"]
+__all__ = ["DEFAULT_RESUME_WINDOW", "DEFAULT_STALE_AFTER", "DURABILITY", "Durability", "Manager"]
+
+Durability: TypeAlias = Literal["full", "relaxed"]
+DURABILITY: Final[tuple[Durability, ...]] = ("full", "relaxed")
+# The events a file-system effect follows (a mkdir, a rename, the liveness
+# file's unlink): synced before it in either mode.  A removal's end is
+# synced in neither: lost, it leaves the removal started, which recovery
+# finishes as it would have (and the rmdir it records is not synced either).
+# An artifact's record is synced in both too: its caller is told the file is
+# kept, and without the record a recovery would remove it as unreferenced.
+_WRITE_AHEAD: Final = (GenerationCreated, RemovalStarted, ManagerClosed, ArtifactKept)
 
 DEFAULT_STALE_AFTER: Final = recovery.DEFAULT_STALE_AFTER
 DEFAULT_RESUME_WINDOW: Final = sessions.DEFAULT_RESUME_WINDOW
@@ -88,6 +100,10 @@ def _disarm_copies() -> None:
 os.register_at_fork(after_in_child=_disarm_copies)
 
 
+def _fold(records: list[Record], state: State) -> State:
+    return replay(records, state)
+
+
 class Manager:
     """A session's private temporary directories, journaled under *root*.
 
@@ -97,6 +113,16 @@ class Manager:
     (removing what dead managers left, unknown entries older than
     *stale_after* seconds) and starts with zero owners: call :meth:`retain`.
     It is a context manager: leaving the block closes it.
+
+    *durability* ``"full"`` (the default) makes every operation's events
+    durable before it returns; ``"relaxed"`` syncs only the events that
+    precede a file-system effect (a generation's creation before its mkdir,
+    a removal's start before its rename, the manager's end before its lock
+    file goes) and lets the others (leases, their release, owners,
+    rotations) reach the disk with the next sync: a process crash loses
+    none of them, a power loss may lose the last ones, which then describe
+    leases and owners of processes that died with it (README, "Commits and
+    durability").
 
     *clock* gives the wall-clock time written into events and used for the
     stale sweep; *busy_timeout* bounds the wait for another process's journal
@@ -126,6 +152,7 @@ class Manager:
         clock: Callable[[], float] = time.time,
         busy_timeout: float = 30.0,
         step_hook: StepHook | None = None,
+        durability: Durability = "full",
         session: str | None = None,
         resume: bool = True,
         resume_window: float = DEFAULT_RESUME_WINDOW,
@@ -133,6 +160,9 @@ class Manager:
         workdir_policy: placement.Policy = "refuse",
     ) -> None:
         recovery.check_stale_after(stale_after)
+        if durability not in DURABILITY:
+            raise ValueError(f"durability must be one of {', '.join(map(repr, DURABILITY))}, "
+                             f"not {durability!r}")
         claim = None if session is None else sessions.Claim(sessions.check_name(session),
                                                              resume=bool(resume))
         window = sessions.check_window(resume_window)
@@ -142,6 +172,9 @@ class Manager:
                             policy=workdir_policy)
         self.session = session
         self.resumed = False
+        self.durability: Durability = durability
+        # Which failures of the store's group commit this state has caught up with.
+        self._epoch = 0
         self.id = ids.new_manager()
         self._clock = clock
         self._steps = Steps(step_hook)
@@ -166,6 +199,7 @@ class Manager:
                 handles.session = sessions.SessionLock.take(handles.root, claim.name)
             handles.root.check_journal()
             handles.store = Store(handles.root.journal_path, busy_timeout=busy_timeout)
+            handles.store.reset_tip(self._state)
             self.recovery = recovery.run(
                 handles.root, handles.store, stale_after=stale_after, clock=self._clock,
                 steps=self._steps,
@@ -205,6 +239,10 @@ class Manager:
         found = self.recovery.resumable
         if found is not None:
             self._state = found.seed()
+            store = self._handles.store
+            assert store is not None
+            # The store folds this manager's appends from its own copy of the state.
+            store.reset_tip(self._state)
         events: list[Event] = [ManagerOpened(self.id, os.getpid()),
                                SessionClaimed(self.id, claim.name, round(window * 1000))]
         taken = None
@@ -313,11 +351,11 @@ class Manager:
 
     def retain(self) -> None:
         """Add an owner.  On a sealed manager this changes nothing: it stays sealed."""
-        self._operate(lambda: self._append(Retained(self.id)))
+        self._operate(lambda: self._append(Retained(self.id), wait=False))
 
     def release(self) -> None:
         """Drop an owner.  The last one seals the manager and retires its generation."""
-        self._operate(lambda: self._append(Released(self.id)))
+        self._operate(lambda: self._append(Released(self.id), wait=False))
 
     def rotate(self) -> None:
         """Retire the current generation; the next acquire gets a fresh directory.
@@ -325,10 +363,15 @@ class Manager:
         Commands holding leases on the old one keep it until they release.
         Does nothing on a sealed manager.
         """
-        self._operate(lambda: self._append(Rotated(self.id)))
+        self._operate(lambda: self._append(Rotated(self.id), wait=False))
 
-    def _operate(self, change: Callable[[], None]) -> None:
-        """Run one owner operation: nothing once closed, then settle what it changed."""
+    def _operate(self, change: Callable[[], Pending]) -> None:
+        """Run one owner operation: nothing once closed, then settle what it changed.
+
+        The change is waited for after settling, so that a removal it makes
+        due is journaled in the same commit (its start must be durable
+        before the rename, and makes the change durable with it).
+        """
         self._refuse_forked()
 
         def operation() -> None:
@@ -336,8 +379,11 @@ class Manager:
                 if self.closed:
                     return
                 self._keep_alive()
-                change()
-                self._settle()
+                pending = change()
+                try:
+                    self._settle()
+                finally:
+                    self._wait(pending)
 
         shielded(operation)
 
@@ -360,6 +406,22 @@ class Manager:
         return shielded(lambda: self._acquire(label), lambda lease: lease.release())
 
     def _acquire(self, label: str) -> Lease:
+        lease, pending = self._acquire_locked(label)
+        if pending is None:
+            return lease
+        # A lease on a live generation: waited for without the mutex, so
+        # that other threads' appends join its commit.
+        try:
+            self._wait(pending)
+        except (JournalError, RuleViolation) as e:
+            with self._mutex:
+                self._handles.leases.pop(lease.id, None)
+                lease._drop_lock()
+            raise self._unavailable(f"the journal could not record the lease: {e}",
+                                    "No directory was handed out; retry once fixed") from e
+        return lease
+
+    def _acquire_locked(self, label: str) -> tuple[Lease, Pending | None]:
         with self._mutex:
             if self.closed:
                 raise self._unavailable(f"manager {self.id} is closed", "Open a new Manager")
@@ -385,7 +447,9 @@ class Manager:
                 raise self._unavailable(f"the journal could not record the lease: {e}",
                                         "No directory was handed out; retry once fixed") from e
 
-    def _lease(self, label: str, unfinished: Exception | None = None) -> Lease:
+    def _lease(self, label: str, unfinished: Exception | None = None
+               ) -> tuple[Lease, Pending | None]:
+        """Hand out a lease; its append is left to wait for when no generation was made."""
         current = self._me.current
         if current is not None and not self._state.generations[current].ready:
             # *unfinished* says why clearing it failed just now (a full disk,
@@ -420,7 +484,8 @@ class Manager:
             raise
         try:
             ready = [] if made is None else [made[2]]
-            self._append(*ready, LeaseAcquired(self.id, generation, lease, label))
+            pending = self._append(*ready, LeaseAcquired(self.id, generation, lease, label),
+                                   wait=made is not None)
         except BaseException as e:
             os.close(fd)
             if made is not None:
@@ -433,9 +498,10 @@ class Manager:
                         path=str(self.root / name), seq=self._state.seq - 1)
         held = Lease(self, generation, lease, self.root / name, fd, label=label)
         self._handles.leases[lease] = held
-        logger.debug("lease.acquired", manager=self.id, generation=generation, lease=lease,
-                     seq=self._state.seq)
-        return held
+        if debugging():
+            logger.debug("lease.acquired", manager=self.id, generation=generation, lease=lease,
+                         seq=self._state.seq)
+        return held, None if made is not None else pending
 
     def _unmake(self, made: tuple[str, int, GenerationReady], error: BaseException) -> None:
         """Give up a generation made for a lease that could not be handed out."""
@@ -501,25 +567,49 @@ class Manager:
             lease._drop_lock()
             return
 
+        def failed(e: JournalError) -> None:
+            # Keep the lock: without a journaled release the directory
+            # must stay; a later release() tries again, and the next
+            # recovery after this manager ends sees the lease as void.
+            logger.error("lease.release_failed", manager=self.id, lease=lease.id,
+                         reason=str(e))
+
+        def released() -> None:
+            lease._drop_lock()
+            self._handles.leases.pop(lease.id, None)
+            if self.closed:
+                return
+            if debugging():
+                logger.debug("lease.released", manager=self.id, generation=lease.generation,
+                             lease=lease.id, seq=self._state.seq)
+            self._settle()
+
         def operation() -> None:
             with self._mutex:
                 if not self._holds(lease):
                     lease._drop_lock()
                     return
                 try:
-                    self._append(LeaseReleased(self.id, lease.generation, lease.id))
+                    pending = self._append(LeaseReleased(self.id, lease.generation, lease.id),
+                                           wait=False)
+                    if self._state.generations[lease.generation].retired:
+                        # Its removal may follow: everything under the mutex.
+                        self._wait(pending)
+                        released()
+                        return
                 except JournalError as e:
-                    # Keep the lock: without a journaled release the directory
-                    # must stay; a later release() tries again, and the next
-                    # recovery after this manager ends sees the lease as void.
-                    logger.error("lease.release_failed", manager=self.id, lease=lease.id,
-                                 reason=str(e))
+                    failed(e)
                     return
-                lease._drop_lock()
-                del self._handles.leases[lease.id]
-                logger.debug("lease.released", manager=self.id, generation=lease.generation,
-                             lease=lease.id, seq=self._state.seq)
-                self._settle()
+            # A release from a live generation: waited for without the
+            # mutex, so that other threads' appends join its commit; the
+            # lock goes only once the release is durable.
+            try:
+                self._wait(pending)
+            except JournalError as e:
+                failed(e)
+                return
+            with self._mutex:
+                released()
 
         shielded(operation)
 
@@ -640,27 +730,68 @@ class Manager:
 
     # -- the write path ------------------------------------------------------------
 
-    def _append(self, *events: Event) -> None:
-        """Commit *events* durably, and only then apply them to the manager's state.
+    def _append(self, *events: Event, wait: bool = True) -> Pending:
+        """Queue *events* for the journal's next group commit; with *wait*, until durable.
 
-        The reducer decides inside the transaction: an event it refuses
-        raises before the commit, so the journal never holds it.
+        The reducer decides first, on the state including every append
+        still queued (an event it refuses raises, and nothing is queued),
+        and the manager's state becomes that speculative state at once:
+        the next operation builds on it.  Inside the transaction the store
+        checks that the appends before committed as folded, and folds again
+        otherwise.  When an append fails, the state falls back to what is
+        durable (:meth:`_resync`).  Without *wait* the caller must
+        :meth:`_wait` before any effect the events must precede, or before
+        it returns; a caller holding ``_mutex`` may wait outside it, so that
+        other threads' appends join the same commit.
         """
         self._steps.before("journal", ",".join(e.kind for e in events))
-        decided: list[State] = []
-
-        def decide(records: list[Record]) -> None:
-            decided.append(replay(records, self._state))
-
         store = self._handles.store
         assert store is not None
+        if store.epoch != self._epoch:
+            self._resync(store)
+        durable = any(isinstance(e, _WRITE_AHEAD) for e in events) or (
+            self.durability == "full" and not all(isinstance(e, RemovalFinished) for e in events))
         try:
-            store.append(events, time=self._clock(), decide=decide)
+            pending = store.submit(events, time=self._clock(), durable=durable, fold=_fold,
+                                   base=self._state)
         except JournalError:
             if store.broken is not None:
                 self._break(store.broken)
             raise
-        self._state = decided[-1]
+        self._state = pending.speculative
+        if wait:
+            self._wait(pending)
+        return pending
+
+    def _wait(self, pending: Pending) -> None:
+        """Return once *pending* is durable; on failure, fall back to the durable state.
+
+        Called with ``_mutex`` held, or without it (it is then taken to
+        catch up with a failure).
+        """
+        store = self._handles.store
+        assert store is not None
+        try:
+            store.wait(pending)
+        except (JournalError, RuleViolation):
+            with self._mutex:
+                if store.broken is not None:
+                    self._break(store.broken)
+                self._resync(store)
+            raise
+        if store.epoch != self._epoch:
+            with self._mutex:
+                self._resync(store)
+
+    def _resync(self, store: Store) -> None:
+        """Catch up with the store after an append was folded again or failed.
+
+        Once nothing of this manager's is queued, the store's folded state
+        is what the journal holds.  The caller holds ``_mutex``.
+        """
+        store.drain()
+        self._epoch = store.epoch
+        self._state = cast(State, store.tip)
 
     def _break(self, reason: str) -> None:
         """Stop: the journal cannot be trusted to say what this manager did.

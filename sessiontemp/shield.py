@@ -20,38 +20,75 @@ handler interrupts them.
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
+import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 __all__ = ["shielded"]
 
 T = TypeVar("T")
 
-# Imported by name, not reached lazily through concurrent.futures: a process
-# that drops its privileges after importing may no longer read the stdlib.
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
+
+class _Call(Generic[T]):
+    """One operation handed to the worker; ``finished`` is released when it has run."""
+
+    __slots__ = ("done", "error", "finished", "operation", "result")
+
+    def __init__(self, operation: Callable[[], T]) -> None:
+        self.operation = operation
+        self.result: T | None = None
+        self.error: BaseException | None = None
+        self.done = False
+        self.finished = threading.Lock()
+        self.finished.acquire()
+
+    def run(self) -> None:
+        try:
+            self.result = self.operation()
+        except BaseException as e:
+            self.error = e
+        finally:
+            self.done = True
+            self.finished.release()
+
+    def outcome(self) -> T:
+        if self.error is not None:
+            raise self.error
+        return self.result  # type: ignore[return-value]
 
 
-def _worker() -> ThreadPoolExecutor:
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            # One thread: only the main thread submits, one call at a time.
-            _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sessiontemp")
-        return _executor
+# One thread: only the main thread hands work over, one call at a time.  A
+# bare queue and a lock per call, not an executor and its futures: the
+# hand-off is on every main-thread operation (about 15 us against 40).
+_requests: queue.SimpleQueue[_Call[object]] | None = None
+_worker_lock = threading.Lock()
+
+
+def _serve(requests: queue.SimpleQueue[_Call[object]]) -> None:
+    while True:
+        requests.get().run()
+
+
+def _submit(call: _Call[T]) -> None:
+    global _requests
+    with _worker_lock:
+        if _requests is None:
+            _requests = queue.SimpleQueue()
+            # A daemon: the main thread never leaves while a call it made runs.
+            threading.Thread(target=_serve, args=(_requests,), name="sessiontemp",
+                             daemon=True).start()
+        requests = _requests
+    requests.put(call)  # type: ignore[arg-type]
 
 
 def _forget_worker() -> None:
-    # A forked child has no worker thread, only the parent's executor
-    # object: it starts its own if it opens managers of its own.
-    global _executor, _executor_lock
-    _executor = None
-    _executor_lock = threading.Lock()
+    # A forked child has no worker thread, only the parent's queue: it
+    # starts its own if it opens managers of its own.
+    global _requests, _worker_lock
+    _requests = None
+    _worker_lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_worker)
@@ -65,23 +102,28 @@ def shielded(operation: Callable[[], T], undo: Callable[[T], object] | None = No
     """
     if threading.current_thread() is not threading.main_thread():
         return operation()
-    future = _worker().submit(operation)
-    interrupt = _wait(future)
+    call = _Call(operation)
+    _submit(call)
+    interrupt = _wait(call)
     if interrupt is None:
-        return future.result()
-    if undo is not None and future.exception() is None:
-        follow_up = _worker().submit(undo, future.result())
+        return call.outcome()
+    if undo is not None and call.error is None:
+        result = call.result
+        follow_up = _Call(lambda: undo(result))  # type: ignore[arg-type]
+        _submit(follow_up)
         _wait(follow_up)
     raise interrupt
 
 
-def _wait(future: concurrent.futures.Future[T]) -> BaseException | None:
-    """Wait for *future* to finish; return the first exception raised here meanwhile."""
+def _wait(call: _Call[T]) -> BaseException | None:
+    """Wait for *call* to finish; return the first exception raised here meanwhile."""
     interrupt: BaseException | None = None
     while True:
         try:
-            while not future.done():
-                concurrent.futures.wait((future,))
+            # done, not the lock alone: an exception may land just after
+            # the lock was taken, and the lock is released only once.
+            while not call.done:
+                call.finished.acquire()
             return interrupt
         except BaseException as e:
             interrupt = interrupt or e

@@ -62,6 +62,7 @@ from sessiontemp import (
     remove_session,
 )
 from sessiontemp.artifacts import ARTIFACTS_DIR
+from sessiontemp.manager import Durability
 from sessiontemp.root import (
     GENERATION_PREFIX,
     JOURNAL_NAME,
@@ -396,8 +397,9 @@ class World:
     """
 
     def __init__(self, base: Path, *, manager_class: type[Manager] = Manager,
-                 step_hook: StepHook | None = None) -> None:
+                 step_hook: StepHook | None = None, durability: Durability = "full") -> None:
         self.base = base
+        self.durability = durability
         self.root = base / "root"
         self.outside = base / "outside"
         self.outside.mkdir(parents=True)
@@ -439,12 +441,14 @@ class World:
         if session is not None and self.owned(session):
             try:
                 self.manager_class(self.root, busy_timeout=BUSY_TIMEOUT,
-                                   step_hook=self.step_hook, session=session)
+                                   step_hook=self.step_hook, durability=self.durability,
+                                   session=session)
             except SessionOwned:
                 return None
             raise AssertionError(f"a second live owner of session {session} was let in")
         manager = self.manager_class(self.root, busy_timeout=BUSY_TIMEOUT,
-                                     step_hook=self.step_hook, session=session, resume=resume)
+                                     step_hook=self.step_hook, durability=self.durability,
+                                     session=session, resume=resume)
         name = self._name("m")
         self.real[name] = manager
         self.ids[name] = manager.id

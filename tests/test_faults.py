@@ -490,12 +490,12 @@ def test_many_operations_on_a_full_disk_at_every_fill_level_leave_memory_journal
 class MovesItsStateBeforeTheCommit(Manager):
     """The old write path's fault: memory moves on although the journal refused the events."""
 
-    def _append(self, *events: Any) -> None:
+    def _append(self, *events: Any, wait: bool = True) -> Any:
         start = self.state.seq
         ahead = replay([Record(start + i, 0.0, e) for i, e in enumerate(events, 1)],
                        self.state)
         try:
-            super()._append(*events)
+            return super()._append(*events)
         except JournalError:
             self._state = ahead
             raise

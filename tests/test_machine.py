@@ -41,7 +41,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import pytest
 from hypothesis import Phase, event, settings
@@ -57,6 +57,7 @@ from hypothesis.stateful import (
 
 from journal import Event, Record, replay
 from sessiontemp import Manager
+from sessiontemp.manager import Durability
 from sessiontemp.root import JOURNAL_NAME, generation_name
 from tests.faults import Faults, Injected, StoreFailure, interrupting, store_error
 from tests.model import SCRATCH, Op, World
@@ -71,12 +72,14 @@ class SessionMachine(RuleBasedStateMachine):
     """Managers on one root beside the reference model; every invariant after every step."""
 
     manager_class: ClassVar[type[Manager]] = Manager
+    durability: ClassVar[Durability] = "full"
 
     def __init__(self) -> None:
         super().__init__()
         self.faults = Faults()
         self.world = World(Path(tempfile.mkdtemp(prefix="sessiontemp-machine-", dir=SCRATCH)) / "w",
-                           manager_class=self.manager_class, step_hook=self.faults)
+                           manager_class=self.manager_class, step_hook=self.faults,
+                           durability=self.durability)
 
     def manager(self, i: int) -> str:
         live = self.world.live()
@@ -249,6 +252,16 @@ class SessionMachine(RuleBasedStateMachine):
 TestManagersAgreeWithTheReferenceModelAcrossCrashesAndFaults = SessionMachine.TestCase
 
 
+class RelaxedSessionMachine(SessionMachine):
+    """The same machine with every manager in the relaxed durability."""
+
+    durability = "relaxed"
+
+
+TestRelaxedManagersAgreeWithTheReferenceModelAcrossCrashesAndFaults = (
+    RelaxedSessionMachine.TestCase)
+
+
 # -- a planted bug: the machine must catch it ---------------------------------------------
 
 
@@ -284,10 +297,10 @@ def test_the_machine_finds_a_generation_removed_one_lease_too_early() -> None:
 class TrustsAFailedAppend(Manager):
     """Takes a refused append as done: memory ahead of the journal (the shape issue 9 found)."""
 
-    def _append(self, *events: Event) -> None:
+    def _append(self, *events: Event, wait: bool = True) -> Any:
         before = self._state
         try:
-            super()._append(*events)
+            return super()._append(*events)
         except Exception:
             self._state = replay(
                 (Record(before.seq + n, 0.0, e) for n, e in enumerate(events, 1)), before)

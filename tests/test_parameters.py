@@ -74,3 +74,18 @@ def test_without_the_check_a_nan_age_would_open_the_root(
     monkeypatch.setattr(recovery, "check_stale_after", lambda stale_after: None)
     recover(root, stale_after=math.nan)
     assert root.exists()
+
+
+@pytest.mark.parametrize("durability", ["", "FULL", "normal", "off", None, 1])
+def test_a_durability_other_than_full_or_relaxed_is_refused_naming_both(
+    root: Path, durability: object,
+) -> None:
+    with pytest.raises(ValueError, match="durability must be one of 'full', 'relaxed', not"):
+        Manager(root, durability=durability)  # type: ignore[arg-type]
+    assert not root.exists()
+
+
+@pytest.mark.parametrize("durability", ["full", "relaxed"])
+def test_both_durabilities_are_accepted(root: Path, durability: Any) -> None:
+    with Manager(root, durability=durability) as manager:
+        assert manager.durability == durability

@@ -1,0 +1,163 @@
+"""Group commit: appends of concurrent threads share transactions, and none returns early.
+
+A real child process leases from eight threads at once and is killed with
+SIGKILL in the middle: every lease whose ``acquire`` had returned must be in
+the journal, and every release that had returned too, in either durability
+(a process death loses nothing SQLite has written to its -wal file).  Then
+a recovery leaves nothing behind.  In-process tests check the queue's
+rules: a refused append sinks only itself, a failed commit fails every
+append it held and puts the folded state back.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from journal import ids
+from journal.errors import JournalError, RuleViolation
+from journal.events import LeaseAcquired, LeaseReleased, ManagerOpened, Record, Retained
+from journal.reducer import EMPTY, replay
+from journal.store import Store
+from sessiontemp import Manager, recover
+from sessiontemp.manager import DURABILITY, Durability
+from sessiontemp.root import JOURNAL_NAME
+from tests.conftest import assert_replay_matches
+
+CHILD = Path(__file__).with_name("batchchild.py")
+
+
+def journaled(root: Path) -> dict[str, set[str]]:
+    """The lease ids of every acquire and every release in the journal under *root*."""
+    store = Store(root / JOURNAL_NAME, readonly=True)
+    try:
+        found: dict[str, set[str]] = {"acquired": set(), "released": set()}
+        for record in store.records():
+            if isinstance(record.event, LeaseAcquired):
+                found["acquired"].add(record.event.lease)
+            elif isinstance(record.event, LeaseReleased):
+                found["released"].add(record.event.lease)
+        return found
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("durability", DURABILITY)
+def test_a_process_killed_while_eight_threads_share_commits_loses_no_returned_lease(
+    tmp_path: Path, durability: Durability
+) -> None:
+    root = tmp_path / "root"
+    proc = subprocess.Popen([sys.executable, str(CHILD), str(root), durability, "8"],
+                            stdout=subprocess.PIPE, text=True, bufsize=1,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert proc.stdout is not None
+    returned: dict[str, set[str]] = {"acquired": set(), "released": set()}
+    batched = False
+    try:
+        for line in proc.stdout:
+            word, _, lease = line.strip().partition(" ")
+            if word == "batched":
+                batched = True
+            else:
+                returned[word].add(lease)
+            if batched and len(returned["acquired"]) >= 300:
+                break
+        proc.send_signal(signal.SIGKILL)
+        # What it printed before it died was returned before it died.
+        for line in proc.stdout:
+            word, _, lease = line.strip().partition(" ")
+            if word != "batched":
+                returned[word].add(lease)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert batched, "no commit held the appends of more than one thread"
+    found = journaled(root)
+    assert returned["acquired"] <= found["acquired"], (
+        f"{len(returned['acquired'] - found['acquired'])} leases returned by acquire "
+        "are not in the journal")
+    assert returned["released"] <= found["released"], (
+        f"{len(returned['released'] - found['released'])} returned releases are not "
+        "in the journal")
+    report = recover(root)
+    assert report.ran
+    assert [p.name for p in root.iterdir() if p.name.startswith("gen-")] == []
+
+
+def test_threads_leasing_at_once_leave_memory_and_journal_agreeing(tmp_path: Path) -> None:
+    with Manager(tmp_path / "root") as manager:
+        manager.retain()
+        errors: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                for i in range(30):
+                    lease = manager.acquire()
+                    if i % 10 == 0:
+                        manager.rotate()
+                    lease.release()
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert_replay_matches(manager)
+        assert manager._handles.leases == {}
+
+
+def test_an_append_refused_inside_a_shared_commit_sinks_only_itself(tmp_path: Path) -> None:
+    store = Store(tmp_path / "journal.sqlite3")
+    store.reset_tip(EMPTY)
+    m1 = ids.new_manager()
+
+    def fold(records: list[Record], base: object) -> object:
+        return replay(records, base)  # type: ignore[arg-type]
+
+    def picky(records: list[Record], base: object) -> object:
+        # Agrees when first asked, refuses when asked again in the transaction.
+        picky.calls += 1  # type: ignore[attr-defined]
+        if picky.calls > 1:  # type: ignore[attr-defined]
+            raise RuleViolation(records[0].seq, "refused on what committed before it")
+        return fold(records, base)
+
+    picky.calls = 0  # type: ignore[attr-defined]
+    opened = store.submit([ManagerOpened(m1, 1)], time=1.0, fold=fold, base=EMPTY)
+    retained = store.submit([Retained(m1)], time=2.0, fold=fold, base=opened.speculative)
+    stray = store.submit([Retained(m1)], time=3.0, fold=picky, base=retained.speculative)
+    # As if built on a state that never committed: folded again, and refused.
+    stray.base = object()
+    after = store.submit([Retained(m1)], time=4.0, fold=fold, base=stray.speculative)
+    store.wait(opened)
+    assert {opened.done, retained.done, stray.done, after.done} == {True}
+    assert isinstance(stray.error, RuleViolation)
+    assert store.wait(after)[0].seq == 3
+    assert [r.event for r in store.records()] == [
+        ManagerOpened(m1, 1), Retained(m1), Retained(m1)]
+    assert store.tip == replay(store.records())
+    store.close()
+
+
+def test_a_failed_shared_commit_fails_every_append_it_held(tmp_path: Path) -> None:
+    store = Store(tmp_path / "journal.sqlite3")
+    store.reset_tip(EMPTY)
+    m1 = ids.new_manager()
+    first = store.submit([ManagerOpened(m1, 1)], time=1.0)
+    second = store.submit([Retained(m1)], time=2.0)
+    store.broken = "broken on purpose"
+    with pytest.raises(JournalError, match="broken on purpose"):
+        store.wait(second)
+    assert isinstance(first.error, JournalError)
+    assert store.tip is EMPTY
+    store.broken = None
+    assert store.last_seq() == 0
+    store.close()
