@@ -414,6 +414,7 @@ class World:
         self.lease_ids: dict[str, str] = {}
         self.owing: set[str | None] = set()
         self.artifacts: dict[str, Artifact] = {}
+        self._lateness = 0.0
         self._counter = itertools.count()
 
     # -- names ------------------------------------------------------------------------
@@ -490,8 +491,12 @@ class World:
 
     def recover_late(self) -> None:
         """A recovery pass once every resume window has passed."""
+        # Each late pass further ahead: a death the last one journaled (at its
+        # clock) is past its window for the next.
+        self._lateness += LATE
+        ahead = self._lateness
         recover(self.root, busy_timeout=BUSY_TIMEOUT, step_hook=self.step_hook,
-                clock=lambda: time.time() + LATE)
+                clock=lambda: time.time() + ahead)
         self.model.recover(late=True)
         self._recovered()
 
