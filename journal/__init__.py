@@ -17,15 +17,19 @@ from journal.errors import (
 )
 from journal.events import KINDS, Event, Record, decode, encode
 from journal.reducer import EMPTY, GenerationState, ManagerState, State, apply, replay
-from journal.store import SCHEMA_VERSION, Store
+from journal.segments import DEFAULT_RETENTION, Retention
+from journal.store import SCHEMA_VERSION, SEGMENTED_VERSION, History, Store
 
 __all__ = [
+    "DEFAULT_RETENTION",
     "EMPTY",
     "KINDS",
     "SCHEMA_VERSION",
+    "SEGMENTED_VERSION",
     "CheckpointInvalid",
     "Event",
     "GenerationState",
+    "History",
     "JournalBusy",
     "JournalCorrupt",
     "JournalError",
@@ -34,6 +38,7 @@ __all__ = [
     "JournalVersionError",
     "ManagerState",
     "Record",
+    "Retention",
     "RuleViolation",
     "SessionTempError",
     "State",

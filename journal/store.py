@@ -30,15 +30,18 @@ import os
 import sqlite3
 import stat
 import threading
+import time as _time
 from collections import Counter
 from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from pathlib import Path
 from time import monotonic, sleep
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 from urllib.parse import quote
 
+import attrs
 import sqlite_utils
 
+from journal import segments
 from journal.errors import (
     JournalBusy,
     JournalCorrupt,
@@ -50,16 +53,23 @@ from journal.errors import (
     UnknownKind,
 )
 from journal.events import Event, Record, Unreadable, decode, encode
+from journal.segments import DEFAULT_RETENTION, MAX_KEPT, SEGMENT_SQL, Retention, Segment
 
-__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "Pending", "Store"]
+__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SEGMENTED_VERSION", "History", "Pending",
+           "SegmentInfo", "Store"]
 
 SCHEMA_VERSION: Final = 1
+# A journal that has rolled over to a second segment: a sessiontemp that
+# does not know segments would append to the sealed first file, so it must
+# refuse the journal instead.
+SEGMENTED_VERSION: Final = 2
 # "STMP": marks the file as a sessiontemp journal in SQLite's header.
 APPLICATION_ID: Final = 0x53544D50
 _GENESIS: Final = bytes(16)
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 _MOVE_ASIDE: Final = "Move it aside (the manager then starts a new journal) or pass another root"
 _RETRY: Final = "Nothing already committed was lost; retry, and report it if it persists"
+SegmentHook = Callable[[Literal["segment"], str], None]
 
 
 # The journal files this process has connections to, by (device, inode).
@@ -104,6 +114,40 @@ def chain(previous: bytes, seq: int, time: float, kind: str, payload: str) -> by
     return h.digest()
 
 
+@attrs.frozen
+class SegmentInfo:
+    """One kept segment: its file, the events it holds, whether sealed and what covers it.
+
+    ``first`` is None for a segment with no events yet (or the head once
+    retired); ``last`` is then its base.  ``sealed`` is when a newer
+    segment took over; ``covered`` the seq of its newest checkpoint.
+    """
+
+    path: Path
+    base: int
+    first: int | None
+    last: int
+    sealed: float | None
+    covered: int | None
+    bytes: int
+    has_events: bool
+
+
+@attrs.frozen
+class History:
+    """Where the kept history starts, and what was retired before it.
+
+    ``first`` and ``first_time``: the oldest kept event (None when there
+    is none); ``retired_until``: the last event retired (0: nothing was);
+    ``retired_at``: when the last retirement happened.
+    """
+
+    first: int | None
+    first_time: float | None
+    retired_until: int
+    retired_at: float | None
+
+
 class Store:
     """An open journal file.
 
@@ -127,8 +171,34 @@ class Store:
         readonly: bool = False,
         immutable: bool = False,
         busy_timeout: float = 30.0,
+        retention: Retention = DEFAULT_RETENTION,
+        step_hook: SegmentHook | None = None,
     ) -> None:
         self.path = Path(path)
+        self.retention = retention
+        self._step_hook = step_hook
+        # The segment the connection is on: the head until a rollover.
+        self._active = Segment(self.path, 0)
+        self._base: tuple[int, bytes] = (0, _GENESIS)
+        self._active_id: tuple[int, int] | None = None
+        # Set once open: from then on every write transaction checks for a seal.
+        self._ready = False
+        # The reading connection over every kept segment, and what it was built for.
+        self._span: sqlite3.Connection | None = None
+        self._span_key: object = None
+        self._span_schema = 0
+        # Whether the connection's segment has a sealed table; if not, the
+        # schema cookie it was last looked for at.
+        self._seal_table = False
+        self._seal_schema = -1
+        # Called with the last seq after each append when maintenance is due
+        # (see :meth:`maintenance_due`); set by whoever can write checkpoints.
+        self.maintenance: Callable[[int], None] | None = None
+        self.maintenance_every = 20_000
+        self._maintenance_thread: threading.Thread | None = None
+        self._maintained = 0
+        # Why the last rollover could not start a new segment, for the caller to report.
+        self.rollover_failed: str | None = None
         # immutable: read the file as it is, without any lock or -shm file;
         # only for a copy that nothing else writes.  Implies readonly.
         self.readonly = readonly or immutable
@@ -164,6 +234,12 @@ class Store:
                 raise
             self._identity = (st.st_dev, st.st_ino)
             _OPEN[self._identity] += 1
+        try:
+            self._open_active()
+        except BaseException:
+            self.close()
+            raise
+        self._ready = True
 
     # -- opening -------------------------------------------------------------
 
@@ -263,10 +339,10 @@ class Store:
     def _prepare(self) -> None:
         try:
             app_id, version, tables = self._header()
-            if version > SCHEMA_VERSION:
+            if version > SEGMENTED_VERSION:
                 raise JournalVersionError(
                     self.path,
-                    f"has schema version {version}, newer than the {SCHEMA_VERSION} this "
+                    f"has schema version {version}, newer than the {SEGMENTED_VERSION} this "
                     "version of sessiontemp reads",
                     "Upgrade sessiontemp, or pass another root",
                 )
@@ -280,7 +356,10 @@ class Store:
             if version == 0 and tables:
                 raise JournalCorrupt(self.path, "is a SQLite database of another program",
                                      _MOVE_ASIDE)
-            if version:
+            sealed = bool(version) and self._sealed_next(self._conn) is not None
+            if version and not sealed:
+                # Only the active segment is checked: sealed ones are never
+                # written again, and the history they hold is not read here.
                 self._quick_check()
             # Only now, with the file known to be empty or ours: WAL mode
             # rewrites the header.
@@ -288,7 +367,7 @@ class Store:
             self._conn.execute("PRAGMA synchronous=FULL")
             if version == 0:
                 self._create_schema()
-            elif not self._has_checkpoints():
+            elif not sealed and not self._has_checkpoints():
                 # A journal written before checkpoints existed: the table is
                 # added, the events stay exactly as they are.
                 with self._transaction("open"):
@@ -317,20 +396,22 @@ class Store:
                 "Pass a root on a local file system that supports shared memory (not NFS)",
             )
 
-    def _quick_check(self) -> None:
+    def _quick_check(self, path: Path | None = None) -> None:
         """Refuse to write to a damaged file, before the first write.
 
         SQLite reads only the pages a query touches, so a damaged free list
         or a page referenced twice goes unnoticed until an append allocates
         a page, and that append may then overwrite committed events.  The
         quick check reads every page once: about 12 ms per 100,000 events
-        (5 MB) here, against some 400 ms to replay them.
+        (5 MB) here, against some 400 ms to replay them.  Only the active
+        segment is checked, so the cost is bounded by the segment size.
         """
         problems = [line for (line,) in self._conn.execute("PRAGMA quick_check")]
         if problems != ["ok"]:
             detail = " ".join(" ".join(problems).split())
-            raise JournalCorrupt(self.path, f"is damaged (SQLite's quick_check: {detail[:300]})",
-                                 _MOVE_ASIDE)
+            where = path or self.path
+            raise JournalCorrupt(where, f"is damaged (SQLite's quick_check: {detail[:300]})",
+                                 _MOVE_ASIDE if where == self.path else self._segment_fix(where))
 
     def _header(self) -> tuple[int, int, bool]:
         """The application id, the schema version and whether any table exists.
@@ -390,9 +471,274 @@ class Store:
                     "BEGIN SELECT RAISE(ABORT, 'sessiontemp events are append-only, each one right "
                     "after the last'); END"
                 )
+                # The segment tables come with the first rollover: until
+                # then the file is laid out exactly as before segments.
                 self._create_checkpoints()
                 self._conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
                 self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    # -- segments ------------------------------------------------------------
+
+    def _seal(self) -> str | None:
+        """What :meth:`_sealed_next` says of the connection's segment, cheaply.
+
+        The head of a journal that never rolled over has no ``sealed``
+        table; one can only appear with a change of its schema, so until
+        then a look at the schema cookie (in the header page) does.
+        """
+        if not self._seal_table:
+            (version,) = self._conn.execute("PRAGMA schema_version").fetchone()
+            if version == self._seal_schema:
+                return None
+            self._seal_schema = int(version)
+            self._seal_table = bool(self._conn.execute(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'sealed'"
+            ).fetchone()[0])
+            if not self._seal_table:
+                return None
+        return self._sealed_next(self._conn)
+
+    @staticmethod
+    def _sealed_next(conn: sqlite3.Connection) -> str | None:
+        """The name of the segment that took over from *conn*'s, None while it is active."""
+        try:
+            row = conn.execute("SELECT next FROM sealed LIMIT 1").fetchone()
+        except sqlite3.OperationalError as e:
+            # A journal from before segments, opened read-only: never sealed.
+            if "no such table" in str(e):
+                return None
+            raise
+        return None if row is None else str(row[0])
+
+    def _segment_fix(self, path: Path) -> str:
+        return (f"Restore {path} from a backup; or move {self.path} and "
+                f"{segments.directory(self.path)} aside (the manager then starts a new journal)")
+
+    def _step(self, detail: str) -> None:
+        if self._step_hook is not None:
+            self._step_hook("segment", detail)
+
+    def _connect_segment(self, path: Path) -> sqlite3.Connection:
+        """A connection to an existing segment file, never creating one."""
+        mode = "ro&immutable=1" if self.immutable else "ro" if self.readonly else "rw"
+        uri = "file:" + quote(os.fsencode(os.path.abspath(path))) + "?mode=" + mode
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
+                               timeout=self._busy_timeout)
+        try:
+            (app_id,) = conn.execute("PRAGMA application_id").fetchone()
+            if int(app_id) != APPLICATION_ID:
+                raise JournalCorrupt(path, "is not a segment of a sessiontemp journal",
+                                     self._segment_fix(path))
+            if not self.readonly:
+                conn.execute("PRAGMA synchronous=FULL")
+        except sqlite3.Error as e:
+            conn.close()
+            raise self._translate(e, "open", path) from e
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _is_sealed(self, segment: Segment) -> bool:
+        if segment.path == self._active.path:
+            return self._sealed_next(self._conn) is not None
+        conn = self._connect_segment(segment.path)
+        try:
+            return self._sealed_next(conn) is not None
+        except sqlite3.Error as e:
+            raise self._translate(e, "read", segment.path) from e
+        finally:
+            conn.close()
+
+    def _resolve(self, *, remove: bool = True) -> list[Segment]:
+        """Every kept segment, oldest first, the active one last.
+
+        The newest file is active when the one before it is sealed; when
+        that one is not, the newest was left by a rollover that crashed
+        before its seal.  A writer removes it, under the write lock of the
+        segment before (which a live rollover holds throughout); a reader
+        leaves it and reads past it.
+        """
+        found = segments.listed(self.path)
+        while len(found) > 1 and not self._is_sealed(found[-2]):
+            if remove and not self.readonly:
+                self._remove_orphan(found[-2], found[-1])
+            found.pop()
+        return found
+
+    def _remove_orphan(self, before: Segment, orphan: Segment) -> None:
+        conn = self._conn if before.path == self._active.path else self._connect_segment(
+            before.path)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                if self._sealed_next(conn) is None:
+                    segments.remove_file(orphan.path)
+                    for tmp in segments.temporaries(self.path):
+                        segments.remove_file(tmp)
+            finally:
+                conn.execute("ROLLBACK")
+        except sqlite3.Error as e:
+            raise self._translate(e, "open", before.path) from e
+        finally:
+            if conn is not self._conn:
+                conn.close()
+
+    def _open_active(self) -> None:
+        """Move the connection from the head to the active segment, if that is another."""
+        kept = self._resolve()
+        active = kept[-1]
+        if active.path != self._active.path:
+            self._connect_active(active)
+        else:
+            try:
+                following = self._sealed_next(self._conn)
+            except sqlite3.Error as e:
+                raise self._translate(e, "open", active.path) from e
+            if following is not None:
+                raise self._missing(active.path, following)
+            if self._active_id is None:
+                self._active_id = self._identity
+        if not self.readonly and segments.temporaries(self.path):
+            # Left by a rollover that crashed before its rename; one that is
+            # running holds this write lock while its file exists.
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    if self._sealed_next(self._conn) is None:
+                        for tmp in segments.temporaries(self.path):
+                            segments.remove_file(tmp)
+                finally:
+                    self._conn.execute("ROLLBACK")
+            except sqlite3.Error as e:
+                raise self._translate(e, "open", self._active.path) from e
+
+    def _missing(self, path: Path, following: str) -> JournalCorrupt:
+        """The newest segment is sealed, yet no newer file exists: the one it names is gone."""
+        if path == self.path:
+            # The head names the segment after it; history retired since
+            # then tells which one came last.
+            with contextlib.suppress(sqlite3.Error):
+                (retired,) = self._conn.execute("SELECT max(seq) FROM retired").fetchone()
+                if retired:
+                    following = segments.name_of(int(retired) + 1)
+        lost = segments.directory(self.path) / following
+        return JournalCorrupt(path, f"is sealed, but the segment that follows it, {lost}, "
+                              "is missing", self._segment_fix(lost))
+
+    def _connect_active(self, active: Segment) -> None:
+        conn = self._connect_segment(active.path)
+        try:
+            base = conn.execute("SELECT base, digest FROM segment").fetchone()
+            following = self._sealed_next(conn)
+            if following is not None:
+                raise self._missing(active.path, following)
+            if base is None or int(base[0]) != active.base:
+                raise JournalCorrupt(active.path, "does not say where its events start",
+                                     self._segment_fix(active.path))
+            self._base = (int(base[0]), bytes(base[1]))
+            st = os.stat(active.path)
+            if not self.readonly:
+                old, self._conn = self._conn, conn
+                try:
+                    self._quick_check(active.path)
+                finally:
+                    self._conn = old
+        except sqlite3.Error as e:
+            conn.close()
+            raise self._translate(e, "open", active.path) from e
+        except BaseException:
+            conn.close()
+            raise
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.close()
+        self._conn = conn
+        # A segment's connection starts fully synchronous.
+        self._synced = True
+        self._active = active
+        self._active_id = (st.st_dev, st.st_ino)
+        self._seal_table = True
+
+    def _begin(self, durable: bool = True) -> None:
+        """BEGIN IMMEDIATE on the active segment, moving on past any rollover made meanwhile.
+
+        *durable* False commits without a sync of its own (SQLite's
+        ``synchronous`` is set per connection, between transactions, so it is
+        set again on the connection of a segment moved on to).
+
+        The seal is read inside the transaction: a rollover seals a segment
+        in a write transaction of its own, so either this one sees the seal
+        or the rollover waits for it to end.
+        """
+        while True:
+            if durable != self._synced:
+                self._conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+                self._synced = durable
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError:
+                if not self._ready or self._still_there():
+                    raise
+                # Retired and removed since this process last wrote.
+                self._open_active()
+                continue
+            if not self._ready or self._seal() is None:
+                return
+            self._conn.execute("ROLLBACK")
+            self._open_active()
+
+    def _still_there(self) -> bool:
+        try:
+            st = os.stat(self._active.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self._active_id
+
+    def _tail(self, conn: sqlite3.Connection) -> tuple[int, bytes]:
+        """The seq and digest of the last event, or of the one before the segment's first."""
+        row = conn.execute("SELECT seq, digest FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+        return self._base if row is None else (int(row[0]), bytes(row[1]))
+
+    def _roll_over(self, conn: sqlite3.Connection,
+                   checkpoint: tuple[int, bytes, int, bytes]) -> None:
+        """Start a new segment whose first content is *checkpoint*; seal this one.
+
+        Runs inside the write transaction that wrote the checkpoint, so no
+        other writer appends between the last event read here and the seal.
+        A failure leaves the checkpoint written and the segment active.
+        """
+        seq, digest = self._tail(conn)
+        if seq == self._active.base:
+            # Nothing appended here yet: a new segment would bound nothing
+            # (and would take this one's very name).
+            return
+        folder = segments.directory(self.path)
+        path = folder / segments.name_of(seq + 1)
+        try:
+            if not folder.is_dir():
+                folder.mkdir(mode=0o700, exist_ok=True)
+                segments.sync_directory(folder.parent)
+            self._step(f"create {path.name}")
+            segments.create(path, base=seq, digest=digest, checkpoint=checkpoint,
+                            application_id=APPLICATION_ID, version=SEGMENTED_VERSION)
+        except (OSError, sqlite3.Error) as e:
+            with contextlib.suppress(OSError):
+                segments.remove_file(path.with_name(f".{path.name}.tmp"))
+            # Only the bound is delayed: the next checkpoint tries again.
+            self.rollover_failed = f"{path}: {e}"
+            return
+        self._step(f"seal {self._active.path.name}")
+        if self._active.is_head:
+            for sql in SEGMENT_SQL:
+                conn.execute(sql)
+        conn.execute("INSERT INTO sealed (next, seq, time) VALUES (?, ?, ?)",
+                     (path.name, seq, _time.time()))
+        if self._active.is_head:
+            conn.execute(f"PRAGMA user_version={SEGMENTED_VERSION}")
+
+    def active_size(self) -> int:
+        """Bytes on disk of the active segment (with its -wal)."""
+        return segments.size_of(self._active.path)
 
     # -- writing -------------------------------------------------------------
 
@@ -517,10 +863,7 @@ class Store:
         last: tuple[int, bytes] | None = None
         try:
             with self._transaction("append to", durable=any(p.durable for p in batch)) as conn:
-                row = conn.execute(
-                    "SELECT seq, digest FROM events ORDER BY seq DESC LIMIT 1"
-                ).fetchone()
-                seq, digest = (0, _GENESIS) if row is None else (row[0], row[1])
+                seq, digest = self._tail(conn)
                 for p in batch:
                     mark = (seq, digest)
                     if not alone:
@@ -568,6 +911,8 @@ class Store:
             self._failed(batch, own, e)
             return
         self.tip = self.durable_tip = tip
+        if last is not None:
+            self._maintain_if_due(last[0])
         with self._queued:
             # Queued appends guessed their numbers from the last batch's;
             # the next ones start from what this one committed.
@@ -591,6 +936,30 @@ class Store:
     def reset_tip(self, state: object) -> None:
         """Start the folded state over at *state* (nothing may be queued)."""
         self.tip = self.durable_tip = state
+
+    def _maintain_if_due(self, seq: int) -> None:
+        """Run :attr:`maintenance` once every ``every`` events, outside any transaction.
+
+        The one check on the append path: an integer comparison.  A manager
+        that lives for millions of events so still writes checkpoints, rolls
+        over and retires history, which otherwise happen only at an open.
+        """
+        if self.maintenance is None:
+            return
+        if not self._maintained:
+            self._maintained = seq
+        elif seq - self._maintained >= self.maintenance_every:
+            self._maintained = seq
+            # In a thread of its own: the append has committed and must
+            # return as such, whatever the maintenance meets (a signal, a
+            # full disk); and every step of it is safe to stop anywhere.
+            running = self._maintenance_thread
+            if running is not None and running.is_alive():
+                return
+            self._maintenance_thread = threading.Thread(
+                target=self.maintenance, args=(seq,), daemon=True,
+                name="sessiontemp-journal-maintenance")
+            self._maintenance_thread.start()
 
     def _committed(self, seq: int, digest: bytes) -> bool:
         """Whether event *seq* with *digest* is in the journal, after a failed COMMIT."""
@@ -625,10 +994,7 @@ class Store:
                 raise JournalError(self.path, f"could not {doing} it: {self.broken}",
                                    "Close the manager and open a new one")
             try:
-                if durable != self._synced:
-                    self._conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-                    self._synced = durable
-                self._conn.execute("BEGIN IMMEDIATE")
+                self._begin(durable)
                 try:
                     yield self._conn
                     self._conn.execute("COMMIT")
@@ -651,7 +1017,10 @@ class Store:
         with contextlib.suppress(sqlite3.Error):
             self._conn.close()
         try:
-            self._conn = self._connect(self._busy_timeout)
+            if self._active.is_head:
+                self._conn = self._connect(self._busy_timeout)
+            else:
+                self._conn = self._connect_segment(self._active.path)
             self._conn.execute("PRAGMA synchronous=FULL")
             self._synced = True
         except (sqlite3.Error, JournalError) as e:
@@ -661,6 +1030,93 @@ class Store:
         self.broken = reason
 
     # -- reading -------------------------------------------------------------
+
+    def _reading(self) -> sqlite3.Connection:
+        """The connection every read goes through (the caller holds _lock).
+
+        The one place that knows the journal may be several files: while
+        there is only the head, it is the store's own connection; once
+        segments exist, a connection that attaches every kept segment and
+        shows them as one ``events`` and one ``checkpoints`` view, so every
+        query reads the kept history as if it were one table.  It is built
+        again whenever the segment directory or the head changed.
+        """
+        folder = segments.directory(self.path)
+        try:
+            key: object = (os.stat(folder).st_mtime_ns, os.stat(self.path).st_mtime_ns)
+        except FileNotFoundError:
+            if self._span is not None:
+                self._drop_span()
+            return self._conn
+        if self._span is not None and self._span.in_transaction:
+            # Inside a snapshot: it reads the files as they were when it began.
+            return self._span
+        if self._span is None or key != self._span_key or self._span_stale():
+            # Not closed here: a generator may still be streaming rows from
+            # it; it closes once the last cursor on it is collected.
+            self._span = None
+            self._span = self._spanning()
+            self._span_key = key
+        return self._span
+
+    def _span_stale(self) -> bool:
+        # A retirement drops the head's tables; the head's mtime changes
+        # only once its -wal is checkpointed, so the schema is asked too.
+        assert self._span is not None
+        try:
+            (version,) = self._span.execute("PRAGMA s0.schema_version").fetchone()
+        except sqlite3.Error:
+            return True
+        return bool(version != self._span_schema)
+
+    def _drop_span(self) -> None:
+        if self._span is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._span.close()
+            self._span = None
+
+    def _spanning(self) -> sqlite3.Connection:
+        kept = self._resolve(remove=False)[-MAX_KEPT:]
+        conn = sqlite3.connect("file::memory:", uri=True, isolation_level=None,
+                               check_same_thread=False, timeout=self._busy_timeout)
+        try:
+            mode = "ro&immutable=1" if self.immutable else "ro"
+            events, checkpoints, bases = [], [], []
+            for i, segment in enumerate(kept):
+                if not segment.path.exists():
+                    raise JournalCorrupt(segment.path, "is missing", self._segment_fix(
+                        segment.path))
+                uri = "file:" + quote(os.fsencode(os.path.abspath(segment.path))) + "?mode=" + mode
+                conn.execute(f"ATTACH DATABASE ? AS s{i}", (uri,))
+                tables = {name for (name,) in conn.execute(
+                    f"SELECT name FROM s{i}.sqlite_master WHERE type = 'table'")}  # noqa: S608
+                if "events" in tables:
+                    # Only schema names made here go into the SQL, never input.
+                    events.append(
+                        f"SELECT seq, time, kind, payload, digest FROM s{i}.events")  # noqa: S608
+                if "checkpoints" in tables:
+                    checkpoints.append(
+                        f"SELECT seq, digest, format, state FROM s{i}.checkpoints")  # noqa: S608
+                if "segment" in tables:
+                    bases.append(f"SELECT base, digest FROM s{i}.segment")  # noqa: S608
+            # Empty views keep their column names: a retired head has no
+            # events, and a journal that never rolled over no bases.
+            conn.execute("CREATE TEMP VIEW events AS " + (
+                " UNION ALL ".join(events) or "SELECT NULL AS seq, NULL AS time, NULL AS kind, "
+                "NULL AS payload, NULL AS digest WHERE 0"))
+            conn.execute("CREATE TEMP VIEW checkpoints AS " + (
+                " UNION ALL ".join(checkpoints) or "SELECT NULL AS seq, NULL AS digest, "
+                "NULL AS format, NULL AS state WHERE 0"))
+            conn.execute("CREATE TEMP VIEW bases AS " + (
+                " UNION ALL ".join(bases) or "SELECT NULL AS base, NULL AS digest WHERE 0"))
+            (self._span_schema,) = conn.execute("PRAGMA s0.schema_version").fetchone()
+        except sqlite3.Error as e:
+            conn.close()
+            raise self._translate(e, "read") from e
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def rows(
         self, *, after: int = 0, until: int | None = None, batch: int = 20_000
@@ -710,7 +1166,7 @@ class Store:
         """Rows of a read-only SQL query, errors translated and naming the file."""
         with self._lock:
             try:
-                return self._conn.execute(sql, params).fetchall()
+                return self._reading().execute(sql, params).fetchall()
             except sqlite3.Error as e:
                 raise self._translate(e, "read") from e
 
@@ -822,7 +1278,7 @@ class Store:
         """Rows of *sql*, fetched *batch* at a time from one read snapshot, errors translated."""
         with self._lock:
             try:
-                cursor = self._conn.execute(sql, params)
+                cursor = self._reading().execute(sql, params)
             except sqlite3.Error as e:
                 raise self._translate(e, "read") from e
         try:
@@ -860,12 +1316,17 @@ class Store:
         A read transaction: under WAL it blocks no writer; their checkpoints
         only stop short of it until the block ends.
         """
-        self.query("BEGIN")
+        with self._lock:
+            conn = self._reading()
+            try:
+                conn.execute("BEGIN")
+            except sqlite3.Error as e:
+                raise self._translate(e, "read") from e
         try:
             yield
         finally:
             with self._lock, contextlib.suppress(sqlite3.Error):
-                self._conn.execute("COMMIT")
+                conn.execute("COMMIT")
 
     # -- checkpoints ---------------------------------------------------------
 
@@ -874,10 +1335,24 @@ class Store:
 
         One transaction: either the new row is in and the old ones beyond
         *keep* are gone, or nothing changed.  Raises :class:`ValueError`
-        when there is no event *seq*.
+        when there is no event *seq*; does nothing when event *seq* was
+        already retired.  When the active segment has grown past
+        ``retention.segment_bytes``, the same transaction starts a new
+        segment with this checkpoint as its first content and seals the old.
         """
         with self._transaction("write a checkpoint to") as conn:
             row = conn.execute("SELECT digest FROM events WHERE seq = ?", (seq,)).fetchone()
+            if row is None and seq == self._base[0] and seq:
+                row = (self._base[1],)
+            if row is None and seq:
+                # In an older segment: another process rolled over meanwhile.
+                reading = self._reading()
+                row = reading.execute("SELECT digest FROM events WHERE seq = ?",
+                                      (seq,)).fetchone()
+                if row is None and seq < self._base[0]:
+                    # Retired meanwhile, which takes a newer checkpoint than
+                    # this one: there is nothing left for it to speed up.
+                    return
             if row is None:
                 raise ValueError(f"{self.path} holds no event {seq} to checkpoint")
             conn.execute(
@@ -888,6 +1363,8 @@ class Store:
                 "DELETE FROM checkpoints WHERE seq NOT IN "
                 "(SELECT seq FROM checkpoints ORDER BY seq DESC LIMIT ?)", (keep,),
             )
+            if not self.readonly and self.active_size() >= self.retention.segment_bytes:
+                self._roll_over(conn, (seq, bytes(row[0]), format, state))
 
     def checkpoints(self, *, until: int | None = None) -> list[tuple[int, int, bool]]:
         """``(seq, format, chained)`` of each checkpoint at or before *until*, newest first.
@@ -905,9 +1382,22 @@ class Store:
             params = (until,)
         with self._lock:
             try:
-                if not self._has_checkpoints():
+                conn = self._reading()
+                if conn is not self._conn:
+                    # A checkpoint copied into a new segment as its first
+                    # content is tied to the last event of the segment
+                    # before, which may be retired: the base it records
+                    # (and the next event's digest chains from) stands in.
+                    # A lookup per checkpoint, not a join: SQLite pushes
+                    # the seq into each segment's primary key that way.
+                    sql = sql.replace("e.digest IS c.digest", (
+                        "max((SELECT digest FROM events WHERE seq = c.seq) IS c.digest OR "
+                        "c.digest IN (SELECT digest FROM bases WHERE base = c.seq))")).replace(
+                        " LEFT JOIN events e ON e.seq = c.seq", "")
+                    sql += " GROUP BY c.seq, c.format"
+                elif not self._has_checkpoints():
                     return []
-                rows = self._conn.execute(sql + " ORDER BY c.seq DESC", params).fetchall()
+                rows = conn.execute(sql + " ORDER BY c.seq DESC", params).fetchall()
             except sqlite3.Error as e:
                 raise self._translate(e, "read") from e
         return [(int(seq), int(format), bool(chained)) for seq, format, chained in rows]
@@ -916,7 +1406,7 @@ class Store:
         """The state bytes of the checkpoint at *seq*; KeyError when there is none."""
         with self._lock:
             try:
-                row = self._conn.execute(
+                row = self._reading().execute(
                     "SELECT state FROM checkpoints WHERE seq = ?", (seq,)
                 ).fetchone()
             except sqlite3.Error as e:
@@ -929,7 +1419,7 @@ class Store:
         """The sequence number of the newest committed event, 0 when empty."""
         with self._lock:
             try:
-                row = self._conn.execute("SELECT max(seq) FROM events").fetchone()
+                row = self._reading().execute("SELECT max(seq) FROM events").fetchone()
             except sqlite3.Error as e:
                 raise self._translate(e, "read") from e
         return int(row[0] or 0)
@@ -939,13 +1429,40 @@ class Store:
         problems: list[str] = []
         with self._lock:
             try:
-                for (line,) in self._conn.execute("PRAGMA integrity_check"):
-                    if line != "ok":
-                        problems.append(f"integrity: {line}")
+                conn = self._reading()
+                if conn is self._conn:
+                    files = [("main", self.path)]
+                else:
+                    files = [(f"s{i}", segment.path) for i, segment in
+                             enumerate(self._resolve(remove=False)[-MAX_KEPT:])]
+                for schema, path in files:
+                    for (line,) in conn.execute(f"PRAGMA {schema}.integrity_check"):
+                        if line != "ok":
+                            problems.append(f"integrity: {line}" if schema == "main"
+                                            else f"integrity of {path}: {line}")
+                bases: dict[int, bytes] = {}
+                if conn is not self._conn:
+                    bases = {int(b): bytes(d) for b, d in conn.execute(
+                        "SELECT base, digest FROM bases")}
+                    for b, d in conn.execute("SELECT e.seq, e.digest FROM events e "
+                                             "JOIN bases ON bases.base = e.seq"):
+                        if bytes(d) != bases[int(b)]:
+                            problems.append(f"event {b}: the segment after it records another "
+                                            "digest for it")
+                first = conn.execute("SELECT min(seq) FROM events").fetchone()[0]
             except sqlite3.Error as e:
                 raise self._translate(e, "read") from e
         expected_seq, digest = 1, _GENESIS
-        for seq, time, kind, payload, stored in self.rows():
+        if first is not None and first > 1 and bases:
+            # History before the first kept segment was retired: the chain
+            # starts from the digest that segment records for its base.
+            expected_seq = int(first)
+            if first - 1 in bases:
+                digest = bases[first - 1]
+            else:
+                problems.append(f"sequence: events before {first} are missing, and no segment "
+                                "says where they were retired")
+        for seq, time, kind, payload, stored in self.rows(after=expected_seq - 1):
             if seq != expected_seq:
                 problems.append(f"sequence: expected event {expected_seq}, found {seq}")
             digest = chain(digest, seq, time, kind, payload)
@@ -955,8 +1472,159 @@ class Store:
             expected_seq = seq + 1
         return problems
 
+    # -- retirement ----------------------------------------------------------
+
+    def segments(self) -> list[SegmentInfo]:
+        """Every kept segment of the journal, oldest first, the active one last."""
+        kept = self._resolve(remove=False)
+        found: list[SegmentInfo] = []
+        with self._lock:
+            for segment in kept:
+                conn = self._conn if segment.path == self._active.path else (
+                    self._connect_segment(segment.path))
+                try:
+                    tables = {n for (n,) in conn.execute(
+                        "SELECT name FROM sqlite_master WHERE type = 'table'")}
+                    first = last = None
+                    if "events" in tables:
+                        first, last = conn.execute(
+                            "SELECT min(seq), max(seq) FROM events").fetchone()
+                    sealed = conn.execute(
+                        "SELECT seq, time FROM sealed").fetchone() if "sealed" in tables else None
+                    covered = conn.execute("SELECT max(seq) FROM checkpoints").fetchone()[0] if (
+                        "checkpoints" in tables) else None
+                except sqlite3.Error as e:
+                    raise self._translate(e, "read", segment.path) from e
+                finally:
+                    if conn is not self._conn:
+                        conn.close()
+                found.append(SegmentInfo(
+                    segment.path, segment.base,
+                    None if first is None else int(first),
+                    segment.base if last is None else int(last),
+                    None if sealed is None else float(sealed[1]),
+                    None if covered is None else int(covered),
+                    segments.size_of(segment.path), "events" in tables))
+        return found
+
+    def history(self) -> History:
+        """Where the kept history starts, and up to which event and when older was retired."""
+        with self._lock:
+            try:
+                conn = self._reading()
+                first, first_time = conn.execute(
+                    "SELECT seq, time FROM events ORDER BY seq LIMIT 1").fetchone() or (None, None)
+                retired = (None, None)
+                if conn is not self._conn:
+                    with contextlib.suppress(sqlite3.OperationalError):
+                        retired = conn.execute(
+                            "SELECT max(seq), max(time) FROM s0.retired").fetchone()
+            except sqlite3.Error as e:
+                raise self._translate(e, "read") from e
+        return History(None if first is None else int(first),
+                       None if first_time is None else float(first_time),
+                       int(retired[0] or 0), None if retired[1] is None else float(retired[1]))
+
+    def retire(self, *, now: float) -> list[Path]:
+        """Delete the oldest retired segments beyond :attr:`retention`; return their paths.
+
+        A sealed segment is retired once a checkpoint in a later segment
+        covers its last event.  Run by one process at a time (recovery's
+        lock); writers and readers of other segments are not disturbed.
+        Each step is safe to crash after: the head records the retirement
+        first, then files go oldest first, so what is kept is always one
+        unbroken run of history up to the active segment.
+        """
+        if self.readonly:
+            raise JournalReadOnly(self.path, "cannot retire history through a read-only store",
+                                  "Open the journal for writing")
+        kept = self.segments()
+        doomed: list[SegmentInfo] = []
+        retired_bytes = 0
+        # Newest first: whatever is kept is the newest run.
+        covering = None
+        kept_history: list[SegmentInfo] = []
+        for i in range(len(kept) - 2, -1, -1):
+            later = [s.covered for s in kept[i + 1:] if s.covered is not None]
+            covering = max(later, default=None)
+            segment = kept[i]
+            if not segment.has_events:
+                continue
+            if covering is None or covering < segment.last or doomed:
+                if doomed:
+                    doomed.append(segment)
+                continue
+            retired_bytes += segment.bytes
+            kept_history.append(segment)
+            too_old = segment.sealed is not None and now - segment.sealed > (
+                self.retention.history_age)
+            if (retired_bytes > self.retention.history_bytes or too_old
+                    or len(kept) - len(doomed) > MAX_KEPT):
+                doomed.append(segment)
+        if not doomed:
+            return []
+        doomed.sort(key=lambda s: s.base)
+        upto = doomed[-1].last
+        self._step(f"record retirement up to event {upto}")
+        self._write_head("INSERT INTO retired (seq, time) VALUES (?, ?)", (upto, now))
+        removed = []
+        for segment in doomed:
+            self._step(f"retire {segment.path.name}")
+            if segment.base == 0:
+                self._retire_head()
+            else:
+                segments.remove_file(segment.path)
+            removed.append(segment.path)
+        segments.sync_directory(segments.directory(self.path))
+        return removed
+
+    def _write_head(self, sql: str, params: tuple[object, ...]) -> None:
+        conn = self._conn if self._active.is_head else self._connect(self._busy_timeout)
+        try:
+            with self._lock:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.execute(sql, params)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                    raise
+        except sqlite3.Error as e:
+            raise self._translate(e, "retire history in") from e
+        finally:
+            if conn is not self._conn:
+                conn.close()
+
+    def _retire_head(self) -> None:
+        """Drop the head's events and checkpoints; it keeps only how to find the rest."""
+        conn = self._connect(self._busy_timeout)
+        try:
+            with self._lock:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for table in ("events", "checkpoints"):
+                        conn.execute(f"DROP TABLE IF EXISTS {table}")
+                    conn.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                    raise
+                self._step(f"vacuum {self.path.name}")
+                conn.execute("VACUUM")
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.Error as e:
+            raise self._translate(e, "retire history in") from e
+        finally:
+            conn.close()
+
     def close(self) -> None:
+        running = self._maintenance_thread
+        if running is not None and running is not threading.current_thread():
+            # Before the locks: the maintenance needs them to finish.
+            running.join()
         with _OPEN_LOCK, self._lock:
+            self._drop_span()
             if self._identity is not None:
                 _OPEN[self._identity] -= 1
                 self._identity = None
@@ -976,6 +1644,9 @@ class Store:
                 _OPEN[self._identity] -= 1
                 self._identity = None
                 _FORKED.append(self._conn)
+                if self._span is not None:
+                    _FORKED.append(self._span)
+                    self._span = None
         self.broken = "this is a forked copy of another process's journal connection"
         # The parent's queue and its leader are not this process's.
         self._queued = threading.Condition(threading.Lock())
@@ -1002,7 +1673,7 @@ class Store:
             "on it. Managers and recovery carry on around such a record and keep what it names",
         )
 
-    def _translate(self, e: sqlite3.Error, doing: str) -> JournalError:
+    def _translate(self, e: sqlite3.Error, doing: str, path: Path | None = None) -> JournalError:
         # sqlite_errorcode is the extended code (SQLITE_IOERR_WRITE is 778,
         # not 10): its low byte is the primary code compared below.  Codes,
         # never message texts, decide the class: messages change between
@@ -1010,6 +1681,15 @@ class Store:
         extended = getattr(e, "sqlite_errorcode", None)
         code = None if extended is None else extended & 0xFF
         message = str(e)
+        if path is not None and path != self.path:
+            # A segment file after the head: named itself, with its own fix.
+            if code in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_CANTOPEN):
+                reason = {sqlite3.SQLITE_NOTADB: "is not a SQLite database",
+                          sqlite3.SQLITE_CANTOPEN: f"cannot be opened ({message})"}.get(
+                              code, f"is damaged ({message})")
+                return JournalCorrupt(path, reason, self._segment_fix(path))
+            error = self._translate(e, doing)
+            return type(error)(path, error.reason, error.fix)
         if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
             return JournalBusy(
                 self.path,

@@ -29,6 +29,7 @@ from journal.errors import (
     UnsafeRoot,
     Unsupported,
 )
+from journal.segments import DEFAULT_RETENTION, Retention
 from sessiontemp.artifacts import Artifact, remove_artifact
 from sessiontemp.lease import Lease
 from sessiontemp.manager import Manager
@@ -38,6 +39,7 @@ from sessiontemp.root import GENERATION_PREFIX, TRASH_PREFIX, default_root
 from sessiontemp.sessions import remove_session
 
 __all__ = [
+    "DEFAULT_RETENTION",
     "GENERATION_PREFIX",
     "TRASH_PREFIX",
     "Artifact",
@@ -55,6 +57,7 @@ __all__ = [
     "Manager",
     "Removed",
     "Report",
+    "Retention",
     "SessionOwned",
     "SessionTempError",
     "Skipped",

@@ -92,6 +92,10 @@ def cmd_summary(args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"size         {s.size_bytes:,} bytes\n")
     out.write(f"events       {s.events:,} (seq {s.first_seq or '-'} to {s.last_seq or '-'})\n")
     out.write(f"first event  {_when(s.first_time)}\nlast event   {_when(s.last_time)}\n")
+    if s.history is not None and s.history.retired_until:
+        out.write(f"history      starts at event {s.history.retired_until + 1:,}: events 1 to "
+                  f"{s.history.retired_until:,} were retired, last at "
+                  f"{_when(s.history.retired_at)} (the retention rule, see the README)\n")
     m, g = s.managers, s.generations
     out.write(f"managers     {m['opened']} opened, {m['closed']} closed, {m['dead']} dead, "
               f"{m['running']} not ended ({m['live']} live, {m['gone']} gone, "

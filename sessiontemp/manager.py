@@ -60,6 +60,7 @@ from journal.events import (
     SessionClaimed,
 )
 from journal.reducer import EMPTY, GenerationState, ManagerState, State, removal_due, replay
+from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Pending, Store
 from sessiontemp import aio, artifacts, placement, processes, recovery, sessions
 from sessiontemp.handles import Handles
@@ -127,7 +128,9 @@ class Manager:
     *clock* gives the wall-clock time written into events and used for the
     stale sweep; *busy_timeout* bounds the wait for another process's journal
     write; *step_hook* sees every durable step before it happens (tests use
-    it to inject failures and crashes).
+    it to inject failures and crashes); *retention* bounds the journal's
+    disk use (:class:`journal.segments.Retention`: segment size, and the size
+    and age of retired history kept).
 
     *session* names the logical session (1-64 characters of
     ``[A-Za-z0-9._-]``, not ``.`` or ``..``; ValueError otherwise): one live
@@ -153,6 +156,7 @@ class Manager:
         busy_timeout: float = 30.0,
         step_hook: StepHook | None = None,
         durability: Durability = "full",
+        retention: Retention = DEFAULT_RETENTION,
         session: str | None = None,
         resume: bool = True,
         resume_window: float = DEFAULT_RESUME_WINDOW,
@@ -160,6 +164,7 @@ class Manager:
         workdir_policy: placement.Policy = "refuse",
     ) -> None:
         recovery.check_stale_after(stale_after)
+        self._retention = retention
         if durability not in DURABILITY:
             raise ValueError(f"durability must be one of {', '.join(map(repr, DURABILITY))}, "
                              f"not {durability!r}")
@@ -198,8 +203,13 @@ class Manager:
                 # First: refused at once while another manager owns the name.
                 handles.session = sessions.SessionLock.take(handles.root, claim.name)
             handles.root.check_journal()
-            handles.store = Store(handles.root.journal_path, busy_timeout=busy_timeout)
+            handles.store = Store(handles.root.journal_path, busy_timeout=busy_timeout,
+                                  retention=self._retention, step_hook=self._steps.before)
             handles.store.reset_tip(self._state)
+            # Checkpoints, rollover and retirement for a manager that lives long.
+            handles.store.maintenance = functools.partial(
+                recovery.maintain, handles.root, handles.store, clock=self._clock,
+                steps=self._steps)
             self.recovery = recovery.run(
                 handles.root, handles.store, stale_after=stale_after, clock=self._clock,
                 steps=self._steps,

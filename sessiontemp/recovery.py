@@ -2,7 +2,9 @@
 
 A pass runs on every Manager open and from :func:`recover`, one at a time
 per root (``ROOT/recovery.lock``).  It replays the journal, from the
-newest checkpoint on, and writes a new checkpoint when one is due; then it:
+newest checkpoint on, and writes a new checkpoint when one is due (which
+may start a new journal segment, see :mod:`journal.segments`), retires
+history the retention rule no longer keeps; then it:
 
 1. declares dead every manager whose liveness lock is free, journaling it;
 2. removes every generation of a closed or dead manager, and finishes every
@@ -57,6 +59,7 @@ from journal.events import (
     SessionDiscarded,
 )
 from journal.reducer import Fold, GenerationState, State, held_by, kept_for_resume
+from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Store
 from sessiontemp import artifacts, sessions
 from sessiontemp.locks import probe_liveness, try_exclusive
@@ -73,7 +76,7 @@ from sessiontemp.root import (
 from sessiontemp.steps import StepHook, Steps
 
 __all__ = ["DEFAULT_STALE_AFTER", "Removed", "Report", "Skipped", "check_stale_after",
-           "recover", "run"]
+           "maintain", "recover", "run"]
 
 # Unknown generation directories older than this (seconds) are swept.
 DEFAULT_STALE_AFTER: Final = 86400.0
@@ -126,16 +129,23 @@ def recover(
     clock: Callable[[], float] = time.time,
     busy_timeout: float = 30.0,
     step_hook: StepHook | None = None,
+    retention: Retention = DEFAULT_RETENTION,
 ) -> Report:
-    """Run one recovery pass on *root* (None: the per-user default), waiting for any other."""
+    """Run one recovery pass on *root* (None: the per-user default), waiting for any other.
+
+    *retention* bounds the journal: how large a segment grows and how much
+    retired history is kept (see :class:`journal.segments.Retention`).
+    """
     check_stale_after(stale_after)
     opened = Root.open(root)
     try:
         opened.check_journal()
-        store = Store(opened.journal_path, busy_timeout=busy_timeout)
+        steps = Steps(step_hook)
+        store = Store(opened.journal_path, busy_timeout=busy_timeout, retention=retention,
+                      step_hook=steps.before)
         try:
             return run(opened, store, stale_after=stale_after, clock=clock,
-                       steps=Steps(step_hook), wait=True)
+                       steps=steps, wait=True)
         finally:
             store.close()
     finally:
@@ -180,6 +190,33 @@ def run(
         lock.release()
 
 
+def maintain(root: Root, store: Store, seq: int = 0, *, clock: Callable[[], float],
+             steps: Steps) -> None:
+    """Checkpoint and retire history for a process that appends for a long time.
+
+    What a recovery pass does first, without its removals: called by a
+    manager's store every so many events (:attr:`Store.maintenance`), in a
+    thread of its own, with the *seq* it reached.  Skipped when a recovery pass holds the root (that
+    pass does the same); never raises: only the journal's bound is late.
+    """
+    lock = filelock.FileLock(root.recovery_lock_path, timeout=0, thread_local=False,
+                             fallback_to_soft=False)
+    try:
+        lock.acquire()
+    except (filelock.Timeout, OSError):
+        return
+    try:
+        work = _Pass(root, store, stale_after=DEFAULT_STALE_AFTER, clock=clock, steps=steps)
+        work.restore()
+        work.refresh()
+        work.write_checkpoint(every=store.maintenance_every)
+        work.retire()
+    except Exception as e:  # nothing may escape into the appending process
+        logger.warning("journal.maintenance_failed", path=str(store.path), reason=str(e))
+    finally:
+        lock.release()
+
+
 class _Pass:
     def __init__(
         self, root: Root, store: Store, *, stale_after: float, clock: Callable[[], float],
@@ -205,6 +242,7 @@ class _Pass:
         self.restore()
         self.refresh()
         self.write_checkpoint()
+        self.retire()
         self.bury_dead_managers()
         self.settle_sessions()
         candidates = [g.id for g in self.state.generations.values() if self.orphaned(g)]
@@ -237,9 +275,9 @@ class _Pass:
         self.state = restored.state
         self.checkpointed = restored.state.seq
 
-    def write_checkpoint(self) -> None:
+    def write_checkpoint(self, *, every: int = checkpoint.EVERY) -> None:
         """Write a checkpoint of the state just replayed, if enough events follow the last."""
-        if not checkpoint.due(self.state, self.checkpointed):
+        if not checkpoint.due(self.state, self.checkpointed, every=every):
             return
         self.steps.before("checkpoint", f"event {self.state.seq}")
         try:
@@ -252,6 +290,21 @@ class _Pass:
         logger.info("checkpoint.written", path=str(self.store.path), seq=self.state.seq,
                     replayed=self.state.seq - self.checkpointed)
         self.checkpointed = self.state.seq
+        if self.store.rollover_failed is not None:
+            logger.warning("segment.rollover_failed", path=str(self.store.path),
+                           reason=self.store.rollover_failed)
+            self.store.rollover_failed = None
+
+    def retire(self) -> None:
+        """Delete the retired journal segments the retention rule no longer keeps."""
+        try:
+            removed = self.store.retire(now=self.clock())
+        except (JournalError, OSError) as e:
+            # Only the bound is late: the next pass tries again.
+            logger.warning("segment.retire_failed", path=str(self.store.path), reason=str(e))
+            return
+        for path in removed:
+            logger.info("segment.retired", path=str(path))
 
     def refresh(self) -> None:
         """Bring the state up to the journal's end, through events others appended.

@@ -232,8 +232,10 @@ class Root:
         """
         self.check_identity()
         # SQLite follows a symlink at any of its three files: the -wal and
-        # -shm are written to as much as the journal itself.
-        for name in (JOURNAL_NAME, f"{JOURNAL_NAME}-wal", f"{JOURNAL_NAME}-shm"):
+        # -shm are written to as much as the journal itself; the segment
+        # directory holds the journal's later files.
+        for name in (JOURNAL_NAME, f"{JOURNAL_NAME}-wal", f"{JOURNAL_NAME}-shm",
+                     f"{JOURNAL_NAME}.d"):
             try:
                 st = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
             except FileNotFoundError:

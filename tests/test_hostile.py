@@ -112,13 +112,15 @@ def test_an_unknown_symlink_at_a_trash_name_is_unlinked_by_recovery_and_its_targ
     assert [r.generation for r in report.removed] == ["aaaaaaaaaaaaaaaa"]
 
 
-@pytest.mark.parametrize("name", ["journal.sqlite3-wal", "journal.sqlite3-shm", "managers"])
+@pytest.mark.parametrize("name", ["journal.sqlite3-wal", "journal.sqlite3-shm", "managers",
+                                  "journal.sqlite3.d"])
 def test_a_symlink_at_a_journal_side_file_or_the_lock_directory_is_refused_and_its_target_untouched(
     root: Path, outside: Path, name: str
 ) -> None:
     with Manager(root):
         pass
-    target = outside / "dir" if name == "managers" else outside / "precious.txt"
+    target = outside / "dir" if name in ("managers", "journal.sqlite3.d") else (
+        outside / "precious.txt")
     if name == "managers":
         os.rmdir(root / name)
     (root / name).symlink_to(target)

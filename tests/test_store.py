@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from journal import (
     SCHEMA_VERSION,
+    SEGMENTED_VERSION,
     Event,
     JournalBusy,
     JournalCorrupt,
@@ -760,10 +761,10 @@ def test_a_journal_of_a_newer_schema_raises_a_version_error_and_stays_as_it_was(
     writer = Store(path)
     fill(writer, 2)
     writer.close()
-    content = make_database(path, f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    content = make_database(path, f"PRAGMA user_version = {SEGMENTED_VERSION + 1}")
     with pytest.raises(JournalVersionError) as excinfo:
         Store(path, readonly=readonly)
-    assert str(SCHEMA_VERSION + 1) in str(excinfo.value)
+    assert str(SEGMENTED_VERSION + 1) in str(excinfo.value)
     assert path.read_bytes() == content
 
 

@@ -69,6 +69,10 @@ def _body(result: object) -> dict[str, Any]:
             "generations": dict(result.generations), "held": list(result.held),
             "sessions": dict(result.sessions), "artifacts": dict(result.artifacts),
             "verify": as_json(result.verify), "checkpoint": result.checkpoint,
+            "history": None if result.history is None else {
+                "first": result.history.first, "first_time": result.history.first_time,
+                "retired_until": result.history.retired_until,
+                "retired_at": result.history.retired_at},
         }
     if isinstance(result, Verification):
         return {"journal": str(result.journal), "mode": result.mode, "events": result.events,

@@ -61,7 +61,7 @@ Hold: TypeAlias = Literal["held", "free", "absent", "unknown"]
 # Entries of a root that are neither generations nor trash.
 ROOT_FILES: Final = frozenset({
     JOURNAL_NAME, JOURNAL_NAME + "-wal", JOURNAL_NAME + "-shm", JOURNAL_NAME + "-journal",
-    RECOVERY_LOCK, MANAGERS_DIR, SESSIONS_DIR, ARTIFACTS_DIR,
+    JOURNAL_NAME + ".d", RECOVERY_LOCK, MANAGERS_DIR, SESSIONS_DIR, ARTIFACTS_DIR,
 })
 PROGRESS_EVERY: Final = 50_000
 _ROOT_FIX: Final = "Pass the root directory that holds journal.sqlite3 as --root DIR"

@@ -20,7 +20,7 @@ from journal import checkpoint
 from journal.errors import RuleViolation
 from journal.events import KINDS, Record, SessionAdopted, decode
 from journal.reducer import Fold, State
-from journal.store import Store
+from journal.store import History, Store
 from sessiontemp.inspect.read import (
     Liveness,
     Problem,
@@ -88,6 +88,8 @@ class Summary:
     # history; not decoded here), None when they start from event 1.
     checkpoint: int | None = None
     held: tuple[str, ...] = ()
+    # Where the kept history starts and what was retired before it.
+    history: History | None = None
     # Named sessions: claims, adoptions (resumes) and discards journaled;
     # artifacts: kept, removed, and kept now.
     sessions: Mapping[str, int] = attrs.field(factory=dict)
@@ -109,11 +111,13 @@ def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None
     base = None if root is None else Path(root)
     with opened(path, snapshot=True) as store:
         first, last, count = store.extent()
+        history = store.history()
         times = store.times_of([s for s in (first, last) if s is not None])
         kinds = dict.fromkeys(_COUNTED, 0)
         kinds.update(store.kind_counts(excluding=[k for k in KINDS if k not in _COUNTED]))
         problems: list[Problem] = []
-        if count and (first != 1 or last != count):
+        if count and (first != history.retired_until + 1
+                      or last != history.retired_until + count):
             problems.append(Problem(None, "sequence", f"{count} events numbered {first} to "
                                     f"{last}: the sequence has gaps"))
         for kind in sorted(set(kinds) - set(KINDS)):
@@ -129,6 +133,7 @@ def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None
         newest = next((seq for seq, format, chained in store.checkpoints()
                        if format == checkpoint.FORMAT and chained), None)
         size = sum(_size(path.with_name(path.name + suffix)) for suffix in ("", "-wal"))
+        size += sum(s.bytes for s in store.segments() if s.path != path)
         immutable = store.immutable
     running = tuple(
         ManagerInfo(
@@ -182,7 +187,7 @@ def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None
         first_seq=first, last_seq=last, first_time=times.get(first or 0),
         last_time=times.get(last or 0), managers=managers, running=running,
         generations=generations, verify=Verification(path, "quick", count, tuple(problems)),
-        checkpoint=newest, held=held,
+        checkpoint=newest, held=held, history=history,
         sessions={"claims": kinds["session.claimed"], "resumed": kinds["session.adopted"],
                   "discarded": kinds["session.discarded"]},
         artifacts={"kept": kinds["artifact.kept"] - kinds["artifact.removed"],

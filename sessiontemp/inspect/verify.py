@@ -18,7 +18,7 @@ import attrs
 from journal import checkpoint
 from journal.errors import CheckpointInvalid
 from journal.events import Record
-from journal.reducer import Fold, State
+from journal.reducer import EMPTY, Fold, State
 from journal.store import Store
 from sessiontemp.inspect.read import Problem, Progress, opened, replay
 
@@ -63,8 +63,10 @@ def verify(journal: os.PathLike[str] | str, *, progress: Progress | None = None
                     "from the events, so replays starting from it go wrong: delete its row "
                     "from the table checkpoints (the next recovery writes a new one)")))
 
+        start = _start(store, problems)
+        claims.pop(start.seq, None)
         state = replay(store, progress=progress, lenient=lenient,
-                       each=compare if claims else None)
+                       each=compare if claims else None, start=start)
         count = store.last_seq()
     problems += [p for p in lenient if p.check != "sequence"]
     problems += problems_of_checkpoints
@@ -72,6 +74,23 @@ def verify(journal: os.PathLike[str] | str, *, progress: Progress | None = None
                          "the replay skipped that event") for seq in sorted(claims)]
     problems += _invariants(state)
     return Verification(path, "full", count, tuple(problems))
+
+
+def _start(store: Store, problems: list[Problem]) -> State:
+    """Where the replay starts: event 1, or the checkpoint where retired history ends.
+
+    The first kept segment begins with the checkpoint of the event before
+    its first; the chain check above ties that checkpoint to the events.
+    """
+    retired = store.history().retired_until
+    if not retired:
+        return EMPTY
+    restored = checkpoint.restore(store, until=retired)
+    if restored.state.seq != retired:
+        problems.append(Problem(retired, "checkpoints", (
+            f"history up to event {retired} was retired, yet no usable checkpoint of that "
+            "event is kept, so the events after it cannot be replayed")))
+    return restored.state
 
 
 def _invariants(state: State) -> list[Problem]:

@@ -1,0 +1,250 @@
+"""Segments: the journal as a chain of append-only SQLite files, so old history can be retired.
+
+The journal's first file is the path users know, ``ROOT/journal.sqlite3``
+(the *head*).  When a checkpoint is written and the file being appended to
+(the *active* segment) is larger than :attr:`Retention.segment_bytes`, the
+writer starts a new segment in the directory beside it,
+``ROOT/journal.sqlite3.d/``, named after the first sequence number it will
+hold (``00000000000000040001.sqlite3``).  Its first content is the
+checkpoint, and its schema carries the last sequence number and digest of
+the segment before, so the digest chain runs on across the boundary.
+
+A rollover, while holding the old segment's write lock:
+
+1. the new file is made under a temporary name (``.NAME.tmp``), with its
+   schema and the checkpoint, closed and fsynced;
+2. it is renamed to its name, and the directory is fsynced;
+3. a row naming it is written into the old segment's ``sealed`` table, in
+   the same write transaction, which commits.
+
+A crash before 3 leaves a new file that no seal names: the next writer to
+open the journal removes it (under the same write lock, so never one that
+a live rollover is making).  After 3, every writer that still holds a
+connection to the old segment finds the seal inside its own ``BEGIN
+IMMEDIATE`` transaction, before it writes anything, and moves on to the
+active segment: that is how every process learns of a rollover.
+
+The active segment is found from the file names: the newest segment is
+active when the one before it is sealed (or already retired).
+
+A sealed segment is *retired* once a checkpoint in a later segment covers
+its last event: nothing a replay needs is left in it.  Retired segments
+are kept as read-only history while :class:`Retention` allows (their total
+size and age, oldest deleted first, so what is kept is always one unbroken
+run of history up to now); the head is retired by dropping its tables
+(its ``sealed`` and ``retired`` tables stay: it is how the journal is
+found) and vacuuming it, any other segment by unlinking its file.  Before
+any of that, the head's ``retired`` table records up to which event and
+when, which is what ``journal-inspect`` reports as where history starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sqlite3
+from pathlib import Path
+from typing import Final
+
+import attrs
+
+__all__ = [
+    "DEFAULT_RETENTION",
+    "MAX_KEPT",
+    "SCHEMA_SQL",
+    "Retention",
+    "Segment",
+    "create",
+    "directory",
+    "listed",
+    "name_of",
+    "remove_file",
+    "sync_directory",
+]
+
+# SQLite attaches at most 10 databases to one connection (SQLITE_MAX_ATTACHED
+# as built here), and a reader attaches every kept segment: the active one,
+# the sealed ones not yet covered and the retired ones kept as history.
+MAX_KEPT: Final = 10
+_MIB: Final = 1 << 20
+_NAME: Final = re.compile(r"^(\d{20})\.sqlite3$")
+_SUFFIXES: Final = ("", "-wal", "-shm", "-journal")
+
+
+@attrs.frozen
+class Retention:
+    """How large segments grow, and how much retired history is kept.
+
+    ``segment_bytes``: a checkpoint written while the active segment is at
+    least this large starts a new segment.  ``history_bytes`` and
+    ``history_age`` (seconds since a segment was sealed): retired segments
+    are kept as read-only history while their total size is at most the
+    one and each is younger than the other; the oldest beyond either are
+    deleted.  Whatever the budget, at most ``MAX_KEPT`` segments are kept.
+    """
+
+    segment_bytes: int = 4 * _MIB
+    history_bytes: int = 24 * _MIB
+    history_age: float = 30 * 86400.0
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("segment_bytes", "history_bytes", "history_age"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not value >= 0:
+                raise ValueError(f"Retention.{name} must be a number >= 0, not {value!r}")
+
+
+DEFAULT_RETENTION: Final = Retention()
+
+
+@attrs.frozen
+class Segment:
+    """One file of the journal: its path and the seq of the event before its first (0: head)."""
+
+    path: Path
+    base: int
+
+    @property
+    def is_head(self) -> bool:
+        return self.base == 0
+
+
+def directory(journal: Path) -> Path:
+    """Where the segments after the head live: beside the head, named after it."""
+    return journal.with_name(journal.name + ".d")
+
+
+def name_of(first: int) -> str:
+    """The file name of the segment whose first event is *first*."""
+    return f"{first:020d}.sqlite3"
+
+
+def listed(journal: Path) -> list[Segment]:
+    """The head and every segment file beside it, oldest first (none removed or checked)."""
+    found = [Segment(journal, 0)]
+    try:
+        names = os.listdir(directory(journal))
+    except (FileNotFoundError, NotADirectoryError):
+        return found
+    for name in names:
+        match = _NAME.match(name)
+        if match is not None and int(match.group(1)) > 0:
+            found.append(Segment(directory(journal) / name, int(match.group(1)) - 1))
+    found[1:] = sorted(found[1:], key=lambda s: s.base)
+    return found
+
+
+def temporaries(journal: Path) -> list[Path]:
+    """Half-made segments a crashed rollover left, by their temporary names."""
+    try:
+        names = os.listdir(directory(journal))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [directory(journal) / n for n in names if n.startswith(".") and n.endswith(".tmp")]
+
+
+# The schema of every journal file.  {base}: the seq of the event before
+# the file's first, baked into the sequence trigger so the next event must
+# be exactly the one after it.
+SCHEMA_SQL: Final = (
+    "CREATE TABLE events (seq INTEGER PRIMARY KEY, time FLOAT NOT NULL, kind TEXT NOT NULL, "
+    "payload TEXT NOT NULL, digest BLOB NOT NULL)",
+    "CREATE TRIGGER events_no_update BEFORE UPDATE ON events "
+    "BEGIN SELECT RAISE(ABORT, 'sessiontemp events are append-only'); END",
+    "CREATE TRIGGER events_no_delete BEFORE DELETE ON events "
+    "BEGIN SELECT RAISE(ABORT, 'sessiontemp events are append-only'); END",
+    # REPLACE deletes without firing DELETE triggers, and a hand-made seq
+    # could leave a gap: the next event must be exactly the one after the last.
+    "CREATE TRIGGER events_in_sequence BEFORE INSERT ON events "
+    "WHEN NEW.seq IS NOT (SELECT coalesce(max(seq), {base}) + 1 FROM events) "
+    "BEGIN SELECT RAISE(ABORT, 'sessiontemp events are append-only, each one right "
+    "after the last'); END",
+    # digest: the chain digest of event seq, which ties the row to one
+    # history; a journal whose event seq differs ignores it.
+    "CREATE TABLE checkpoints (seq INTEGER PRIMARY KEY, digest BLOB NOT NULL, "
+    "format INTEGER NOT NULL, state BLOB NOT NULL)",
+)
+# Segment bookkeeping, in every file: where its events start (the seq and
+# digest of the event before its first), whether a newer segment took
+# over, and (read in the head only) up to which event history was retired.
+SEGMENT_SQL: Final = (
+    "CREATE TABLE IF NOT EXISTS segment (base INTEGER NOT NULL, digest BLOB NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS sealed (next TEXT NOT NULL, seq INTEGER NOT NULL, "
+    "time REAL NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS retired (seq INTEGER NOT NULL, time REAL NOT NULL)",
+)
+
+
+def create(
+    path: Path,
+    *,
+    base: int,
+    digest: bytes,
+    checkpoint: tuple[int, bytes, int, bytes] | None,
+    application_id: int,
+    version: int,
+) -> None:
+    """Make the segment file *path* durable, holding only its schema and *checkpoint*.
+
+    Written under a temporary name and renamed, so *path* never names a
+    half-made file; created in rollback-journal mode and switched to WAL
+    before it is closed, so no -wal file is left beside the temporary name.
+    Raises OSError or sqlite3.Error; the caller removes the temporary file.
+    """
+    tmp = path.with_name(f".{path.name}.tmp")
+    remove_file(tmp)
+    conn = sqlite3.connect(tmp, isolation_level=None)
+    try:
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("BEGIN IMMEDIATE")
+        for sql in SCHEMA_SQL:
+            conn.execute(sql.format(base=int(base)))
+        for sql in SEGMENT_SQL:
+            conn.execute(sql)
+        conn.execute("INSERT INTO segment (base, digest) VALUES (?, ?)", (base, digest))
+        if checkpoint is not None:
+            conn.execute("INSERT INTO checkpoints (seq, digest, format, state) "
+                         "VALUES (?, ?, ?, ?)", checkpoint)
+        conn.execute(f"PRAGMA application_id={int(application_id)}")
+        conn.execute(f"PRAGMA user_version={int(version)}")
+        conn.execute("COMMIT")
+        conn.execute("PRAGMA journal_mode=WAL").fetchone()
+    finally:
+        conn.close()
+    fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+    sync_directory(path.parent)
+
+
+def sync_directory(path: Path) -> None:
+    """fsync a directory, so a rename or unlink in it survives a power loss."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_file(path: Path) -> None:
+    """Unlink a segment file and whatever SQLite keeps beside it; absent ones are fine.
+
+    The main file goes first: a -wal left without it is litter, never
+    mistaken for a segment.
+    """
+    for suffix in _SUFFIXES:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{path}{suffix}")
+
+
+def size_of(path: Path) -> int:
+    """Bytes on disk of a segment file with its -wal (0 when gone)."""
+    total = 0
+    for suffix in ("", "-wal"):
+        with contextlib.suppress(FileNotFoundError):
+            total += os.stat(f"{path}{suffix}").st_size
+    return total

@@ -1,0 +1,485 @@
+"""The journal in segments: rollover, seals, retirement, and reading across them.
+
+A rollover starts a new segment file when a checkpoint is written into an
+active segment over its size; retirement deletes the oldest sealed
+segments a later checkpoint covers, beyond the retention budget.  These
+tests pin that what is kept always replays to what the whole history
+does, that several processes appending through rollovers lose nothing,
+that a crash between any two steps leaves a usable journal, and that a
+damaged or missing segment is reported by its path, with the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from journal import EMPTY, JournalCorrupt, Record, Retention, State, Store, checkpoint, replay
+from journal.events import Event, ManagerClosed, ManagerOpened, Released, Retained, Rotated
+from journal.segments import directory
+from sessiontemp import Manager
+from tests.strategies import legal_records, manager_id, scaled
+
+JOURNAL = "journal.sqlite3"
+# Every checkpoint starts a new segment; nothing retired is kept.
+EAGER = Retention(segment_bytes=0, history_bytes=0)
+HERE = Path(__file__).parents[1]
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / JOURNAL
+
+
+def write(store: Store, records: list[Record], *, batch: int = 7) -> None:
+    for i in range(0, len(records), batch):
+        chunk = records[i:i + batch]
+        store.append([r.event for r in chunk], time=chunk[0].time)
+
+
+def lives(count: int, tag: str) -> list[Event]:
+    """*count* managers that open, retain, rotate, release and close: legal filler."""
+    events: list[Event] = []
+    for i in range(count):
+        m = manager_id(f"{tag}{i}")
+        events += [ManagerOpened(m, 1000 + i), Retained(m), Rotated(m), Released(m),
+                   ManagerClosed(m)]
+    return events
+
+
+def checkpoint_now(store: Store) -> State:
+    """Write a checkpoint of the whole journal's state, as recovery does."""
+    start = checkpoint.restore(store)
+    state = replay(store.records(after=start.state.seq), start.state)
+    checkpoint.save(store, state)
+    return state
+
+
+def kept_state(store: Store) -> State:
+    """The state a replay of what is kept gives: from the newest checkpoint on."""
+    start = checkpoint.restore(store)
+    return replay(store.records(after=start.state.seq), start.state)
+
+
+def segment_files(path: Path) -> list[str]:
+    """The segment files beside *path*, without SQLite's -wal and -shm files."""
+    folder = directory(path)
+    names = os.listdir(folder) if folder.exists() else []
+    return sorted(n for n in names if not n.endswith(("-wal", "-shm")))
+
+
+@pytest.fixture
+def retired(path: Path) -> Iterator[Store]:
+    """A journal of 3 rollovers whose sealed segments (the head too) are all retired."""
+    store = Store(path, retention=EAGER)
+    for round in range(3):
+        store.append(lives(4, f"r{round}-"), time=1_700_000_000.0 + round)
+        checkpoint_now(store)
+    store.append(lives(2, "tail"), time=1_700_000_010.0)
+    assert store.retire(now=1_700_000_020.0)
+    yield store
+    store.close()
+
+
+# -- what is kept replays to what the whole history gives ---------------------------------
+
+
+@scaled(0.1)
+@given(records=legal_records(max_steps=30), data=st.data())
+def test_retired_segments_and_the_kept_history_replay_to_what_a_full_replay_gives(
+    tmp_path_factory: pytest.TempPathFactory, records: list[Record], data: st.DataObject
+) -> None:
+    path = tmp_path_factory.mktemp("j") / JOURNAL
+    budget = data.draw(st.sampled_from([0, 1 << 20]), label="history_bytes")
+    store = Store(path, retention=Retention(segment_bytes=0, history_bytes=budget))
+    try:
+        cuts = sorted(data.draw(st.sets(st.integers(0, len(records)), max_size=5)))
+        done = 0
+        for cut in [*cuts, len(records)]:
+            write(store, records[done:cut], batch=1)
+            done = max(done, cut)
+            if store.last_seq() and data.draw(st.booleans(), label="checkpoint"):
+                checkpoint_now(store)
+            if data.draw(st.booleans(), label="retire"):
+                store.retire(now=2e9)
+        assert kept_state(store) == replay(records)
+        assert store.verify() == []
+        first = store.history().first
+        start = len(records) + 1 if first is None else first
+        assert list(store.records(after=start - 1)) == records[start - 1:]
+    finally:
+        store.close()
+    reopened = Store(path)
+    try:
+        assert kept_state(reopened) == replay(records)
+    finally:
+        reopened.close()
+
+
+# -- rollover ------------------------------------------------------------------------------
+
+
+def test_a_checkpoint_over_the_segment_size_starts_a_new_segment_holding_it(path: Path) -> None:
+    store = Store(path, retention=EAGER)
+    try:
+        store.append(lives(3, "a"), time=1.0)
+        state = checkpoint_now(store)
+        assert segment_files(path) == ["00000000000000000016.sqlite3"]
+        store.append(lives(1, "b"), time=2.0)
+        assert [r.seq for r in store.records(after=14)] == list(range(15, 21))
+        assert store.checkpoints()[0][:3] == (15, checkpoint.FORMAT, True)
+        assert kept_state(store) == replay(store.records())
+        assert state.seq == 15
+    finally:
+        store.close()
+    conn = sqlite3.connect(directory(path) / "00000000000000000016.sqlite3")
+    try:
+        assert conn.execute("SELECT min(seq), max(seq) FROM events").fetchone() == (16, 20)
+        assert conn.execute("SELECT seq FROM checkpoints").fetchall() == [(15,)]
+    finally:
+        conn.close()
+
+
+def test_a_checkpoint_under_the_segment_size_keeps_one_file(path: Path) -> None:
+    store = Store(path)
+    try:
+        store.append(lives(3, "a"), time=1.0)
+        checkpoint_now(store)
+        assert not directory(path).exists()
+    finally:
+        store.close()
+
+
+def test_a_writer_holding_the_old_segment_finds_the_seal_and_appends_to_the_new_one(
+    path: Path,
+) -> None:
+    first, second = Store(path, retention=EAGER), Store(path, retention=EAGER)
+    try:
+        first.append(lives(2, "a"), time=1.0)
+        checkpoint_now(first)
+        # second still holds its connection to the sealed head.
+        records = second.append(lives(1, "b"), time=2.0)
+        assert [r.seq for r in records] == list(range(11, 16))
+        assert first.append(lives(1, "c"), time=3.0)[0].seq == 16
+        assert second.verify() == []
+        assert len(list(second.records())) == 20
+    finally:
+        first.close()
+        second.close()
+    head = sqlite3.connect(path)
+    try:
+        assert head.execute("SELECT max(seq) FROM events").fetchone() == (10,)
+    finally:
+        head.close()
+
+
+# -- retirement ----------------------------------------------------------------------------
+
+
+def test_retired_segments_are_deleted_and_history_says_where_it_starts(
+    path: Path, retired: Store
+) -> None:
+    history = retired.history()
+    assert history.retired_until == 60
+    assert history.first == 61
+    assert history.retired_at == 1_700_000_020.0
+    assert retired.extent() == (61, 70, 10)
+    assert segment_files(path) == ["00000000000000000061.sqlite3"]
+    # The head keeps only how to find the rest.
+    head = sqlite3.connect(path)
+    try:
+        tables = {n for (n,) in head.execute("SELECT name FROM sqlite_master")}
+    finally:
+        head.close()
+    assert "events" not in tables
+    assert {"sealed", "retired"} <= tables
+    assert retired.verify() == []
+
+
+def test_retired_history_is_kept_while_under_the_size_budget_and_younger_than_the_age(
+    path: Path,
+) -> None:
+    store = Store(path, retention=Retention(segment_bytes=0, history_bytes=1 << 30,
+                                            history_age=100.0))
+    try:
+        for round in range(3):
+            store.append(lives(2, f"r{round}-"), time=1.0)
+            checkpoint_now(store)
+        store.append(lives(1, "tail"), time=2.0)
+        sealed = [s.sealed for s in store.segments() if s.sealed is not None]
+        assert store.retire(now=min(sealed) + 50.0) == []
+        assert store.extent()[0] == 1
+        removed = store.retire(now=max(sealed) + 101.0)
+        assert path in removed
+        assert store.history().first == 31
+    finally:
+        store.close()
+
+
+def test_a_segment_no_checkpoint_covers_is_never_retired(path: Path) -> None:
+    first = Store(path, retention=EAGER)
+    try:
+        first.append(lives(2, "a"), time=1.0)
+        checkpoint_now(first)
+        first.append(lives(2, "b"), time=2.0)
+        # A checkpoint of an older seq, saved after the rollover, covers nothing new.
+        checkpoint.save(first, replay(first.records(until=5)))
+        first.retire(now=2e9)
+        # The head's events are covered by the checkpoint the new segment began with.
+        assert first.extent()[0] == 11
+        assert kept_state(first) == replay(first.records(after=10), checkpoint.restore(
+            first, until=10).state)
+    finally:
+        first.close()
+
+
+def test_a_manager_that_lives_long_checkpoints_and_rolls_over_as_it_appends(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    with Manager(root, retention=EAGER) as manager:
+        store = manager._handles.store
+        assert store is not None
+        store.maintenance_every = 30
+        manager.retain()
+        for _ in range(40):
+            with manager.acquire():
+                pass
+            manager.rotate()
+        manager.release()
+    assert segment_files(root / JOURNAL)
+    store = Store(root / JOURNAL, readonly=True)
+    try:
+        assert store.verify() == []
+        assert store.history().first is not None
+    finally:
+        store.close()
+
+
+# -- several processes ---------------------------------------------------------------------
+
+APPENDER = textwrap.dedent("""
+    import sys
+    from journal import Retention, Store, checkpoint, replay
+    from tests.test_segments import lives
+    path, tag, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    store = Store(path, retention=Retention(segment_bytes=0, history_bytes=0))
+    for i in range(rounds):
+        for record in store.append(lives(2, f"{tag}{i}-"), time=1.0):
+            print(record.seq)
+        if i % 5 == 4:
+            start = checkpoint.restore(store)
+            checkpoint.save(store, replay(store.records(after=start.state.seq), start.state))
+            store.retire(now=2e9)
+    store.close()
+""")
+
+
+def test_two_processes_appending_through_rollovers_lose_nothing_and_keep_the_chain(
+    path: Path,
+) -> None:
+    Store(path).close()
+    rounds = 20
+    children = [subprocess.Popen([sys.executable, "-c", APPENDER, str(path), tag, str(rounds)],
+                                 cwd=HERE, stdout=subprocess.PIPE, text=True)
+                for tag in ("x", "y")]
+    seqs: list[int] = []
+    for child in children:
+        out, _ = child.communicate(timeout=300)
+        assert child.returncode == 0
+        seqs += map(int, out.split())
+    # Every append got its own seqs, and together they are the whole sequence.
+    assert sorted(seqs) == list(range(1, 2 * rounds * 10 + 1))
+    store = Store(path, readonly=True)
+    try:
+        assert store.verify() == []
+        first, last, count = store.extent()
+        history = store.history()
+        assert history.retired_until > 0
+        assert (last or history.retired_until) == 2 * rounds * 10
+        assert count == 0 or first == history.retired_until + 1
+    finally:
+        store.close()
+    # Appending goes on from where both left off.
+    store = Store(path)
+    try:
+        assert store.append(lives(1, "z"), time=2.0)[0].seq == 2 * rounds * 10 + 1
+        assert store.verify() == []
+    finally:
+        store.close()
+
+
+# -- crashes -------------------------------------------------------------------------------
+
+CRASHER = textwrap.dedent("""
+    import os, signal, sys
+    from journal import Retention, Store, checkpoint, replay
+    from tests.test_segments import lives
+    path, k = sys.argv[1], int(sys.argv[2])
+    seen = []
+    def hook(kind, detail):
+        seen.append(detail)
+        print(detail, flush=True)
+        if len(seen) == k:
+            os.kill(os.getpid(), signal.SIGKILL)
+    store = Store(path, retention=Retention(segment_bytes=0, history_bytes=0), step_hook=hook)
+    for i in range(3):
+        store.append(lives(2, f"c{i}-"), time=1.0)
+        start = checkpoint.restore(store)
+        checkpoint.save(store, replay(store.records(after=start.state.seq), start.state))
+        store.retire(now=2e9)
+    store.close()
+""")
+
+
+def test_a_process_killed_at_any_step_of_rollover_or_retirement_leaves_a_usable_journal(
+    tmp_path: Path,
+) -> None:
+    k, stopped = 0, []
+    while True:
+        k += 1
+        path = tmp_path / f"k{k}" / JOURNAL
+        path.parent.mkdir()
+        result = subprocess.run([sys.executable, "-c", CRASHER, str(path), str(k)], cwd=HERE,
+                                capture_output=True, text=True, timeout=120)
+        if result.returncode == 0:
+            break
+        assert result.returncode == -signal.SIGKILL, result.stderr
+        stopped.append(result.stdout.splitlines()[-1])
+        store = Store(path, retention=EAGER)
+        try:
+            assert store.verify() == []
+            # Whole appends only, wherever the kill came.
+            last = store.extent()[1] or store.history().retired_until
+            assert last > 0
+            assert last % 10 == 0
+            before = kept_state(store)
+            store.append(lives(1, "after"), time=2.0)
+            assert kept_state(store).seq == before.seq + 5
+            checkpoint_now(store)
+            store.retire(now=2e9)
+            assert store.verify() == []
+            assert not [n for n in segment_files(path) if n.endswith(".tmp")]
+        finally:
+            store.close()
+    kinds = {detail.split()[0] for detail in stopped}
+    assert kinds >= {"create", "seal", "record", "retire", "vacuum"}, stopped
+
+
+# -- damage --------------------------------------------------------------------------------
+
+
+def test_a_missing_segment_is_named_with_the_reason_and_the_fix(
+    path: Path, retired: Store
+) -> None:
+    retired.close()
+    newest = directory(path) / segment_files(path)[-1]
+    newest.unlink()
+    for readonly in (False, True):
+        with pytest.raises(JournalCorrupt) as excinfo:
+            Store(path, readonly=readonly)
+        message = str(excinfo.value)
+        assert str(newest) in message
+        assert "missing" in message
+        assert "Restore" in message
+        assert "aside" in message
+
+
+def test_a_segment_that_is_not_a_database_is_named_with_the_reason_and_the_fix(
+    path: Path, retired: Store
+) -> None:
+    retired.close()
+    newest = directory(path) / segment_files(path)[-1]
+    for suffix in ("-wal", "-shm"):
+        Path(f"{newest}{suffix}").unlink(missing_ok=True)
+    newest.write_bytes(b"not a database at all" * 300)
+    with pytest.raises(JournalCorrupt) as excinfo:
+        Store(path)
+    assert excinfo.value.path == str(newest)
+    assert "not a SQLite database" in excinfo.value.reason
+    assert "Restore" in excinfo.value.fix
+
+
+def test_opening_checks_only_the_active_segment_and_verify_finds_damage_in_history(
+    path: Path,
+) -> None:
+    store = Store(path, retention=Retention(segment_bytes=0, history_bytes=1 << 30))
+    try:
+        for round in range(2):
+            store.append(lives(40, f"r{round}-"), time=1.0)
+            checkpoint_now(store)
+    finally:
+        store.close()
+    sealed = directory(path) / segment_files(path)[0]
+    with sqlite3.connect(sealed) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = bytearray(sealed.read_bytes())
+    # Scribble over an index page of the sealed segment: only a full check reads it.
+    page = 4096
+    data[2 * page + 100:2 * page + 400] = os.urandom(300)
+    sealed.write_bytes(bytes(data))
+    writer = Store(path)
+    try:
+        writer.append(lives(1, "x"), time=2.0)
+        problems = writer.verify()
+    finally:
+        writer.close()
+    assert any(str(sealed) in p for p in problems), problems
+
+
+# -- journal-inspect -----------------------------------------------------------------------
+
+
+def inspect(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).with_name("journal-inspect")
+    result = subprocess.run([str(script), *map(str, args)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    return result
+
+
+def test_journal_inspect_reads_a_journal_whose_old_segments_are_retired(
+    path: Path, retired: Store
+) -> None:
+    retired.close()
+    text = inspect(path, "summary").stdout
+    assert "history      starts at event 61" in text
+    assert "retired" in text
+    summary = json.loads(inspect(path, "summary", "--json").stdout)
+    assert summary["history"]["first"] == 61
+    assert summary["history"]["retired_until"] == 60
+    verified = json.loads(inspect(path, "verify", "--json").stdout)
+    assert verified["ok"], verified
+    events = inspect(path, "events", "--json").stdout.splitlines()
+    assert json.loads(events[0])["seq"] == 61
+    state = json.loads(inspect(path, "state", "--json").stdout)
+    assert state["seq"] == 70
+
+
+def test_a_replay_of_an_empty_journal_needs_no_segments(path: Path) -> None:
+    store = Store(path, readonly=False)
+    try:
+        assert kept_state(store) == EMPTY
+        assert store.history().first is None
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("field", ["segment_bytes", "history_bytes", "history_age"])
+@pytest.mark.parametrize("value", [-1, float("nan"), "10"])
+def test_a_retention_that_is_not_a_number_of_at_least_zero_is_refused_naming_the_field(
+    field: str, value: object
+) -> None:
+    with pytest.raises(ValueError, match=f"Retention.{field} must be a number >= 0"):
+        Retention(**{field: value})  # type: ignore[arg-type]
