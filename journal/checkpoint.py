@@ -16,6 +16,13 @@ checkpoint with the state it claims to hold.
 The encoding is columnar JSON (one list per field), compressed with zlib and
 prefixed with a BLAKE2b digest of the compressed bytes.  Never pickle: a
 journal copied from another machine is input, not code.
+
+The state holds only what is alive or still owes work (see
+:mod:`journal.reducer`), so a checkpoint's size, and the time to restore
+it, follow the live managers and generations, not the history before it.
+A checkpoint of format 2 held every manager and generation ever seen: it is
+of another format, skipped like any other, and the replay starts from an
+older usable one or from event 1 (and then writes one of this format).
 """
 
 from __future__ import annotations
@@ -44,7 +51,9 @@ __all__ = ["EVERY", "FORMAT", "KEEP", "Restored", "decode", "due", "encode", "re
 
 # Bump whenever the reducer's rules or the fields of its states change: a
 # checkpoint of another format is skipped, and the next replay writes a new one.
-FORMAT: Final = 3
+# 3: the state holds only live objects (2 held every one ever seen).
+# 4: and named sessions and artifacts.
+FORMAT: Final = 4
 # A checkpoint is due once this many events follow the newest one, and at
 # least a quarter as many as the state holds managers and generations, so
 # that writing checkpoints costs a bounded amount per event however long
@@ -194,9 +203,14 @@ def decode(data: bytes) -> State:
     held = body["held"]
     if not isinstance(held, dict) or not all(type(v) is int for v in held.values()):
         raise CheckpointInvalid("has a malformed held map")
+    generations = body["generations"]
+    removals = generations.get("removal") if isinstance(generations, dict) else None
+    if isinstance(removals, list) and "finished" in removals:
+        # The state forgets a generation whose removal finished.
+        raise CheckpointInvalid("holds a removed generation, which this format never does")
     return State(
         managers=_from_columns(body["managers"], _MANAGER_COLUMNS, ManagerState),
-        generations=_from_columns(body["generations"], _GENERATION_COLUMNS, GenerationState),
+        generations=_from_columns(generations, _GENERATION_COLUMNS, GenerationState),
         seq=seq,
         held=held,
         sessions=_from_columns(body["sessions"], _SESSION_COLUMNS, SessionState),

@@ -16,6 +16,35 @@ let one bad record brick a whole root) folds *tolerantly*: the record is
 refused as before, and every manager and generation it names is *held*
 (``State.held``): kept as it is, never removed by anyone, and reported,
 until a person decides.
+
+The state holds what is alive or still owes work, and forgets the rest, so
+that its size (and the cost of every step, and of a checkpoint) follows the
+live objects, not the length of the history:
+
+* a generation is dropped when its removal finishes (whatever the outcome,
+  "refused: ..." included: nobody will act on it again);
+* a manager is dropped once it has ended (closed or dead) and none of its
+  generations is left; until then it stays, ended, beside them.
+
+What that means for the rules: an event naming a forgotten manager or
+generation is refused as naming one the state does not hold ("never opened,
+or ended", "never created, or removed"), which is as strict as before for
+everything a correct writer could still do.  What the state can no longer
+tell is *reuse* of a forgotten id: opening a manager, or creating a
+generation, under the id of one that is gone is accepted as new, and so is a
+``removal.started`` of a removed generation's id (a stray, as for an id never
+seen).  Ids are random (128 and 80 bits), so only a forged journal reuses
+one; ``journal-inspect verify`` and the digest chain are where such a
+journal is caught, not the fold.  ``generation.reappeared`` names a
+generation journaled as removed, which the state has forgotten: it brings it
+back as a removal started, without a manager (like a stray), since the
+state no longer knows whose it was; recovery, which journals it, looks its
+identity up in the journal's records.  ``held`` is kept whole: it names only
+what refused records named, and those are rare.
+
+Finished history lives in the journal's records.  A reader that tells the
+past (``journal-inspect state --at``, ``explain``) passes a :class:`History`
+to the fold, which keeps the last state of everything the fold let go of.
 """
 
 from __future__ import annotations
@@ -58,6 +87,7 @@ __all__ = [
     "ArtifactState",
     "Fold",
     "GenerationState",
+    "History",
     "ManagerState",
     "SessionState",
     "State",
@@ -77,7 +107,8 @@ class ManagerState:
     ``generations`` holds the ids of its generations not yet removed;
     ``ended`` is None while it lives, then "closed" or "dead", and
     ``ended_by`` names who ended it: itself, or the recovery pass that
-    found it dead.
+    found it dead.  An ended manager stays in the state only while
+    ``generations`` is not empty.
     """
 
     id: str
@@ -103,7 +134,8 @@ class GenerationState:
     "removed", "absent" or "refused: <why>".  ``commands`` holds a
     ``"pid:started"`` key (:func:`command_key`) for each process started
     on one of its leases: removal waits for those that still run, even
-    after their lease is released.
+    after their lease is released.  The state drops a generation once its
+    removal finishes: "finished" is seen only in a :class:`History`.
     """
 
     id: str
@@ -168,13 +200,15 @@ class ArtifactState:
 
 @attrs.frozen
 class State:
-    """Everything derived from the first ``seq`` events of a journal.
+    """What is alive or owes work after the first ``seq`` events of a journal.
 
-    ``held`` maps each manager or generation id named by a record the rules
-    refused (in a tolerant fold) to the seq of the first such record.
-    ``sessions`` holds every named session by name; ``artifacts`` every
-    artifact not yet removed.
-    The mappings are never mutated once a state is built; treat them as read-only.
+    ``managers`` and ``generations`` hold only what has not finished (see the
+    module's docstring); ``held`` maps each manager or generation id named by
+    a record the rules refused (in a tolerant fold) to the seq of the first
+    such record, whether or not the state still holds it.  ``sessions``
+    holds every named session by name; ``artifacts`` every artifact not yet
+    removed.  The mappings are never mutated once a state is built; treat
+    them as read-only.
     """
 
     managers: Mapping[str, ManagerState] = attrs.field(factory=dict)
@@ -186,6 +220,50 @@ class State:
 
 
 EMPTY: Final = State()
+
+# Why a generation that reappeared is being removed again.
+REAPPEARED: Final = "it was on disk again after its removal (a power loss undid it)"
+
+
+@attrs.define
+class History:
+    """The last state of every manager and generation a fold let go of.
+
+    The reducer's state forgets what has finished; a reader that tells the
+    past (``journal-inspect state --at``, ``explain``) hands one of these to
+    the fold (``Fold(..., history=...)``) to keep it.  Filled only by the
+    fold that was given it; the state itself never holds it.
+    """
+
+    managers: dict[str, ManagerState] = attrs.field(factory=dict)
+    generations: dict[str, GenerationState] = attrs.field(factory=dict)
+
+    def keep_generation(self, final: GenerationState) -> None:
+        past = self.generations.get(final.id)
+        self.generations[final.id] = final if past is None else resumed(past, final)
+
+    def whole(self, state: State) -> State:
+        """*state* with what its fold forgot put back: every manager and generation seen."""
+        generations = dict(self.generations)
+        for gid, generation in state.generations.items():
+            past = self.generations.get(gid)
+            generations[gid] = generation if past is None else resumed(past, generation)
+        return State(managers={**self.managers, **state.managers}, generations=generations,
+                     seq=state.seq, held=state.held, sessions=state.sessions,
+                     artifacts=state.artifacts)
+
+
+def resumed(past: GenerationState, now: GenerationState) -> GenerationState:
+    """A generation forgotten at the end of a removal, then taken up again, as one story.
+
+    *past* is its last state before the state forgot it; *now* what the state
+    holds of it since it reappeared (a removal without a manager).  The
+    result is what a state that never forgets would hold: *past*, with the
+    removal of *now*.
+    """
+    return attrs.evolve(past, removal=now.removal, removal_seq=now.removal_seq,
+                        removal_by=now.removal_by, removal_reason=now.removal_reason,
+                        removal_outcome=now.removal_outcome)
 
 
 def removal_due(generation: GenerationState) -> bool:
@@ -242,15 +320,16 @@ def apply(state: State, record: Record) -> State:
     return fold.state()
 
 
-def replay(records: Iterable[Record], initial: State = EMPTY, *, tolerant: bool = False) -> State:
+def replay(records: Iterable[Record], initial: State = EMPTY, *, tolerant: bool = False,
+           history: History | None = None) -> State:
     """Fold :func:`apply` over *records*, starting from *initial*.
 
     *tolerant* holds what a refused record names instead of raising (see
-    :class:`Fold`).
+    :class:`Fold`); *history*, when given, keeps what the state forgets.
     """
     # Equivalent to functools.reduce(apply, records, initial), but one Fold
     # is updated in place instead of copying both maps per event.
-    fold = Fold(initial, tolerant=tolerant)
+    fold = Fold(initial, tolerant=tolerant, history=history)
     for record in records:
         fold.step(record)
     return fold.state()
@@ -265,13 +344,15 @@ class Fold:
     to be changed from outside.  A rule that refuses a record raises
     :class:`RuleViolation` before changing anything but ``seq``; a
     *tolerant* fold instead adds what the record names to ``held``, appends
-    the violation to ``refused`` and carries on.
+    the violation to ``refused`` and carries on.  A *history* keeps the last
+    state of each manager and generation the fold lets go of.
     """
 
-    __slots__ = ("artifacts", "generations", "held", "managers", "owned", "refused", "seq",
-                 "sessions", "tolerant")
+    __slots__ = ("artifacts", "generations", "held", "history", "managers", "owned", "refused",
+                 "seq", "sessions", "tolerant")
 
-    def __init__(self, state: State = EMPTY, *, tolerant: bool = False) -> None:
+    def __init__(self, state: State = EMPTY, *, tolerant: bool = False,
+                 history: History | None = None) -> None:
         self.managers = dict(state.managers)
         self.generations = dict(state.generations)
         self.held = dict(state.held)
@@ -282,6 +363,7 @@ class Fold:
         self.owned = {s.owner: s.name for s in state.sessions.values()}
         self.seq = state.seq
         self.tolerant = tolerant
+        self.history = history
         self.refused: list[RuleViolation] = []
 
     def state(self) -> State:
@@ -311,7 +393,10 @@ class Fold:
     def live_manager(self, seq: int, manager_id: str) -> ManagerState:
         manager = self.managers.get(manager_id)
         if manager is None:
-            raise RuleViolation(seq, f"names manager {manager_id}, which was never opened")
+            # The state forgets a manager once it has ended and nothing of
+            # it is left: "never opened" can no longer be told apart.
+            raise RuleViolation(seq, f"names manager {manager_id}, which is not open: never "
+                                "opened, or closed or dead")
         if manager.ended is not None:
             raise RuleViolation(seq, f"names manager {manager_id}, which is {manager.ended}")
         return manager
@@ -319,8 +404,31 @@ class Fold:
     def generation(self, seq: int, generation_id: str) -> GenerationState:
         generation = self.generations.get(generation_id)
         if generation is None:
-            raise RuleViolation(seq, f"names generation {generation_id}, which was never created")
+            raise RuleViolation(seq, f"names generation {generation_id}, which does not exist: "
+                                "never created, or already removed")
         return generation
+
+    # -- letting go of what has finished ---------------------------------------
+
+    def finish(self, generation: GenerationState) -> None:
+        """Forget *generation*, whose removal just finished, and its manager if that is done too."""
+        del self.generations[generation.id]
+        if self.history is not None:
+            self.history.keep_generation(generation)
+        if generation.manager is None:
+            return
+        manager = self.managers[generation.manager]
+        manager = attrs.evolve(manager, generations=manager.generations - {generation.id})
+        self.managers[manager.id] = manager
+        self.forget_if_done(manager)
+
+    def forget_if_done(self, manager: ManagerState) -> None:
+        """Forget *manager* once it has ended and none of its generations is left."""
+        if manager.ended is None or manager.generations:
+            return
+        del self.managers[manager.id]
+        if self.history is not None:
+            self.history.managers[manager.id] = manager
 
     def owned_generation(self, seq: int, manager_id: str, generation_id: str) -> GenerationState:
         generation = self.generation(seq, generation_id)
@@ -472,7 +580,8 @@ def _command_started(d: Fold, r: Record, e: CommandStarted) -> None:
 def _removal_started(d: Fold, r: Record, e: RemovalStarted) -> None:
     generation = d.generations.get(e.generation)
     if generation is None:
-        # A stray: found on disk with no record; recovery claims it.
+        # A stray: found on disk with no record the state holds (never
+        # named, or forgotten once removed); recovery claims it.
         d.generations[e.generation] = GenerationState(
             id=e.generation, manager=None, created_seq=r.seq, created_at=r.time,
             retired=True, retired_seq=r.seq, removal="started", removal_seq=r.seq,
@@ -508,35 +617,29 @@ def _removal_finished(d: Fold, r: Record, e: RemovalFinished) -> None:
     if generation.removal != "started":
         raise RuleViolation(r.seq, f"finishes removing generation {e.generation}, "
                             "whose removal was not started")
-    d.generations[e.generation] = attrs.evolve(
-        generation, removal="finished", removal_outcome=e.outcome
-    )
-    if generation.manager is not None:
-        manager = d.managers[generation.manager]
-        d.managers[manager.id] = attrs.evolve(
-            manager, generations=manager.generations - {e.generation}
-        )
+    d.finish(attrs.evolve(generation, removal="finished", removal_outcome=e.outcome))
 
 
 @_rule(Reappeared)
 def _reappeared(d: Fold, r: Record, e: Reappeared) -> None:
-    generation = d.generation(r.seq, e.generation)
-    if generation.removal != "finished" or (generation.removal_outcome or "").startswith(
-        "refused"
-    ):
+    # A generation the state holds has not finished its removal.  One it
+    # does not hold was removed (or never named: only the journal's records
+    # can tell, and recovery reads them before it writes this event).
+    if e.generation in d.generations:
         raise RuleViolation(r.seq, f"finds generation {e.generation} on disk again, "
                             "which was never journaled as removed")
-    d.generations[e.generation] = attrs.evolve(
-        generation, removal="started", removal_seq=r.seq, removal_by=e.by,
-        removal_reason="it was on disk again after its removal (a power loss undid it)",
-        removal_outcome=None,
+    d.generations[e.generation] = GenerationState(
+        id=e.generation, manager=None, created_seq=r.seq, created_at=r.time,
+        retired=True, retired_seq=r.seq, removal="started", removal_seq=r.seq,
+        removal_by=e.by, removal_reason=REAPPEARED,
     )
 
 
 def _end(d: Fold, r: Record, manager_id: str, how: str, by: str) -> None:
     manager = d.retire(r.seq, d.live_manager(r.seq, manager_id), drop_leases=True)
-    d.managers[manager_id] = attrs.evolve(manager, sealed=True, ended=how, ended_seq=r.seq,
-                                          ended_by=by)
+    manager = attrs.evolve(manager, sealed=True, ended=how, ended_seq=r.seq, ended_by=by)
+    d.managers[manager_id] = manager
+    d.forget_if_done(manager)
 
 
 @_rule(ManagerClosed)
@@ -631,9 +734,10 @@ def _session_adopted(d: Fold, r: Record, e: SessionAdopted) -> None:
     d.generations[e.generation] = attrs.evolve(
         generation, manager=e.manager, retired=False, retired_seq=None, leases=frozenset()
     )
-    d.managers[e.previous] = attrs.evolve(
-        previous, generations=previous.generations - {e.generation}
-    )
+    previous = attrs.evolve(previous, generations=previous.generations - {e.generation})
+    d.managers[e.previous] = previous
+    # Dead, and now with nothing left: the state lets it go.
+    d.forget_if_done(previous)
     d.managers[e.manager] = attrs.evolve(
         manager, current=e.generation, generations=manager.generations | {e.generation}
     )

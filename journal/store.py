@@ -67,6 +67,22 @@ SEGMENTED_VERSION: Final = 2
 APPLICATION_ID: Final = 0x53544D50
 _GENESIS: Final = bytes(16)
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+# The kinds of the records that tell a generation's life apart from its
+# leases, and of those that open and end a manager: what the two expression
+# indexes below cover.  Partial indexes: a lease's acquire and release (most
+# of the journal) are not indexed, so they cost an append nothing more.
+_GENERATION_LIFE: Final = ("generation.created", "generation.ready", "command.started",
+                           "removal.started", "removal.finished", "generation.reappeared")
+_MANAGER_LIFE: Final = ("manager.opened", "manager.closed", "manager.dead")
+_KINDS_IN: Final = "kind IN ({})"
+# Name, indexed expression, and the kinds it covers.  A query uses one only
+# when its WHERE holds the very same expression and kind list.
+_INDEXES: Final = (
+    ("events_by_generation", "json_extract(payload, '$.generation')", _GENERATION_LIFE),
+    ("events_by_manager", "json_extract(payload, '$.manager')", _MANAGER_LIFE),
+)
+# Ids per query: well below SQLite's limit on host parameters.
+_IDS_PER_QUERY: Final = 500
 _MOVE_ASIDE: Final = "Move it aside (the manager then starts a new journal) or pass another root"
 _RETRY: Final = "Nothing already committed was lost; retry, and report it if it persists"
 SegmentHook = Callable[[Literal["segment"], str], None]
@@ -78,6 +94,11 @@ _OPEN_LOCK: Final = threading.Lock()
 # Connections inherited through fork(), kept referenced so that they are
 # never closed (see Store.forget).
 _FORKED: Final[list[sqlite3.Connection]] = []
+
+
+def _in(kinds: Sequence[str]) -> str:
+    """``kind IN (...)`` over fixed kind names, written out as the indexes have it."""
+    return _KINDS_IN.format(", ".join(f"'{kind}'" for kind in kinds))
 
 
 # fold(records, base) -> the state after *records* (see Store.submit).
@@ -373,6 +394,7 @@ class Store:
                 with self._transaction("open"):
                     if not self._has_checkpoints():
                         self._create_checkpoints()
+            self._ensure_indexes()
         except sqlite3.Error as e:
             raise self._translate(e, "open") from e
 
@@ -436,6 +458,33 @@ class Store:
         return bool(self._conn.execute(
             "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'checkpoints'"
         ).fetchone()[0])
+
+    def _missing_indexes(self) -> list[str]:
+        present = {name for (name,) in self._conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'index'")}
+        return [name for name, _, _ in _INDEXES if name not in present]
+
+    def _ensure_indexes(self) -> None:
+        """Add the read indexes a journal lacks (one written before they existed).
+
+        Checked first without a write lock, so an open that finds them pays
+        nothing; added in one transaction, once, by whichever open gets there
+        first.  The first open of a long journal builds them from all its
+        rows (about a second per million events); every append after that
+        updates them.
+        """
+        if not self._missing_indexes():
+            return
+        # Only speed is at stake: a journal that cannot take them now (a
+        # full disk) is read without them, by a scan, and the next open tries again.
+        with contextlib.suppress(JournalError), self._transaction("open"):
+            missing = set(self._missing_indexes())
+            for name, expression, kinds in _INDEXES:
+                if name in missing:
+                    # Fixed names and kinds, no input: nothing to bind.
+                    self._conn.execute(
+                        f"CREATE INDEX IF NOT EXISTS {name} ON events ({expression}) "
+                        f"WHERE {_in(kinds)}")
 
     def _create_checkpoints(self) -> None:
         # digest: the chain digest of event seq, which ties the row to one
@@ -1215,6 +1264,51 @@ class Store:
             "SELECT count(DISTINCT json_extract(payload, '$.generation')) FROM events "
             "WHERE kind IN ('generation.created', 'removal.started')")
         return int(n)
+
+    def generation_rows(
+        self, generations: Collection[str], *, until: int | None = None,
+    ) -> Iterator[tuple[int, float, str, str]]:
+        """Raw ``(seq, time, kind, payload)`` rows of the life of *generations*, in order.
+
+        Their creation, readiness, commands, removals and reappearances: every
+        record whose ``generation`` field names one of them, except leases
+        (which a finished generation no longer has).  Up to *until* when
+        given.  Read through an index, so its cost follows the rows found,
+        not the journal's length.
+        """
+        yield from self._by_id(0, generations, until)
+
+    def manager_ends(self, managers: Collection[str]) -> dict[str, int]:
+        """The seq of the close or death of each of *managers* the journal has ended."""
+        ends: dict[str, int] = {}
+        for seq, _when, kind, payload in self._by_id(1, managers, None):
+            if kind != "manager.opened":
+                try:
+                    ended = json.loads(payload)["manager"]
+                except (ValueError, TypeError, KeyError):
+                    continue
+                ends.setdefault(str(ended), int(seq))
+        return ends
+
+    def _by_id(self, index: int, ids: Collection[str], until: int | None
+               ) -> Iterator[tuple[int, float, str, str]]:
+        """Rows whose indexed field (of ``_INDEXES[index]``) is one of *ids*, in order."""
+        _name, expression, kinds = _INDEXES[index]
+        wanted = sorted(set(ids))
+        chunks = [wanted[i:i + _IDS_PER_QUERY] for i in range(0, len(wanted), _IDS_PER_QUERY)]
+        rows: list[tuple[int, float, str, str]] = []
+        for chunk in chunks:
+            # The expression and kind list exactly as the index has them, so
+            # that SQLite uses it; every id is a parameter.
+            clauses = [f"{expression} IN ({','.join('?' * len(chunk))})", _in(kinds)]
+            params: list[object] = list(chunk)
+            if until is not None:
+                clauses.append("seq <= ?")
+                params.append(until)
+            rows.extend(self._select(clauses, params))
+        if len(chunks) > 1:
+            rows.sort()
+        yield from rows
 
     def rows_naming(
         self, values: Collection[str], *, after: int = 0, kinds: Collection[str] = (),

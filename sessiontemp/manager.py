@@ -31,6 +31,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Literal, TypeAlias, cast
 
+import attrs
+
 from journal import ids
 from journal.errors import (
     ForkedCopy,
@@ -185,6 +187,9 @@ class Manager:
         self._steps = Steps(step_hook)
         self._mutex = threading.RLock()
         self._state: State = EMPTY
+        # This manager as the state last held it (see _track_me): the state
+        # forgets it once it has ended and has nothing left to remove.
+        self._ended: ManagerState | None = None
         self.recovery = recovery.Report(ran=False)
         self._handles = shielded(
             lambda: self._open(root, stale_after, busy_timeout, claim, window),
@@ -325,7 +330,9 @@ class Manager:
 
     @property
     def _me(self) -> ManagerState:
-        return self._state.managers[self.id]
+        me = self._state.managers.get(self.id, self._ended)
+        assert me is not None, "a manager's state holds it from its first event on"
+        return me
 
     @property
     def sealed(self) -> bool:
@@ -769,6 +776,7 @@ class Manager:
                 self._break(store.broken)
             raise
         self._state = pending.speculative
+        self._track_me()
         if wait:
             self._wait(pending)
         return pending
@@ -802,6 +810,23 @@ class Manager:
         store.drain()
         self._epoch = store.epoch
         self._state = cast(State, store.tip)
+        self._track_me()
+
+    def _track_me(self) -> None:
+        """Remember this manager as the state last held it, or as it ended once let go of.
+
+        The state forgets a manager once it has ended with nothing left to
+        remove (see :mod:`journal.reducer`); only its own close ends it here.
+        """
+        me = self._state.managers.get(self.id)
+        if me is not None:
+            self._ended = me
+        elif self._ended is not None:
+            # Let go of: it ended, and the last of its generations is removed.
+            self._ended = attrs.evolve(self._ended, sealed=True, current=None,
+                                       generations=frozenset(),
+                                       ended=self._ended.ended or "closed",
+                                       ended_by=self._ended.ended_by or self.id)
 
     def _break(self, reason: str) -> None:
         """Stop: the journal cannot be trusted to say what this manager did.
@@ -824,7 +849,8 @@ class Manager:
         """
         state = self._state
         for generation in list(self._handles.generations):
-            if state.generations[generation].retired:
+            known = state.generations.get(generation)
+            if known is None or known.retired:
                 self._steps.before("unlock", generation_name(generation))
                 self._handles.drop_generation(generation)
         me = self._me

@@ -32,6 +32,12 @@ root is recovered as usual.  A generation journaled as removed but found
 on disk again (directory operations are not fsynced, so a power loss can
 undo a removal) is removed again when its identity is the journaled one and
 no lock holds it.
+
+The state holds only what is alive or owes work; what the sweep needs of
+generations and managers it has let go of (whose a reappeared directory was,
+its identity, whether a lock file's manager ended) is read from the
+journal's records through indexed :class:`Store` lookups
+(:mod:`journal.history`), for the few names found on disk only.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ from journal.events import (
     RemovalStarted,
     SessionDiscarded,
 )
+from journal.history import Past, pasts
 from journal.reducer import Fold, GenerationState, State, held_by, kept_for_resume
 from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Store
@@ -250,8 +257,9 @@ class _Pass:
             # Re-read first: the state may have moved on since the list was
             # made (a manager finishing its close removes its own).
             self.refresh()
-            generation = self.state.generations[generation_id]
-            if self.orphaned(generation):
+            generation = self.state.generations.get(generation_id)
+            # None: removed meanwhile, and forgotten by the state.
+            if generation is not None and self.orphaned(generation):
                 self.remove_known(generation)
         self.sweep_unknown()
         self.sweep_lock_files()
@@ -354,7 +362,9 @@ class _Pass:
                 # The lock came free either by death or by close(); close
                 # journals before letting go, so re-reading tells them apart.
                 self.refresh()
-                if self.state.managers[manager.id].ended is None:
+                now = self.state.managers.get(manager.id)
+                # None: it ended with nothing left, and the state let it go.
+                if now is not None and now.ended is None:
                     self.append([ManagerDied(manager.id, self.id)])
                     self.dead.append(manager.id)
                     logger.warning("manager.dead", manager=manager.id, pid=manager.pid,
@@ -443,15 +453,20 @@ class _Pass:
         journal consistent without cross-checking appends: its manager while
         that lives, then the recovery passes, one at a time.
         """
-        if generation.removal == "finished":
-            return False
         if generation.removal is None and kept_for_resume(self.state, generation) is not None:
             # Its session's next owner may still adopt it.
             return False
-        if generation.manager is None:
+        return self.owner_done(generation.manager)
+
+    def owner_done(self, manager_id: str | None) -> bool:
+        """Whether the manager *manager_id* (None: no manager) will never act again."""
+        if manager_id is None:
             # A stray whose removal a crashed pass began.
             return True
-        manager = self.state.managers[generation.manager]
+        manager = self.state.managers.get(manager_id)
+        if manager is None:
+            # Ended with nothing left to remove: the state let it go.
+            return True
         if manager.ended == "dead":
             return True
         # A closed manager may still be inside close(), removing its own
@@ -492,8 +507,15 @@ class _Pass:
             reason = f"manager {manager.id} (pid {manager.pid}) died"
         else:
             reason = f"manager {generation.manager} closed while it was held"
-        self.remove_target(Target.known(generation, by=self.id, reason=reason,
-                                        root=str(self.root.path)), path, reason)
+        target = Target.known(generation, by=self.id, reason=reason, root=str(self.root.path))
+        if target.identity is None and generation.manager is None:
+            # One that reappeared comes back into the state without its
+            # past: its identity is in the journal's records.
+            past = pasts(self.store, [generation.id], until=self.state.seq).get(generation.id)
+            if past is not None and past.identity is not None:
+                target = attrs.evolve(target, identity=past.identity,
+                                      commands=target.commands | past.commands)
+        self.remove_target(target, path, reason)
 
     def on_disk(self, generation: str) -> bool:
         """Whether anything is left under *generation*'s name or its trash name."""
@@ -532,6 +554,7 @@ class _Pass:
         # Listed first, read second: a generation is journaled before its
         # mkdir, so every directory just listed is known to this refresh.
         self.refresh()
+        unknown: list[tuple[str, str]] = []
         for name in sorted(names):
             generation = generation_id_of(name)
             if generation is None:
@@ -541,41 +564,48 @@ class _Pass:
             if self.state.held.get(generation) is not None or (
                 known is not None and held_by(self.state, known) is not None
             ):
-                if known is None or known.removal == "finished":
+                if known is None:
                     self.skip(path, f"kept: event {self.state.held.get(generation)}, which "
                               "the lifecycle rules refuse, names it", generation)
                 continue
             if known is None:
+                unknown.append((name, generation))
+        # Unknown to the state: never journaled (a stray), or journaled as
+        # removed and forgotten, which only the records can tell.
+        removed = pasts(self.store, {g for _, g in unknown}, until=self.state.seq)
+        for name, generation in unknown:
+            past = removed.get(generation)
+            if past is not None and past.removed:
+                self.remove_reappeared(name, past)
+            else:
                 self.remove_stray(name, generation)
-            elif known.removal == "finished":
-                self.remove_reappeared(name, known)
 
-    def remove_reappeared(self, name: str, known: GenerationState) -> None:
+    def remove_reappeared(self, name: str, past: Past) -> None:
         """A generation the journal says is removed, on disk again."""
         path = self.root.path / name
-        if known.removal_outcome is not None and known.removal_outcome.startswith("refused"):
+        if past.outcome is not None and past.outcome.startswith("refused"):
             # Not ours: refused once already; a person decides.
-            self.skip(path, f"its removal was refused ({known.removal_outcome}); check it "
-                      "and remove it by hand", known.id)
+            self.skip(path, f"its removal was refused ({past.outcome}); check it "
+                      "and remove it by hand", past.id)
             return
-        if not self.orphaned(attrs.evolve(known, removal=None)):
+        if not self.owner_done(past.manager):
             # Its one writer is its manager for as long as that lives.
             self.skip(path, "journaled as removed, yet on disk again; it is removed once its "
-                      f"manager {known.manager} has ended", known.id)
+                      f"manager {past.manager} has ended", past.id)
             return
-        if known.device is None or known.inode is None:
+        if past.identity is None:
             # No identity to check it against: treat it as unknown.
-            self.remove_stray(name, known.id, reappeared=known)
+            self.remove_stray(name, past.id, reappeared=True)
             return
         reason = "on disk again after its removal (a power loss undid it)"
+        gid = past.id
         self.remove_target(
-            Target.known(known, by=self.id, reason=reason, root=str(self.root.path),
-                         start=Reappeared(known.id, self.id)),
+            Target(gid, (generation_name(gid), trash_name(gid)), self.id, Reappeared(gid, self.id),
+                   str(self.root.path / generation_name(gid)), past.identity, past.commands),
             path, reason,
         )
 
-    def remove_stray(self, name: str, generation: str, *,
-                     reappeared: GenerationState | None = None) -> None:
+    def remove_stray(self, name: str, generation: str, *, reappeared: bool = False) -> None:
         is_trash = name.startswith(TRASH_PREFIX)
         if not is_trash:
             try:
@@ -586,8 +616,8 @@ class _Pass:
                 return
         reason = ("unknown to the journal, left in the trash" if is_trash else
                   f"unknown to the journal and older than {self.stale_after:g} s")
-        start: Event = (RemovalStarted(generation, self.id, reason) if reappeared is None
-                        else Reappeared(generation, self.id))
+        start: Event = (Reappeared(generation, self.id) if reappeared
+                        else RemovalStarted(generation, self.id, reason))
         target = Target(generation, (name,), self.id, start,
                         str(self.root.path / generation_name(generation)))
         self.remove_target(target, self.root.path / name, reason)
@@ -602,13 +632,19 @@ class _Pass:
         now creates its file a moment before it locks it.
         """
         managers_fd = self.root.managers_fd
-        for name in sorted(os.listdir(managers_fd)):
+        names = sorted(os.listdir(managers_fd))
+        # A manager the state does not hold either ended and was let go of
+        # (the journal says so), or was never journaled at all.
+        ended = self.store.manager_ends({
+            n.removesuffix(".lock") for n in names
+            if n.removesuffix(".lock") not in self.state.managers})
+        for name in names:
             manager_id = name.removesuffix(".lock")
             known = self.state.managers.get(manager_id)
             if known is not None and known.ended is None:
                 continue
             try:
-                if known is None and self.clock() - os.stat(
+                if known is None and manager_id not in ended and self.clock() - os.stat(
                     name, dir_fd=managers_fd, follow_symlinks=False
                 ).st_mtime < _LOCK_GRACE:
                     continue

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from journal import State, Store, replay
+from journal.reducer import History
 from sessiontemp import Manager
 
 # The one place budgets are set.  Every property test runs ``max_examples``
@@ -34,24 +35,35 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def journal_state(root: Path) -> State:
-    """The state replayed from scratch from the journal under *root*, read-only."""
+    """Every manager and generation the journal under *root* names, finished ones included.
+
+    Replayed from scratch, read-only; what the reducer's state lets go of is
+    put back from a :class:`History`.  :func:`live_state` is the reducer's own.
+    """
+    forgotten = History()
+    return forgotten.whole(live_state(root, forgotten))
+
+
+def live_state(root: Path, history: History | None = None) -> State:
+    """The reducer's state of the journal under *root*: what is alive or owes work."""
     store = Store(root / "journal.sqlite3", readonly=True)
     try:
-        return replay(store.records())
+        return replay(store.records(), history=history)
     finally:
         store.close()
 
 
 def own_view(state: State, manager_id: str) -> tuple[object, dict[str, object]]:
-    """One manager's part of *state*: its record and its generations."""
-    return state.managers[manager_id], {
+    """One manager's part of *state*: its record (None once the state let it go) and its
+    generations."""
+    return state.managers.get(manager_id), {
         gid: g for gid, g in state.generations.items() if g.manager == manager_id
     }
 
 
 def assert_replay_matches(manager: Manager) -> None:
     """Replaying the journal from scratch gives exactly what *manager* holds."""
-    assert own_view(journal_state(manager.root), manager.id) == own_view(
+    assert own_view(live_state(manager.root), manager.id) == own_view(
         manager.state, manager.id
     )
 
@@ -76,7 +88,7 @@ def open_manager(root: Path) -> Iterator[Callable[..., Manager]]:
         if not manager.closed:
             assert_replay_matches(manager)
             manager.close()
-        assert own_view(journal_state(manager.root), manager.id) == own_view(
+        assert own_view(live_state(manager.root), manager.id) == own_view(
             manager.state, manager.id
         )
 

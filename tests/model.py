@@ -50,7 +50,7 @@ from typing import Literal, TypeAlias
 
 from journal import State, Store, checkpoint, replay
 from journal.errors import ForkedCopy
-from journal.reducer import kept_for_resume, removal_due
+from journal.reducer import History, kept_for_resume, removal_due
 from sessiontemp import (
     Artifact,
     Lease,
@@ -353,9 +353,20 @@ def settled_view(state: State) -> View:
 
 
 def journal_state(root: Path) -> State:
+    """Every manager and generation the journal names, finished ones included.
+
+    The model keeps them all; the reducer's state lets go of what has
+    finished, and a :class:`History` puts it back.
+    """
+    forgotten = History()
+    return forgotten.whole(live_journal_state(root, forgotten))
+
+
+def live_journal_state(root: Path, history: History | None = None) -> State:
+    """The reducer's state of the journal: what is alive or owes work."""
     store = Store(root / JOURNAL_NAME, readonly=True)
     try:
-        return replay(store.records())
+        return replay(store.records(), history=history)
     finally:
         store.close()
 
@@ -729,7 +740,9 @@ class World:
             else:
                 candidates = [before]
         elif kind == "close":
-            ended = manager.state.managers[manager.id].ended
+            me = manager.state.managers.get(manager.id)
+            # Gone from its own state: it ended with nothing left to remove.
+            ended = "closed" if me is None else me.ended
             if ended == "closed":
                 after.close(name)
                 candidates = [after]
@@ -785,8 +798,11 @@ class World:
         assert manager._handles.root.manager_lock_path(manager.id).exists()
 
     def memory_agrees(self, manager: Manager, state: State | None = None) -> None:
-        """What *manager* holds in memory is exactly what the journal says of it."""
-        journal = journal_state(self.root) if state is None else state
+        """What *manager* holds in memory is exactly what the journal says of it.
+
+        *state* is the journal's own (live) state, as the reducer gives it.
+        """
+        journal = live_journal_state(self.root) if state is None else state
         assert own_view(manager.state, manager.id) == own_view(journal, manager.id), (
             f"{manager.id}'s memory disagrees with the journal")
         assert manager.state.seq <= journal.seq, (
@@ -868,7 +884,7 @@ class World:
         assert not removed, f"removed while the model keeps them: {sorted(removed)}"
 
         assert journal_problems(self.root) == []
-        assert journal_state_from_checkpoint(self.root) == state
+        assert journal_state_from_checkpoint(self.root) == live_journal_state(self.root)
         model = self.model.view(self.ids, self.lease_ids)
         if full:
             stopped = {state.generations[g].manager for g in owing}
@@ -883,8 +899,9 @@ class World:
                 g: v for g, v in model[1].items() if v[0] in live_ids}
             kept = {generation_name(g) for g, v in journal[1].items() if v[3] != "finished"}
             assert kept == self.on_disk(), "the journal and the disk disagree"
+        live = live_journal_state(self.root)
         for manager in [*(self.real[n] for n in self.live()), *self.unclosed.values()]:
-            self.memory_agrees(manager, state)
+            self.memory_agrees(manager, live)
             held = {lease.id for lease in self.leases.values() if lease.manager is manager}
             assert set(manager._handles.leases) == held, f"{manager.id} holds other leases"
 

@@ -28,7 +28,9 @@ What is here, and how to reuse it:
 * Reducer states.  :func:`generation_states` draws any
   :class:`journal.GenerationState` (for :func:`journal.reducer.removal_due`);
   :func:`snapshot_of` projects a reducer :class:`journal.State` onto the
-  model's :class:`Snapshot`, so the two can be compared.
+  model's :class:`Snapshot`, so the two can be compared.  The model keeps
+  the whole history; :func:`live_part` restricts one of its snapshots to
+  what the reducer's state holds (what is alive or still owes work).
 * Faults a process lives through (for the state machine):
   :func:`faulted_operations`, :func:`fault_steps`, :func:`store_failures`,
   :func:`interrupt_ways`; the hook that injects them is in ``tests/faults.py``.
@@ -89,6 +91,7 @@ __all__ = [
     "interrupt_ways",
     "legal_records",
     "lifecycles",
+    "live_part",
     "manager_id",
     "manager_ids",
     "records",
@@ -324,6 +327,22 @@ def snapshot_of(state: State) -> Snapshot:
             )
             for g in state.generations.values()
         },
+    )
+
+
+def live_part(snapshot: Snapshot) -> Snapshot:
+    """The part of a whole-history snapshot that the reducer's state holds.
+
+    The model never forgets; the reducer keeps only generations whose removal
+    has not finished, and managers not ended or still owning one of those.
+    """
+    generations = {gid: g for gid, g in snapshot.generations.items()
+                   if g.removal != "finished"}
+    owning = {g.manager for g in generations.values()}
+    return Snapshot(
+        managers={mid: m for mid, m in snapshot.managers.items()
+                  if m.ended is None or mid in owning},
+        generations=generations,
     )
 
 

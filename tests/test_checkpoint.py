@@ -29,8 +29,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from journal import EMPTY, CheckpointInvalid, Record, State, Store, checkpoint, replay
+from journal import (
+    EMPTY,
+    CheckpointInvalid,
+    ManagerState,
+    Record,
+    State,
+    Store,
+    checkpoint,
+    replay,
+)
 from journal.events import Event, ManagerClosed, ManagerOpened, Released, Retained, Rotated
+from journal.reducer import History
 from sessiontemp import Manager, inspect
 from sessiontemp.root import GENERATION_PREFIX
 from tests.strategies import (
@@ -38,8 +48,10 @@ from tests.strategies import (
     generation_states,
     legal_records,
     lifecycles,
+    live_part,
     manager_id,
     scaled,
+    snapshot_of,
 )
 
 JOURNAL = "journal.sqlite3"
@@ -107,7 +119,8 @@ def test_every_state_of_a_legal_history_decodes_to_exactly_itself(lc: Lifecycle)
         assert checkpoint.decode(checkpoint.encode(state)) == state
 
 
-@given(generations=st.lists(generation_states(), max_size=5), seq=st.integers(0, 10**9))
+@given(generations=st.lists(generation_states().filter(lambda g: g.removal != "finished"),
+                            max_size=5), seq=st.integers(0, 10**9))
 def test_any_generation_state_with_any_ids_survives_encoding(
     generations: list[Any], seq: int
 ) -> None:
@@ -148,9 +161,10 @@ def _state_with_a_lease() -> State:
     (lambda b: b["generations"].update(leases=["l"]), "'leases' of the wrong type"),
     (lambda b: [b["managers"][k].append(b["managers"][k][0]) for k in b["managers"]],
      "names one ManagerState twice"),
+    (lambda b: b["generations"].update(removal=["finished"]), "holds a removed generation"),
 ], ids=["negative-seq", "bool-seq", "no-managers", "missing-field", "extra-field",
         "uneven-columns", "column-not-a-list", "bool-for-int", "int-for-bool", "int-for-float",
-        "int-in-a-set", "str-for-a-set", "same-id-twice"])
+        "int-in-a-set", "str-for-a-set", "same-id-twice", "removed-generation"])
 def test_a_checkpoint_whose_digest_fits_but_whose_contents_do_not_is_refused_saying_what(
     change: Any, says: str
 ) -> None:
@@ -208,6 +222,30 @@ def test_restoring_and_replaying_the_rest_equals_a_replay_from_the_first_event_a
             checkpoint.save(store, state_at(store, seq), keep=10)
         for seq in range(len(records) + 1):
             assert state_from_checkpoint(store, seq) == state_at(store, seq)
+    finally:
+        store.close()
+
+
+@scaled(0.25)
+@given(lc=lifecycles(max_steps=40), data=st.data())
+def test_a_checkpoint_holds_only_the_live_part_of_the_history_and_resumes_to_a_full_replay(
+    tmp_path_factory: pytest.TempPathFactory, lc: Lifecycle, data: st.DataObject
+) -> None:
+    # The model keeps the whole history; a checkpoint (like the state) holds
+    # what is alive or owes work, and the tail after it still replays to
+    # exactly what a replay from event 1 gives.
+    store = Store(tmp_path_factory.mktemp("j") / JOURNAL)
+    try:
+        write(store, lc.records)
+        n = len(lc.records)
+        marks = data.draw(st.sets(st.integers(1, n), max_size=3), label="marks") if n else set()
+        for seq in sorted(marks):
+            checkpoint.save(store, state_at(store, seq), keep=10)
+            restored = checkpoint.restore(store, until=seq)
+            assert restored.checkpoint == seq
+            assert snapshot_of(restored.state) == live_part(lc.snapshots[seq - 1])
+        assert state_from_checkpoint(store) == state_at(store)
+        assert snapshot_of(state_at(store)) == snapshot_of(replay(lc.records))
     finally:
         store.close()
 
@@ -498,9 +536,9 @@ def test_verify_reports_a_checkpoint_that_disagrees_with_the_events(
     checkpoint.save(store, state_at(store, 5), keep=10)
     assert inspect.verify(path).ok
     wrong = state_at(store, 10)
-    manager = wrong.managers[manager_id("filler0")]
-    lying = State(managers={**wrong.managers, manager_id("filler0"): type(manager)(
-        manager.id, manager.pid, manager.opened_seq, manager.opened_at, owners=5)},
+    # A manager the events have closed (and the state forgotten), claimed alive.
+    lying = State(managers={**wrong.managers, manager_id("filler0"): ManagerState(
+        manager_id("filler0"), 1000, 1, 1.0, owners=5)},
         generations=wrong.generations, seq=10)
     checkpoint.save(store, lying, keep=10)
     result = inspect.verify(path)
@@ -558,7 +596,10 @@ def test_explain_tells_the_same_story_whichever_checkpoint_it_starts_from(root: 
         store = Store(journal, readonly=True)
         try:
             last = store.last_seq()
-            generations = sorted(replay(store.records()).generations)
+            # Every generation the journal names, removed ones included.
+            forgotten = History()
+            generations = sorted(forgotten.whole(
+                replay(store.records(), history=forgotten)).generations)
         finally:
             store.close()
         stories = {gid: inspect.explain(journal, gid, root) for gid in generations}

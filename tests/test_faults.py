@@ -41,7 +41,7 @@ from journal import Record, replay
 from journal.errors import JournalError, JournalFull
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Lease, Manager, Unavailable, recover
 from sessiontemp.root import generation_name
-from tests.conftest import journal_state, own_view
+from tests.conftest import journal_state, live_state, own_view
 from tests.test_bad_journal import (
     append_unknown_kind,
     committed,
@@ -155,7 +155,7 @@ def names(root: Path, prefix: str) -> list[str]:
 
 def assert_agrees(manager: Manager, at: str) -> None:
     """What the manager holds of its own is exactly the journal's replay."""
-    assert own_view(journal_state(manager.root), manager.id) == own_view(
+    assert own_view(live_state(manager.root), manager.id) == own_view(
         manager.state, manager.id
     ), f"{at}: the manager's state is not the journal's"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from journal import reducer
 from journal.events import Record
-from journal.reducer import GenerationState, ManagerState, State, replay
+from journal.reducer import GenerationState, History, ManagerState, State, replay
 from journal.store import Store
 from sessiontemp import Manager, inspect
 from tests.strategies import ids, legal_records, scaled, times
@@ -30,10 +31,16 @@ def write_journal(path: Path, records: list[Record]) -> None:
         store.close()
 
 
+def whole(records: Iterable[Record]) -> State:
+    """Every manager and generation *records* name, finished ones included."""
+    forgotten = History()
+    return forgotten.whole(replay(records, history=forgotten))
+
+
 def replayed(path: Path) -> State:
     store = Store(path, readonly=True)
     try:
-        return replay(store.records())
+        return whole(store.records())
     finally:
         store.close()
 
@@ -93,10 +100,12 @@ def test_a_legal_history_verifies_clean_and_its_state_at_the_end_is_the_replay(
     path = scratch / f"j{next(counter)}.sqlite3"
     write_journal(path, records)
     assert inspect.verify(path).problems == ()
-    assert inspect.state_at(path).state == replay(records)
+    assert inspect.state_at(path).state == whole(records)
+    assert inspect.state_at(path, live=True).state == replay(records)
     if records:
         middle = len(records) // 2
-        assert inspect.state_at(path, middle).state == replay(records[:middle])
+        assert inspect.state_at(path, middle).state == whole(records[:middle])
+        assert inspect.state_at(path, middle, live=True).state == replay(records[:middle])
 
 
 def test_rows_are_the_same_however_they_are_batched_and_bounded(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import attrs
@@ -21,10 +21,13 @@ import pytest
 from structlog.testing import capture_logs
 
 from journal import ids
-from journal.events import RecoveryStarted, RemovalFinished, RemovalStarted
+from journal.events import Reappeared, RecoveryStarted, RemovalFinished, RemovalStarted
+from journal.history import pasts
+from journal.reducer import REAPPEARED as REAPPEARED_STATE
 from journal.store import Store
 from sessiontemp import Manager, recover
-from tests.conftest import journal_state
+from sessiontemp.steps import Steps
+from tests.conftest import live_state
 from tests.model import simulate_kill
 
 REAPPEARED = "on disk again after its removal (a power loss undid it)"
@@ -95,8 +98,14 @@ def test_a_reappeared_generation_of_an_ended_manager_is_removed_again_once_unloc
     assert reappeared_events(left.manager.root, left.generation)[-2:] == [
         "generation.reappeared", "removal.finished"]
     assert any(e["event"] == "generation.removed" for e in logs)
-    state = journal_state(left.manager.root).generations[left.generation]
-    assert (state.removal, state.removal_outcome) == ("finished", "removed")
+    # Removed again: the state lets it go once more, and the journal tells how it ended.
+    assert left.generation not in live_state(left.manager.root).generations
+    store = Store(left.manager.root / "journal.sqlite3", readonly=True)
+    try:
+        past = pasts(store, [left.generation])[left.generation]
+    finally:
+        store.close()
+    assert (past.outcome, past.removal_reason) == ("removed", REAPPEARED_STATE)
     assert recover(left.manager.root) == type(report)(ran=True)
 
 
@@ -151,17 +160,15 @@ def test_without_the_identity_check_a_replacing_directory_would_be_removed(
     left: Left, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The identity test above can fail: forget the journaled identity and the impostor goes."""
-    from journal.reducer import GenerationState
     from sessiontemp import removal
 
-    known = removal.Target.known.__func__  # type: ignore[attr-defined]
+    seize = removal.seize
 
-    def blind(cls: type[removal.Target], generation: GenerationState, /,
-              **kwargs: object) -> removal.Target:
-        target: removal.Target = known(cls, generation, **kwargs)
-        return attrs.evolve(target, identity=None)
+    def blind(root_fd: int, names: Iterable[str], *, identity: tuple[int, int] | None = None,
+              steps: Steps) -> removal.Found:
+        return seize(root_fd, names, identity=None, steps=steps)
 
-    monkeypatch.setattr(removal.Target, "known", classmethod(blind))
+    monkeypatch.setattr(removal, "seize", blind)
     left.manager.close()
     journal_removed(left.manager.root, left.generation)
     os.rename(left.path, left.path.with_name("old"))
@@ -177,9 +184,35 @@ def test_without_waiting_for_its_manager_a_live_managers_reappeared_generation_w
     """The live-manager test above can fail: treat every generation as orphaned."""
     from sessiontemp import recovery
 
-    monkeypatch.setattr(recovery._Pass, "orphaned", lambda self, generation: True)
+    monkeypatch.setattr(recovery._Pass, "owner_done", lambda self, manager: True)
     journal_removed(left.manager.root, left.generation)
     fcntl.flock(left.fd, fcntl.LOCK_UN)
     recover(left.manager.root)
     assert not left.path.exists()
     fcntl.flock(left.fd, fcntl.LOCK_SH)
+
+
+def test_a_reappeared_generation_whose_removal_was_cut_short_is_checked_against_its_identity(
+    left: Left,
+) -> None:
+    # The state took it back without its past (whose it was, its identity):
+    # the next pass reads the identity from the journal's records.
+    left.manager.close()
+    journal_removed(left.manager.root, left.generation)
+    recovery = ids.new_recovery()
+    store = Store(left.manager.root / "journal.sqlite3")
+    try:
+        store.append([RecoveryStarted(recovery, os.getpid()),
+                      Reappeared(left.generation, recovery)], time=time.time())
+    finally:
+        store.close()
+    state = live_state(left.manager.root).generations[left.generation]
+    assert (state.manager, state.device, state.removal) == (None, None, "started")
+    os.rename(left.path, left.path.with_name("old"))
+    left.path.mkdir()
+    (left.path / "theirs.txt").write_text("not a generation's")
+    fcntl.flock(left.fd, fcntl.LOCK_UN)
+    report = recover(left.manager.root)
+    assert (left.path / "theirs.txt").exists()
+    assert {s.path for s in report.skipped} == {left.path}
+    assert "replaced by another directory" in report.skipped[0].reason

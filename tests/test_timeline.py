@@ -36,7 +36,7 @@ from journal.events import (
     Retained,
     Rotated,
 )
-from journal.reducer import GenerationState, State, replay
+from journal.reducer import GenerationState, History, State, replay
 from journal.store import Store
 from sessiontemp import Manager, inspect
 from sessiontemp.inspect import COLOURS
@@ -74,7 +74,10 @@ def replayed(journal: Path) -> tuple[State, Counter[str]]:
         records = list(store.records())
     finally:
         store.close()
-    return replay(records), Counter(r.event.kind for r in records)
+    # Every generation the journal names, removed ones included.
+    forgotten = History()
+    return forgotten.whole(replay(records, history=forgotten)), Counter(
+        r.event.kind for r in records)
 
 
 @pytest.fixture(scope="module")

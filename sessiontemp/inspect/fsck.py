@@ -4,6 +4,10 @@ Each disagreement is a :class:`Finding` naming the path, what is wrong and
 the fix.  Directories a recovery pass would still remove are findings; those
 a running command still holds after its manager ended are listed apart, as
 they are nobody's fault and go by themselves.
+
+The state replayed holds only what is alive or owes work; whether an entry
+it does not know was journaled as removed is read from the records of that
+generation alone (:func:`journal.history.pasts`, through an index).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import attrs
 
 from journal import checkpoint
 from journal.errors import BadInput
+from journal.history import pasts
 from journal.reducer import GenerationState, ManagerState, State, held_by, kept_for_resume
 from sessiontemp import artifacts
 from sessiontemp.inspect.read import (
@@ -132,6 +137,11 @@ def _fsck(base: Path, progress: Progress | None) -> tuple[tuple[Finding, ...],
         # Tolerant, as recovery is: a refused record is a finding, not the end.
         state = replay(store, progress=progress, lenient=refused,
                        start=checkpoint.restore(store).state)
+        # Entries the state does not hold: removed (and let go of), or never journaled.
+        unknown = {gid for gid in map(generation_id_of, names)
+                   if gid is not None and gid not in state.generations}
+        removed = {gid: past for gid, past in pasts(store, unknown, until=state.seq).items()
+                   if past.removed}
     repair = f"Run `journal-inspect --root {base} fsck --repair` to do it now"
     findings: list[Finding] = [
         Finding("refused", journal, None, (
@@ -151,11 +161,12 @@ def _fsck(base: Path, progress: Progress | None) -> tuple[tuple[Finding, ...],
                                     "Move it out of the root: sessiontemp never touches it"))
             continue
         known = state.generations.get(gid)
-        if known is not None and known.removal == "finished":
+        past = removed.get(gid)
+        if past is not None:
             if os.path.lexists(path):  # not removed while we read the journal
                 findings.append(Finding("not-removed", path, gid, (
-                    f"the journal says its removal ended ({known.removal_outcome}) at event "
-                    f"{known.removal_seq}"), "Check that nothing uses it, then remove it by "
+                    f"the journal says its removal ended ({past.outcome}) at event "
+                    f"{past.removal_seq}"), "Check that nothing uses it, then remove it by "
                     "hand: sessiontemp will not touch it again"))
             continue
         if name.startswith(TRASH_PREFIX):
@@ -182,7 +193,7 @@ def _fsck(base: Path, progress: Progress | None) -> tuple[tuple[Finding, ...],
                 repair))
     held: list[Finding] = []
     for g in sorted(state.generations.values(), key=lambda g: g.created_seq):
-        if GENERATION_PREFIX + g.id not in present or g.removal == "finished":
+        if GENERATION_PREFIX + g.id not in present:
             continue
         path = base / (GENERATION_PREFIX + g.id)
         kept = held_by(state, g)

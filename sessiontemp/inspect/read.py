@@ -20,7 +20,7 @@ import attrs
 
 from journal.errors import BadInput, RuleViolation
 from journal.events import Event, Record, Unreadable, decode
-from journal.reducer import EMPTY, Fold, State
+from journal.reducer import EMPTY, Fold, History, State
 from journal.store import Store
 from sessiontemp.artifacts import ARTIFACTS_DIR
 from sessiontemp.root import (
@@ -187,6 +187,7 @@ def replay(
     lenient: list[Problem] | None = None,
     each: Callable[[Record, Fold], None] | None = None,
     start: State = EMPTY,
+    history: History | None = None,
 ) -> State:
     """Fold the reducer over the journal after *start* up to *until*; strict unless *lenient*.
 
@@ -194,10 +195,11 @@ def replay(
     :class:`JournalCorrupt`.  Lenient: the fold is the reducer's tolerant
     one, as recovery's is: each such record is recorded in *lenient* and
     refused, and whatever it names is held (``State.held``).  *each* sees
-    every record the rules accept, after it is applied.
+    every record the rules accept, after it is applied.  *history* keeps
+    what the state lets go of (finished generations, ended managers).
     """
     total = store.last_seq() if until is None else until
-    draft = Fold(start, tolerant=lenient is not None)
+    draft = Fold(start, tolerant=lenient is not None, history=history)
     expected = start.seq + 1
     step = draft.step
     for seq, time, kind, payload, _ in store.rows(after=start.seq, until=until):

@@ -1,4 +1,11 @@
-"""``state``: the derived state right after one event, or at one moment."""
+"""``state``: the derived state right after one event, or at one moment.
+
+The reducer's state holds only what is alive or owes work; ``state`` lists
+every manager and generation seen up to that moment, so the finished ones
+come from the records: the replay starts from event 1 and keeps what the
+fold lets go of (a :class:`~journal.reducer.History`).  With *live* only,
+it lists what the state holds, from the newest checkpoint on.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,7 @@ from pathlib import Path
 import attrs
 
 from journal import checkpoint
-from journal.reducer import State
+from journal.reducer import History, State
 from sessiontemp.inspect.read import Problem, Progress, opened, replay
 
 __all__ = ["StateAt", "state_at"]
@@ -18,8 +25,10 @@ __all__ = ["StateAt", "state_at"]
 class StateAt:
     """The derived state right after event ``seq`` (0: before any), written at ``time``.
 
-    ``refused`` lists the seqs of records the lifecycle rules refuse; what
-    they name is held in ``state.held``, as recovery holds it.
+    ``state`` holds every manager and generation seen by then, finished
+    ones included (only what is live with *live*).  ``refused`` lists the
+    seqs of records the lifecycle rules refuse; what they name is held in
+    ``state.held``, as recovery holds it.
     """
 
     journal: Path
@@ -30,13 +39,15 @@ class StateAt:
 
 
 def state_at(journal: os.PathLike[str] | str, at: int | float | None = None, *,
-             progress: Progress | None = None) -> StateAt:
+             progress: Progress | None = None, live: bool = False) -> StateAt:
     """The state right after event *at* (an int) or the last event at or before a time.
 
     None means the end of the journal.  A sequence number past the end is an
     error (ValueError); a time before the first event gives the empty state.
     The fold is tolerant, as recovery's is: a record the rules refuse is
-    skipped and listed.
+    skipped and listed.  Every manager and generation seen by then is
+    listed, which takes a replay from event 1; *live* lists only what is
+    alive or owes work, replayed from the newest checkpoint.
     """
     path = Path(journal)
     with opened(path, snapshot=True) as store:
@@ -50,8 +61,15 @@ def state_at(journal: os.PathLike[str] | str, at: int | float | None = None, *,
         else:
             seq = store.seq_at(at)
         refused: list[Problem] = []
-        state = replay(store, until=seq, progress=progress, lenient=refused,
-                       start=checkpoint.restore(store, until=seq).state) if seq else State()
+        state = State()
+        if seq and live:
+            state = replay(store, until=seq, progress=progress, lenient=refused,
+                           start=checkpoint.restore(store, until=seq).state)
+        elif seq:
+            # What has finished is only in the records: no checkpoint holds it.
+            forgotten = History()
+            state = forgotten.whole(replay(store, until=seq, progress=progress,
+                                           lenient=refused, history=forgotten))
         time = store.times_of([seq]).get(seq)
     return StateAt(path, seq, time, state, tuple(
         p.seq for p in refused if p.seq is not None and p.check in ("rules", "schema")))

@@ -3,7 +3,10 @@
 Only the part of the journal that concerns the generation is replayed: from
 the newest checkpoint before it was first named to the end of its removal
 (or to the end of the journal while it is not removed).  Each event is told
-by a ``match`` on its type, as the replay reaches it.
+by a ``match`` on its type, as the replay reaches it.  The reducer's state
+lets go of a generation when its removal ends, and of a manager once it has
+ended with nothing left: the replay keeps them in a
+:class:`~journal.reducer.History`, so the story can still name them.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Final
 
 import attrs
 
@@ -36,7 +40,15 @@ from journal.events import (
     SessionDiscarded,
     decode,
 )
-from journal.reducer import Fold, GenerationState, ManagerState, SessionState, held_by
+from journal.reducer import (
+    Fold,
+    GenerationState,
+    History,
+    ManagerState,
+    SessionState,
+    held_by,
+    resumed,
+)
 from journal.store import Store
 from sessiontemp.inspect.read import Problem, Progress, generation_of, opened, replay, when
 from sessiontemp.root import GENERATION_PREFIX
@@ -101,7 +113,7 @@ class _Teller:
                 pass
         if self.note(record, draft):
             return
-        generation = draft.generations.get(self.gid)
+        generation = _seen(draft, self.gid)
         if generation is None:
             return
         if getattr(record.event, "generation", None) == self.gid:
@@ -140,7 +152,12 @@ class _Teller:
                 self.recoveries[r] = pid
                 return True
             case ManagerDied(manager=m) | ManagerClosed(manager=m):
-                self.managers[m] = draft.managers[m]
+                ended = draft.managers.get(m)
+                if ended is None and draft.history is not None:
+                    # Ended with nothing left: the state let it go.
+                    ended = draft.history.managers.get(m)
+                if ended is not None:
+                    self.managers[m] = ended
                 self.deaths[m] = record.time
         return False
 
@@ -169,7 +186,7 @@ class _Teller:
                 if generation.retired_seq == record.seq and generation.manager is not None:
                     self.say(record, f"Retired at {at} by the start of its removal.")
                 self.say(record, f"Removal was started at {at} by "
-                         f"{self.remover(by, draft.generations[self.gid])}: {reason}.")
+                         f"{self.remover(by, generation)}: {reason}.")
             case Reappeared(by=by):
                 self.say(record, f"It was on disk again at {at}, after its removal (a power "
                          f"loss undid it); {self.remover(by, generation)} removes it again.")
@@ -214,6 +231,20 @@ class _Teller:
                  "still running under them keeps the directory.")
 
 
+# The records that open and close a generation's story.
+_SPAN_KINDS: Final = frozenset({"generation.created", "removal.started", "removal.finished",
+                                "generation.reappeared"})
+
+
+def _seen(draft: Fold, gid: str) -> GenerationState | None:
+    """Generation *gid* as the replay so far tells it, kept past the end of its removal."""
+    now = draft.generations.get(gid)
+    past = None if draft.history is None else draft.history.generations.get(gid)
+    if past is None:
+        return now
+    return past if now is None else resumed(past, now)
+
+
 def _retired_by(record: Record, m: str) -> str:
     match record.event:
         case Rotated():
@@ -253,8 +284,10 @@ def explain(journal: os.PathLike[str] | str, target: str, root: os.PathLike[str]
                 ["recovery.started"], until=start.seq)
             if isinstance(r.event, RecoveryStarted)} if start.seq else {})
         refused: list[Problem] = []
-        state = replay(store, until=finished, progress=progress, each=teller.each, start=start,
-                       lenient=refused)
+        forgotten = History()
+        state = forgotten.whole(replay(store, until=finished, progress=progress,
+                                       each=teller.each, start=start, lenient=refused,
+                                       history=forgotten))
     generation = state.generations.get(gid)
     if generation is None:
         return Story(path, gid, where, "unknown", None, (), ())
@@ -314,10 +347,9 @@ def _now(status: str, generation: GenerationState, owner: ManagerState | None,
 def _span_of(store: Store, gid: str) -> tuple[int | None, int | None]:
     """The seqs of the first event that names generation *gid* and of its removal's end."""
     first = finished = None
-    for seq, _time, kind, payload in store.rows_naming(
-        [gid], kinds=("generation.created", "removal.started", "removal.finished",
-                      "generation.reappeared"),
-    ):
+    for seq, _time, kind, payload in store.generation_rows([gid]):
+        if kind not in _SPAN_KINDS:
+            continue
         try:
             event = decode(seq, kind, payload)
         except RuleViolation as e:

@@ -1,0 +1,129 @@
+"""What the state holds follows what is alive, not how long the history is.
+
+Counted in objects, never timed: a manager's own state, the state a
+recovery replays, and a checkpoint of it hold as much after many rotations
+and many ended managers as after a few.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from journal import State, Store, checkpoint, replay
+from sessiontemp import Manager, recover
+
+
+def size(state: State) -> int:
+    """How many managers, generations, and ids inside them, *state* holds."""
+    return (len(state.managers) + len(state.generations) + len(state.held)
+            + sum(len(m.generations) for m in state.managers.values())
+            + sum(len(g.leases) + len(g.commands) for g in state.generations.values()))
+
+
+def rotated(manager: Manager, times: int) -> int:
+    """Run *times* cold cycles (rotate, acquire, release) on *manager*; its state's size after."""
+    for _ in range(times):
+        manager.rotate()
+        with manager.acquire():
+            pass
+    return size(manager.state)
+
+
+def test_a_managers_state_holds_as_much_after_many_rotations_as_after_a_few(root: Path) -> None:
+    with Manager(root) as manager:
+        manager.retain()
+        with manager.acquire():
+            pass
+        after_few = rotated(manager, 3)
+        after_many = rotated(manager, 60)
+        # Itself and its current generation: nothing of the 63 removed ones.
+        assert after_many == after_few
+        assert set(manager.state.managers) == {manager.id}
+        assert len(manager.state.generations) == 1
+
+
+def journal_state(root: Path) -> State:
+    store = Store(root / "journal.sqlite3", readonly=True)
+    try:
+        return replay(store.records())
+    finally:
+        store.close()
+
+
+def ended_managers(root: Path, count: int) -> None:
+    """*count* managers that each make, rotate away and remove a few generations, then close."""
+    for _ in range(count):
+        with Manager(root) as manager:
+            manager.retain()
+            rotated(manager, 2)
+            manager.release()
+
+
+def test_the_journals_state_and_its_checkpoint_hold_only_the_live_manager_whatever_came_before(
+    root: Path,
+) -> None:
+    with Manager(root) as live:
+        live.retain()
+        with live.acquire():
+            pass
+        ended_managers(root, 2)
+        few = journal_state(root)
+        ended_managers(root, 12)
+        many = journal_state(root)
+        assert many.seq > few.seq
+        assert size(many) == size(few)
+        assert set(many.managers) == {live.id}
+        store = Store(root / "journal.sqlite3")
+        try:
+            checkpoint.save(store, many)
+            restored = checkpoint.restore(store)
+        finally:
+            store.close()
+        assert restored.state == many
+        # A recovery pass from that checkpoint finds nothing to do.
+        assert recover(root).removed == ()
+
+
+def indexes(path: Path) -> set[str]:
+    conn = sqlite3.connect(path)
+    try:
+        return {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'"
+                                           " AND name LIKE 'events_by_%'")}
+    finally:
+        conn.close()
+
+
+def test_a_journal_without_the_read_indexes_gains_them_on_open_and_answers_the_same(
+    root: Path,
+) -> None:
+    with Manager(root) as manager:
+        manager.retain()
+        rotated(manager, 3)
+    path = root / "journal.sqlite3"
+    assert indexes(path) == {"events_by_generation", "events_by_manager"}
+    store = Store(path, readonly=True)
+    try:
+        generations = {json.loads(payload)["generation"] for _, _, _, payload
+                       in store.rows_where(kinds=["generation.created"])}
+        indexed = list(store.generation_rows(generations))
+        ends = store.manager_ends([manager.id, "0" * 32])
+    finally:
+        store.close()
+    assert set(ends) == {manager.id}
+    conn = sqlite3.connect(path)
+    conn.execute("DROP INDEX events_by_generation")
+    conn.execute("DROP INDEX events_by_manager")
+    conn.close()
+    store = Store(path, readonly=True)
+    try:
+        # Read-only: nothing is added, and the same rows come by a scan.
+        assert list(store.generation_rows(generations)) == indexed
+        assert store.manager_ends([manager.id, "0" * 32]) == ends
+    finally:
+        store.close()
+    assert indexes(path) == set()
+    Store(path).close()
+    assert indexes(path) == {"events_by_generation", "events_by_manager"}
+    assert len(indexed) == 4 * len(generations)  # created, ready, removal started and finished
