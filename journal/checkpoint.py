@@ -37,7 +37,14 @@ from typing import Any, Final
 import attrs
 
 from journal.errors import CheckpointInvalid
-from journal.reducer import EMPTY, GenerationState, ManagerState, State
+from journal.reducer import (
+    EMPTY,
+    ArtifactState,
+    GenerationState,
+    ManagerState,
+    SessionState,
+    State,
+)
 from journal.store import Store
 
 __all__ = ["EVERY", "FORMAT", "KEEP", "Restored", "decode", "due", "encode", "restore", "save"]
@@ -45,7 +52,8 @@ __all__ = ["EVERY", "FORMAT", "KEEP", "Restored", "decode", "due", "encode", "re
 # Bump whenever the reducer's rules or the fields of its states change: a
 # checkpoint of another format is skipped, and the next replay writes a new one.
 # 3: the state holds only live objects (2 held every one ever seen).
-FORMAT: Final = 3
+# 4: and named sessions and artifacts.
+FORMAT: Final = 4
 # A checkpoint is due once this many events follow the newest one, and at
 # least a quarter as many as the state holds managers and generations, so
 # that writing checkpoints costs a bounded amount per event however long
@@ -76,6 +84,7 @@ _TYPES: Final[dict[str, tuple[tuple[type, ...], bool]]] = {
     "bool": ((bool,), False),
     "str | None": ((str, _NONE_TYPE), False),
     "int | None": ((int, _NONE_TYPE), False),
+    "float | None": ((float, _NONE_TYPE), False),
     "frozenset[str]": ((list,), True),
 }
 
@@ -88,6 +97,9 @@ def _columns(cls: type) -> tuple[_Column, ...]:
 
 _MANAGER_COLUMNS: Final = _columns(ManagerState)
 _GENERATION_COLUMNS: Final = _columns(GenerationState)
+_SESSION_COLUMNS: Final = _columns(SessionState)
+_ARTIFACT_COLUMNS: Final = _columns(ArtifactState)
+_BODY_KEYS: Final = frozenset({"seq", "managers", "generations", "held", "sessions", "artifacts"})
 
 
 @attrs.frozen
@@ -150,6 +162,8 @@ def encode(state: State) -> bytes:
         "managers": _to_columns(state.managers.values(), _MANAGER_COLUMNS),
         "generations": _to_columns(state.generations.values(), _GENERATION_COLUMNS),
         "held": dict(state.held),
+        "sessions": _to_columns(state.sessions.values(), _SESSION_COLUMNS),
+        "artifacts": _to_columns(state.artifacts.values(), _ARTIFACT_COLUMNS),
     }
     compressed = zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 1)
     return hashlib.blake2b(compressed, digest_size=_DIGEST_SIZE).digest() + compressed
@@ -165,6 +179,8 @@ def _to_columns(objects: Iterable[Any], columns: Sequence[_Column]) -> dict[str,
             out[column.name] = [sorted(v) for v in column_values]
         elif column.types == (float,):
             out[column.name] = [float(v) for v in column_values]
+        elif column.types == (float, _NONE_TYPE):
+            out[column.name] = [None if v is None else float(v) for v in column_values]
         else:
             out[column.name] = list(column_values)
     return out
@@ -179,7 +195,7 @@ def decode(data: bytes) -> State:
         body = json.loads(zlib.decompress(compressed))
     except (zlib.error, ValueError) as e:
         raise CheckpointInvalid(f"does not decode ({e})") from None
-    if not isinstance(body, dict) or body.keys() != {"seq", "managers", "generations", "held"}:
+    if not isinstance(body, dict) or body.keys() != _BODY_KEYS:
         raise CheckpointInvalid("is not a checkpoint of this format")
     seq = body["seq"]
     if type(seq) is not int or seq < 0:
@@ -197,6 +213,8 @@ def decode(data: bytes) -> State:
         generations=_from_columns(generations, _GENERATION_COLUMNS, GenerationState),
         seq=seq,
         held=held,
+        sessions=_from_columns(body["sessions"], _SESSION_COLUMNS, SessionState),
+        artifacts=_from_columns(body["artifacts"], _ARTIFACT_COLUMNS, ArtifactState),
     )
 
 

@@ -24,6 +24,7 @@ __all__ = [
     "JournalReadOnly",
     "JournalVersionError",
     "RuleViolation",
+    "SessionOwned",
     "SessionTempError",
     "Unavailable",
     "UnknownKind",
@@ -66,6 +67,25 @@ class ForkedCopy(Unavailable):
     A child owns nothing its parent opened: journaling, unlocking or removing
     through that copy would act on the parent's behalf behind its back.
     """
+
+
+class SessionOwned(SessionTempError, RuntimeError):
+    """A named session already has a live owner: one manager per name at a time.
+
+    The owner is known to be alive by the kernel lock it holds, never by its
+    pid; ``pid`` is what it wrote beside the lock when it took it, for
+    people to find it (None when it could not be read).
+    """
+
+    def __init__(self, path: os.PathLike[str] | str, session: str, pid: int | None,
+                 fix: str) -> None:
+        self.path = os.fspath(path)
+        self.session = session
+        self.pid = pid
+        self.fix = fix
+        who = "another process" if pid is None else f"process {pid}"
+        super().__init__(f"session {session!r} in {self.path} is owned by {who}, which "
+                         f"still holds its lock. {fix}")
 
 
 class JournalError(SessionTempError, OSError):

@@ -21,6 +21,8 @@ from journal.errors import RuleViolation, UnknownKind
 
 __all__ = [
     "KINDS",
+    "ArtifactKept",
+    "ArtifactRemoved",
     "CommandStarted",
     "Event",
     "GenerationCreated",
@@ -38,6 +40,9 @@ __all__ = [
     "RemovalStarted",
     "Retained",
     "Rotated",
+    "SessionAdopted",
+    "SessionClaimed",
+    "SessionDiscarded",
     "Unreadable",
     "decode",
     "encode",
@@ -209,6 +214,78 @@ class ManagerDied:
 
 
 @attrs.frozen
+class SessionClaimed:
+    """A manager became the one owner of a named session, holding the session's lock.
+
+    ``window_ms`` is how long, after this manager's death is journaled, its
+    current generation is kept for a successor to resume (milliseconds).
+    """
+
+    kind: ClassVar[str] = "session.claimed"
+    manager: str
+    session: str
+    window_ms: int
+
+
+@attrs.frozen
+class SessionAdopted:
+    """The session's new owner took over the generation its dead owner *previous* left.
+
+    The generation, with its files, becomes the manager's current one.
+    """
+
+    kind: ClassVar[str] = "session.adopted"
+    manager: str
+    session: str
+    generation: str
+    previous: str
+
+
+@attrs.frozen
+class SessionDiscarded:
+    """The generation a session's dead owner left is no longer kept for a resume.
+
+    From here on the orphan rules remove it.  ``reason`` says why, for
+    people: the resume window passed, a new owner started afresh, or the
+    session was removed.
+    """
+
+    kind: ClassVar[str] = "session.discarded"
+    session: str
+    by: str
+    reason: str
+
+
+@attrs.frozen
+class ArtifactKept:
+    """A file was copied into the root's artifact store, and is durable.
+
+    Written only once the copy and its directory are fsynced, so a record
+    always names a complete file with this digest and size.
+    """
+
+    kind: ClassVar[str] = "artifact.kept"
+    manager: str
+    artifact: str
+    label: str
+    sha256: str
+    size: int
+
+
+@attrs.frozen
+class ArtifactRemoved:
+    """An artifact is about to be deleted, by an explicit call.
+
+    Written before the unlink: a crash in between leaves a file no record
+    names, which fsck reports and recovery removes.
+    """
+
+    kind: ClassVar[str] = "artifact.removed"
+    artifact: str
+    by: str
+
+
+@attrs.frozen
 class Unreadable:
     """A stored record that does not decode, as a tolerant reader passes it on.
 
@@ -239,6 +316,11 @@ Event: TypeAlias = (
     | ManagerClosed
     | RecoveryStarted
     | ManagerDied
+    | SessionClaimed
+    | SessionAdopted
+    | SessionDiscarded
+    | ArtifactKept
+    | ArtifactRemoved
     | Unreadable
 )
 
@@ -260,6 +342,11 @@ KINDS: Final[dict[str, type[Event]]] = {
         ManagerClosed,
         RecoveryStarted,
         ManagerDied,
+        SessionClaimed,
+        SessionAdopted,
+        SessionDiscarded,
+        ArtifactKept,
+        ArtifactRemoved,
     )
 }
 
@@ -280,7 +367,7 @@ _MAX_TEXT: Final = 4096
 
 def _pattern(regex: re.Pattern[str], what: str) -> Callable[[object], str | None]:
     def check(value: object) -> str | None:
-        return None if regex.fullmatch(str(value)) else f"is not a canonical {what} id"
+        return None if regex.fullmatch(str(value)) else f"is not {what}"
     return check
 
 
@@ -303,10 +390,10 @@ def _text(value: object) -> str | None:
 
 # How each field is checked beyond its type; ids end up in file names.
 _CHECKS: Final[dict[str, Callable[[object], str | None]]] = {
-    "manager": _pattern(ids.MANAGER, "manager"),
-    "generation": _pattern(ids.GENERATION, "generation"),
-    "lease": _pattern(ids.LEASE, "lease"),
-    "recovery": _pattern(ids.RECOVERY, "recovery"),
+    "manager": _pattern(ids.MANAGER, "a canonical manager id"),
+    "generation": _pattern(ids.GENERATION, "a canonical generation id"),
+    "lease": _pattern(ids.LEASE, "a canonical lease id"),
+    "recovery": _pattern(ids.RECOVERY, "a canonical recovery id"),
     "by": _manager_or_recovery,
     "pid": _at_least(1),
     "device": _at_least(0),
@@ -315,8 +402,21 @@ _CHECKS: Final[dict[str, Callable[[object], str | None]]] = {
     "reason": _text,
     "outcome": _text,
     "label": _text,
+    "session": _pattern(ids.SESSION, "a session name (1-64 of A-Z a-z 0-9 . _ -, not . or ..)"),
+    "previous": _pattern(ids.MANAGER, "a canonical manager id"),
+    "artifact": _pattern(ids.ARTIFACT, "a canonical artifact id"),
+    "sha256": _pattern(ids.SHA256, "a SHA-256 digest in lower-case hex"),
+    "size": _at_least(0),
+    "window_ms": _at_least(0),
 }
-_ID_FIELDS: Final = ("manager", "generation", "by", "recovery")
+# Checks of one kind's field that are stricter than the field's own: an
+# artifact's label ends up in a file name.
+_KIND_CHECKS: Final[dict[tuple[str, str], Callable[[object], str | None]]] = {
+    ("artifact.kept", "label"): _pattern(
+        ids.ARTIFACT_LABEL, "an artifact label (1-80 of A-Z a-z 0-9 . _ -, starting with a "
+        "letter or digit)"),
+}
+_ID_FIELDS: Final = ("manager", "generation", "by", "recovery", "previous")
 # Anything in a damaged payload that looks like an id: a reader holds on to
 # whatever such a record might name.
 _ID_LIKE: Final = re.compile(r"[0-9a-f]{32}|[a-z2-7]{16}")
@@ -364,7 +464,7 @@ def decode(seq: int, kind: str, payload: str) -> Event:
         # bool is an int to Python but never a valid field here.
         if type(value) is not expected[name]:
             raise RuleViolation(seq, f"has field {name!r} of the wrong type: {payload[:300]}")
-        check = _CHECKS.get(name)
+        check = _KIND_CHECKS.get((kind, name)) or _CHECKS.get(name)
         problem = None if check is None else check(value)
         if problem is not None:
             raise RuleViolation(seq, f"has field {name!r} that {problem}: {str(value)[:80]!r}")

@@ -16,11 +16,16 @@ from collections.abc import Callable
 from typing import Final
 
 __all__ = [
+    "ARTIFACT",
+    "ARTIFACT_LABEL",
     "GENERATION",
     "LEASE",
     "MANAGER",
     "RECOVERY",
+    "SESSION",
+    "SHA256",
     "is_generation",
+    "new_artifact",
     "new_generation",
     "new_lease",
     "new_manager",
@@ -36,6 +41,17 @@ GENERATION: Final = re.compile(r"[a-z2-7]{16}")
 LEASE: Final = re.compile(r"[0-9a-f]{16}")
 RECOVERY: Final = LEASE
 
+# A session's name, chosen by the caller: 1-64 characters that are safe in a
+# file name on every file system, never "." or "..".
+SESSION: Final = re.compile(r"(?!\.\.?\Z)[A-Za-z0-9._-]{1,64}")
+# An artifact: 64 random bits in lower-case hex, like a lease.
+ARTIFACT: Final = LEASE
+# An artifact's label, part of its file name: 1-80 safe ASCII characters, the
+# first a letter or digit (no hidden file, no "..", no option-like "-x").
+ARTIFACT_LABEL: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
+# A SHA-256 digest in lower-case hex.
+SHA256: Final = re.compile(r"[0-9a-f]{64}")
+
 is_generation: Final[Callable[[str], object]] = GENERATION.fullmatch
 
 
@@ -49,6 +65,10 @@ def new_generation() -> str:
 
 
 def new_lease() -> str:
+    return secrets.token_hex(8)
+
+
+def new_artifact() -> str:
     return secrets.token_hex(8)
 
 

@@ -57,6 +57,8 @@ import attrs
 from journal.errors import RuleViolation, UnknownKind
 from journal.events import (
     KINDS,
+    ArtifactKept,
+    ArtifactRemoved,
     CommandStarted,
     GenerationCreated,
     GenerationReady,
@@ -73,20 +75,26 @@ from journal.events import (
     RemovalStarted,
     Retained,
     Rotated,
+    SessionAdopted,
+    SessionClaimed,
+    SessionDiscarded,
     Unreadable,
     named_ids,
 )
 
 __all__ = [
     "EMPTY",
+    "ArtifactState",
     "Fold",
     "GenerationState",
     "History",
     "ManagerState",
+    "SessionState",
     "State",
     "apply",
     "command_key",
     "held_by",
+    "kept_for_resume",
     "removal_due",
     "replay",
 ]
@@ -149,20 +157,66 @@ class GenerationState:
 
 
 @attrs.frozen
+class SessionState:
+    """A named session: who owns it now, and what its last owner left for a resume.
+
+    ``owner`` is the manager that claimed it last (alive or ended).  When
+    that manager dies, its current generation becomes ``kept`` (from
+    ``kept_at``, the time its death was journaled) for ``window`` seconds,
+    until a successor adopts it or it is discarded.  ``used_at`` is the time
+    of the owner's last lease: a usage touch, so that idleness is what an
+    age rule measures.
+    """
+
+    name: str
+    owner: str
+    claimed_seq: int
+    claimed_at: float
+    window: float
+    used_at: float | None = None
+    kept: str | None = None
+    kept_seq: int | None = None
+    kept_at: float | None = None
+    adoptions: int = 0
+    adopted_seq: int | None = None
+    adopted_from: str | None = None
+    discarded_seq: int | None = None
+    discarded_reason: str | None = None
+
+
+@attrs.frozen
+class ArtifactState:
+    """A durable file in the root's artifact store, kept until an explicit removal."""
+
+    id: str
+    label: str
+    sha256: str
+    size: int
+    manager: str
+    session: str | None
+    kept_seq: int
+    kept_at: float
+
+
+@attrs.frozen
 class State:
     """What is alive or owes work after the first ``seq`` events of a journal.
 
     ``managers`` and ``generations`` hold only what has not finished (see the
     module's docstring); ``held`` maps each manager or generation id named by
     a record the rules refused (in a tolerant fold) to the seq of the first
-    such record, whether or not the state still holds it.  The mappings are
-    never mutated once a state is built; treat them as read-only.
+    such record, whether or not the state still holds it.  ``sessions``
+    holds every named session by name; ``artifacts`` every artifact not yet
+    removed.  The mappings are never mutated once a state is built; treat
+    them as read-only.
     """
 
     managers: Mapping[str, ManagerState] = attrs.field(factory=dict)
     generations: Mapping[str, GenerationState] = attrs.field(factory=dict)
     seq: int = 0
     held: Mapping[str, int] = attrs.field(factory=dict)
+    sessions: Mapping[str, SessionState] = attrs.field(factory=dict)
+    artifacts: Mapping[str, ArtifactState] = attrs.field(factory=dict)
 
 
 EMPTY: Final = State()
@@ -195,7 +249,8 @@ class History:
             past = self.generations.get(gid)
             generations[gid] = generation if past is None else resumed(past, generation)
         return State(managers={**self.managers, **state.managers}, generations=generations,
-                     seq=state.seq, held=state.held)
+                     seq=state.seq, held=state.held, sessions=state.sessions,
+                     artifacts=state.artifacts)
 
 
 def resumed(past: GenerationState, now: GenerationState) -> GenerationState:
@@ -224,6 +279,19 @@ def held_by(state: State, generation: GenerationState) -> int | None:
     if seq is None and generation.manager is not None:
         seq = state.held.get(generation.manager)
     return seq
+
+
+def kept_for_resume(state: State, generation: GenerationState) -> SessionState | None:
+    """The session that keeps *generation* for a resume, or None.
+
+    Kept means: left current by a session's owner that died, no successor
+    has claimed the session since, and it was not discarded.  Nobody but
+    the session's next owner (adopting it) or a discard may touch it.
+    """
+    for session in state.sessions.values():
+        if session.kept == generation.id and session.owner == generation.manager:
+            return session
+    return None
 
 
 def command_key(pid: int, started: int) -> str:
@@ -280,13 +348,19 @@ class Fold:
     state of each manager and generation the fold lets go of.
     """
 
-    __slots__ = ("generations", "held", "history", "managers", "refused", "seq", "tolerant")
+    __slots__ = ("artifacts", "generations", "held", "history", "managers", "owned", "refused",
+                 "seq", "sessions", "tolerant")
 
     def __init__(self, state: State = EMPTY, *, tolerant: bool = False,
                  history: History | None = None) -> None:
         self.managers = dict(state.managers)
         self.generations = dict(state.generations)
         self.held = dict(state.held)
+        self.sessions = dict(state.sessions)
+        self.artifacts = dict(state.artifacts)
+        # Which session each manager owns: a lookup for the rules of the
+        # hot path (a lease is a usage touch of its manager's session).
+        self.owned = {s.owner: s.name for s in state.sessions.values()}
         self.seq = state.seq
         self.tolerant = tolerant
         self.history = history
@@ -295,7 +369,8 @@ class Fold:
     def state(self) -> State:
         """The state after the records stepped so far (a copy: stepping on leaves it be)."""
         return State(managers=dict(self.managers), generations=dict(self.generations),
-                     seq=self.seq, held=dict(self.held))
+                     seq=self.seq, held=dict(self.held), sessions=dict(self.sessions),
+                     artifacts=dict(self.artifacts))
 
     def step(self, record: Record) -> None:
         # Increasing, not consecutive: a manager folds only the events it
@@ -476,6 +551,9 @@ def _acquired(d: Fold, r: Record, e: LeaseAcquired) -> None:
     if e.lease in generation.leases:
         raise RuleViolation(r.seq, f"grants lease {e.lease} a second time")
     d.generations[e.generation] = _with_leases(generation, generation.leases | {e.lease})
+    session = d.owned.get(e.manager)
+    if session is not None:
+        d.sessions[session] = attrs.evolve(d.sessions[session], used_at=r.time)
 
 
 @_rule(LeaseReleased)
@@ -571,7 +649,19 @@ def _closed(d: Fold, r: Record, e: ManagerClosed) -> None:
 
 @_rule(ManagerDied)
 def _died(d: Fold, r: Record, e: ManagerDied) -> None:
+    manager = d.live_manager(r.seq, e.manager)
+    session = d.owned.get(e.manager)
+    current = None if manager.current is None else d.generations[manager.current]
     _end(d, r, e.manager, "dead", e.recovery)
+    if session is not None and current is not None and current.ready and (
+        current.removal is None
+    ):
+        # A named session's directory outlives its owner's crash: kept for
+        # the next owner to resume, until its window passes.
+        d.sessions[session] = attrs.evolve(
+            d.sessions[session], kept=current.id, kept_seq=r.seq, kept_at=r.time,
+            discarded_seq=None, discarded_reason=None,
+        )
 
 
 @_rule(Unreadable)
@@ -586,3 +676,105 @@ def _unreadable(d: Fold, r: Record, e: Unreadable) -> None:
 def _recovery_started(d: Fold, r: Record, e: RecoveryStarted) -> None:
     # Recorded for the history; it changes no manager or generation.
     pass
+
+
+# -- named sessions and artifacts ---------------------------------------------------
+
+
+@_rule(SessionClaimed)
+def _session_claimed(d: Fold, r: Record, e: SessionClaimed) -> None:
+    manager = d.live_manager(r.seq, e.manager)
+    if e.manager in d.owned:
+        raise RuleViolation(r.seq, f"has manager {e.manager} claim session {e.session}, but it "
+                            f"owns session {d.owned[e.manager]} already")
+    if manager.generations:
+        raise RuleViolation(r.seq, f"has manager {e.manager} claim session {e.session} after "
+                            "it made generations")
+    previous = d.sessions.get(e.session)
+    if previous is not None:
+        # Not refused while the previous owner is not ended in the journal:
+        # the claimer holds the session's kernel lock, so that owner is gone
+        # (its death not yet journaled); it simply owns the session no more.
+        d.owned.pop(previous.owner, None)
+    d.sessions[e.session] = SessionState(
+        name=e.session, owner=e.manager, claimed_seq=r.seq, claimed_at=r.time,
+        window=e.window_ms / 1000,
+        used_at=None if previous is None else previous.used_at,
+        # What the dead owner left stays named, for an adoption in the same
+        # commit; no longer kept once the owner changed (kept_for_resume).
+        kept=None if previous is None else previous.kept,
+        kept_seq=None if previous is None else previous.kept_seq,
+        kept_at=None if previous is None else previous.kept_at,
+        adoptions=0 if previous is None else previous.adoptions,
+        adopted_seq=None if previous is None else previous.adopted_seq,
+        adopted_from=None if previous is None else previous.adopted_from,
+    )
+    d.owned[e.manager] = e.session
+
+
+@_rule(SessionAdopted)
+def _session_adopted(d: Fold, r: Record, e: SessionAdopted) -> None:
+    manager = d.live_manager(r.seq, e.manager)
+    session = d.sessions.get(e.session)
+    if session is None or session.owner != e.manager:
+        raise RuleViolation(r.seq, f"has manager {e.manager} adopt for session {e.session}, "
+                            "which it does not own")
+    generation = d.generation(r.seq, e.generation)
+    if session.kept != e.generation or generation.manager != e.previous:
+        raise RuleViolation(r.seq, f"adopts generation {e.generation}, which session "
+                            f"{e.session}'s previous owner {e.previous} did not leave")
+    previous = d.managers.get(e.previous)
+    if previous is None or previous.ended != "dead":
+        raise RuleViolation(r.seq, f"adopts from manager {e.previous}, which is not dead")
+    if generation.removal is not None or not generation.ready:
+        raise RuleViolation(r.seq, f"adopts generation {e.generation}, whose removal began")
+    if manager.current is not None:
+        raise RuleViolation(r.seq, f"adopts generation {e.generation} while "
+                            f"{manager.current} is current")
+    d.generations[e.generation] = attrs.evolve(
+        generation, manager=e.manager, retired=False, retired_seq=None, leases=frozenset()
+    )
+    previous = attrs.evolve(previous, generations=previous.generations - {e.generation})
+    d.managers[e.previous] = previous
+    # Dead, and now with nothing left: the state lets it go.
+    d.forget_if_done(previous)
+    d.managers[e.manager] = attrs.evolve(
+        manager, current=e.generation, generations=manager.generations | {e.generation}
+    )
+    d.sessions[e.session] = attrs.evolve(
+        session, kept=None, kept_seq=None, kept_at=None, adoptions=session.adoptions + 1,
+        adopted_seq=r.seq, adopted_from=e.previous,
+    )
+
+
+@_rule(SessionDiscarded)
+def _session_discarded(d: Fold, r: Record, e: SessionDiscarded) -> None:
+    session = d.sessions.get(e.session)
+    if session is None:
+        raise RuleViolation(r.seq, f"discards session {e.session}, which was never claimed")
+    owner = d.managers.get(session.owner)
+    if owner is not None and owner.ended is None:
+        raise RuleViolation(r.seq, f"discards session {e.session}, which manager "
+                            f"{session.owner} still owns")
+    d.sessions[e.session] = attrs.evolve(
+        session, kept=None, kept_seq=None, kept_at=None, discarded_seq=r.seq,
+        discarded_reason=e.reason,
+    )
+
+
+@_rule(ArtifactKept)
+def _artifact_kept(d: Fold, r: Record, e: ArtifactKept) -> None:
+    d.live_manager(r.seq, e.manager)
+    if e.artifact in d.artifacts:
+        raise RuleViolation(r.seq, f"keeps artifact {e.artifact} a second time")
+    d.artifacts[e.artifact] = ArtifactState(
+        id=e.artifact, label=e.label, sha256=e.sha256, size=e.size, manager=e.manager,
+        session=d.owned.get(e.manager), kept_seq=r.seq, kept_at=r.time,
+    )
+
+
+@_rule(ArtifactRemoved)
+def _artifact_removed(d: Fold, r: Record, e: ArtifactRemoved) -> None:
+    if e.artifact not in d.artifacts:
+        raise RuleViolation(r.seq, f"removes artifact {e.artifact}, which is not kept")
+    del d.artifacts[e.artifact]

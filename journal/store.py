@@ -1574,7 +1574,20 @@ class Store:
                                             "digest for it")
                 first = conn.execute("SELECT min(seq) FROM events").fetchone()[0]
             except sqlite3.Error as e:
+                if problems:
+                    # The damage is found and named; what it hides cannot be read.
+                    return [*problems, f"reading stopped at the damage: {e}"]
                 raise self._translate(e, "read") from e
+        try:
+            return self._verify_chain(problems, first, bases)
+        except JournalCorrupt as e:
+            if not problems:
+                raise
+            return [*problems, f"reading stopped at the damage: {e.reason}"]
+
+    def _verify_chain(self, problems: list[str], first: int | None,
+                      bases: dict[int, bytes]) -> list[str]:
+        """Check the sequence and the digest chain of every kept event, after *problems*."""
         expected_seq, digest = 1, _GENESIS
         if first is not None and first > 1 and bases:
             # History before the first kept segment was retired: the chain

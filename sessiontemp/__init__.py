@@ -23,24 +23,30 @@ from journal.errors import (
     JournalFull,
     JournalReadOnly,
     JournalVersionError,
+    SessionOwned,
     SessionTempError,
     Unavailable,
     UnsafeRoot,
     Unsupported,
 )
 from journal.segments import DEFAULT_RETENTION, Retention
+from sessiontemp.artifacts import Artifact, remove_artifact
 from sessiontemp.lease import Lease
 from sessiontemp.manager import Manager
+from sessiontemp.placement import InsideWorkdir
 from sessiontemp.recovery import Removed, Report, Skipped, recover
 from sessiontemp.root import GENERATION_PREFIX, TRASH_PREFIX, default_root
+from sessiontemp.sessions import remove_session
 
 __all__ = [
     "DEFAULT_RETENTION",
     "GENERATION_PREFIX",
     "TRASH_PREFIX",
+    "Artifact",
     "BadInput",
     "CheckpointInvalid",
     "CommandNotStarted",
+    "InsideWorkdir",
     "JournalBusy",
     "JournalCorrupt",
     "JournalError",
@@ -52,6 +58,7 @@ __all__ = [
     "Removed",
     "Report",
     "Retention",
+    "SessionOwned",
     "SessionTempError",
     "Skipped",
     "Unavailable",
@@ -59,4 +66,6 @@ __all__ = [
     "Unsupported",
     "default_root",
     "recover",
+    "remove_artifact",
+    "remove_session",
 ]

@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                          usage=f"{PROG} run [--root DIR] [--session NAME] -- CMD ARGS...")
     run.add_argument("--root", type=Path, metavar="DIR", help=root_help)
     run.add_argument("--session", metavar="NAME",
-                     help="share a named session's directory (not available yet)")
+                     help="refused: a run is a session of its own (see Manager(session=))")
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD ARGS...",
                      help="the command and its arguments, after --")
 
@@ -103,9 +103,10 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     if command[:1] == ["--"]:
         command = command[1:]
     if args.session is not None:
-        return _fail("run", f"--session {args.session}: named sessions are not available in "
-                     "this version. Leave out --session to run in a private directory of the "
-                     "command's own")
+        return _fail("run", f"--session {args.session}: named sessions are not available to "
+                     "a run, which ends its session when its command exits (a process that "
+                     "stays up uses Manager(root, session=NAME)). Leave out --session to run "
+                     "in a private directory of the command's own")
     if not command:
         return _fail("run", "no command given. Name it after --, as in "
                      f"`{PROG} run -- make test`")

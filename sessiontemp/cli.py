@@ -103,6 +103,10 @@ def cmd_summary(args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"generations  {g['total']} in all: {g['live']} live, {g['retired']} retired, "
               f"{g['removal_pending']} removal pending, {g['removed']} removed; "
               f"{g['leases_held']} leases held\n")
+    ss, a = s.sessions, s.artifacts
+    out.write(f"sessions     {ss['claims']} claims of named sessions, {ss['resumed']} resumed "
+              f"after a crash, {ss['discarded']} discarded\n")
+    out.write(f"artifacts    {a['kept']} kept, {a['removed']} removed\n")
     if g["held_by_commands"]:
         out.write(f"             {g['held_by_commands']} directories of ended managers still held "
                   "by running commands (they go once the commands exit)\n")
@@ -115,9 +119,10 @@ def cmd_summary(args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"verify       quick check {verdict}; run `journal-inspect verify` for all checks\n")
     if s.running:
         out.write("\n")
-        _table([("manager", "pid", "opened", "owners", "sealed", "current", "liveness"),
+        _table([("manager", "pid", "opened", "owners", "sealed", "current", "liveness",
+                 "session"),
                 *[(r.id, r.pid, _when(r.opened_at), r.owners, "yes" if r.sealed else "no",
-                   r.current or "-", r.liveness) for r in s.running]], out)
+                   r.current or "-", r.liveness, r.session or "-") for r in s.running]], out)
     for p in s.verify.problems:
         out.write(f"problem: {p.message}\n")
     return 0
@@ -174,6 +179,22 @@ def cmd_state(args: argparse.Namespace, out: TextIO) -> int:
                else f"{g.removal} ({g.removal_outcome})")
               for g in sorted(result.state.generations.values(), key=lambda g: g.created_seq)]],
            out)
+    if result.state.sessions:
+        out.write("\nsessions\n")
+        _table([("session", "owner", "window", "last used", "kept", "kept since", "resumed",
+                 "discarded"),
+                *[(n.name, n.owner, f"{n.window:g} s", _when(n.used_at), n.kept or "-",
+                   _when(n.kept_at), n.adoptions,
+                   "-" if n.discarded_reason is None else n.discarded_reason)
+                  for n in sorted(result.state.sessions.values(), key=lambda n: n.claimed_seq)]],
+               out)
+    if result.state.artifacts:
+        out.write("\nartifacts\n")
+        _table([("artifact", "label", "size", "sha256", "manager", "session", "kept"),
+                *[(a.id, a.label, a.size, a.sha256, a.manager, a.session or "-",
+                   _when(a.kept_at))
+                  for a in sorted(result.state.artifacts.values(), key=lambda a: a.kept_seq)]],
+               out)
     return 0
 
 
@@ -232,7 +253,10 @@ def cmd_fsck(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"[{f.check}] {f.path}: {f.message}.\n    fix: {f.fix}\n")
     for f in result.held:
         out.write(f"[{f.check}] {f.path}: {f.message}. {f.fix}\n")
-    held = f", {len(result.held)} held by running commands" if result.held else ""
+    commands = sum(f.check == "held" for f in result.held)
+    kept = len(result.held) - commands
+    held = (f", {commands} held by running commands" if commands else "") + (
+        f", {kept} kept for a session's resume" if kept else "")
     verdict = "clean" if result.ok else f"{len(result.findings)} problems"
     out.write(f"{result.root}: {verdict}{held}\n")
     return 0 if result.ok else 1

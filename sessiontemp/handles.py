@@ -20,6 +20,7 @@ import attrs
 from journal.store import Store
 from sessiontemp.locks import Liveness
 from sessiontemp.root import Root
+from sessiontemp.sessions import SessionLock
 
 if TYPE_CHECKING:
     from sessiontemp.lease import Lease
@@ -34,6 +35,7 @@ class Handles:
     root: Root
     store: Store | None = None
     liveness: Liveness | None = None
+    session: SessionLock | None = None
     generations: dict[str, int] = attrs.field(factory=dict)
     leases: dict[str, Lease] = attrs.field(factory=dict)
     pid: int = attrs.field(factory=os.getpid)
@@ -65,6 +67,10 @@ class Handles:
             self.drop_generation(generation)
         if self.liveness is not None:
             self.liveness.close()
+        # After the liveness lock: a successor claiming the session then
+        # finds this manager gone, and can resume what it leaves.
+        if self.session is not None:
+            self.session.close()
         if self.store is not None:
             self.store.close()
         self.root.close()
@@ -86,6 +92,9 @@ class Handles:
             self.drop_generation(generation)
         if self.liveness is not None:
             self.liveness.close()
+        if self.session is not None:
+            # The child must not keep the session owned after its parent dies.
+            self.session.close()
         if self.store is not None:
             self.store.forget()
         self.root.close()

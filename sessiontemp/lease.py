@@ -25,6 +25,7 @@ from journal.errors import Unavailable
 from sessiontemp import aio
 
 if TYPE_CHECKING:
+    from sessiontemp.artifacts import Artifact
     from sessiontemp.manager import Manager
 
 __all__ = ["Lease"]
@@ -101,6 +102,22 @@ class Lease:
         child that kept the descriptor.
         """
         return self.manager._track(self, pid)
+
+    def keep(self, path: os.PathLike[str] | str, label: str) -> Artifact:
+        """Copy the file at *path* out of this lease's directory into the root's artifact store.
+
+        *path* is relative to :attr:`path` or absolute under it; *label*
+        (1-80 characters of ``[A-Za-z0-9._-]``, starting with a letter or a
+        digit) becomes part of the file's name.  The copy is a new 0600 file,
+        fsynced with its directory before its SHA-256 and size are
+        journaled; it outlives every rotation, release and close, and goes
+        only by :func:`sessiontemp.remove_artifact`.  Refused with
+        :class:`BadInput` unless *path* is a regular file with one link of
+        at most 16 MiB (``sessiontemp.artifacts.MAX_BYTES``), reached without
+        following a symlink; with ValueError for a bad label; with
+        :class:`Unavailable` once the lease is released.
+        """
+        return self.manager._keep(self, path, label)
 
     def release(self) -> None:
         """Give the lease back; later calls do nothing.

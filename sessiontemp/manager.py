@@ -43,6 +43,7 @@ from journal.errors import (
     UnsafeRoot,
 )
 from journal.events import (
+    ArtifactKept,
     CommandStarted,
     Event,
     GenerationCreated,
@@ -57,21 +58,23 @@ from journal.events import (
     RemovalStarted,
     Retained,
     Rotated,
+    SessionAdopted,
+    SessionClaimed,
 )
-from journal.reducer import EMPTY, ManagerState, State, removal_due, replay
+from journal.reducer import EMPTY, GenerationState, ManagerState, State, removal_due, replay
 from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Pending, Store
-from sessiontemp import aio, processes, recovery
+from sessiontemp import aio, artifacts, placement, processes, recovery, sessions
 from sessiontemp.handles import Handles
 from sessiontemp.lease import Lease
 from sessiontemp.locks import Liveness, hold_root, lock_shared
 from sessiontemp.log import debugging, logger
 from sessiontemp.removal import Target, remove
-from sessiontemp.root import Root, generation_name
+from sessiontemp.root import Root, default_root, generation_name
 from sessiontemp.shield import shielded
 from sessiontemp.steps import StepHook, Steps
 
-__all__ = ["DEFAULT_STALE_AFTER", "DURABILITY", "Durability", "Manager"]
+__all__ = ["DEFAULT_RESUME_WINDOW", "DEFAULT_STALE_AFTER", "DURABILITY", "Durability", "Manager"]
 
 Durability: TypeAlias = Literal["full", "relaxed"]
 DURABILITY: Final[tuple[Durability, ...]] = ("full", "relaxed")
@@ -79,9 +82,12 @@ DURABILITY: Final[tuple[Durability, ...]] = ("full", "relaxed")
 # file's unlink): synced before it in either mode.  A removal's end is
 # synced in neither: lost, it leaves the removal started, which recovery
 # finishes as it would have (and the rmdir it records is not synced either).
-_WRITE_AHEAD: Final = (GenerationCreated, RemovalStarted, ManagerClosed)
+# An artifact's record is synced in both too: its caller is told the file is
+# kept, and without the record a recovery would remove it as unreferenced.
+_WRITE_AHEAD: Final = (GenerationCreated, RemovalStarted, ManagerClosed, ArtifactKept)
 
 DEFAULT_STALE_AFTER: Final = recovery.DEFAULT_STALE_AFTER
+DEFAULT_RESUME_WINDOW: Final = sessions.DEFAULT_RESUME_WINDOW
 # The longest label the journal's schema accepts (journal.events decodes no longer text).
 MAX_LABEL: Final = 4096
 
@@ -128,6 +134,17 @@ class Manager:
     disk use (:class:`journal.segments.Retention`: segment size, and the size
     and age of retired history kept).
 
+    *session* names the logical session (1-64 characters of
+    ``[A-Za-z0-9._-]``, not ``.`` or ``..``; ValueError otherwise): one live
+    manager per name and root, a second is refused with
+    :class:`SessionOwned` naming the owner's pid.  When a named session's
+    manager dies, its current directory is kept for *resume_window* seconds
+    (a day by default) from its journaled death; the next manager of that
+    name adopts it, files and all, unless *resume* is False (then it is
+    removed, as it is once the window has passed).  *workdir* is the
+    directory sandboxed commands may write: a root inside it is refused
+    (:class:`UnsafeRoot`), or with ``workdir_policy="warn"`` warned about.
+
     A forked child owns nothing of its parent's manager: its copy refuses
     every operation with :class:`ForkedCopy`, and closing it does nothing.
     """
@@ -142,12 +159,26 @@ class Manager:
         step_hook: StepHook | None = None,
         durability: Durability = "full",
         retention: Retention = DEFAULT_RETENTION,
+        session: str | None = None,
+        resume: bool = True,
+        resume_window: float = DEFAULT_RESUME_WINDOW,
+        workdir: os.PathLike[str] | str | None = None,
+        workdir_policy: placement.Policy = "refuse",
     ) -> None:
         recovery.check_stale_after(stale_after)
         self._retention = retention
         if durability not in DURABILITY:
             raise ValueError(f"durability must be one of {', '.join(map(repr, DURABILITY))}, "
                              f"not {durability!r}")
+        claim = None if session is None else sessions.Claim(sessions.check_name(session),
+                                                             resume=bool(resume))
+        window = sessions.check_window(resume_window)
+        if workdir is not None and (root is None or os.fspath(root)):
+            # Before anything is made: a refused root must not be created.
+            placement.check(default_root() if root is None else root, workdir,
+                            policy=workdir_policy)
+        self.session = session
+        self.resumed = False
         self.durability: Durability = durability
         # Which failures of the store's group commit this state has caught up with.
         self._epoch = 0
@@ -161,17 +192,21 @@ class Manager:
         self._ended: ManagerState | None = None
         self.recovery = recovery.Report(ran=False)
         self._handles = shielded(
-            lambda: self._open(root, stale_after, busy_timeout), lambda handles: self.close()
+            lambda: self._open(root, stale_after, busy_timeout, claim, window),
+            lambda handles: self.close(),
         )
         _MANAGERS.add(self)
         logger.debug("manager.opened", manager=self.id, path=str(self._handles.root.path))
 
     def _open(self, root: os.PathLike[str] | str | None, stale_after: float,
-              busy_timeout: float) -> Handles:
+              busy_timeout: float, claim: sessions.Claim | None, window: float) -> Handles:
         handles = Handles(Root.open(root))
         # Set at once: whatever fails below, close_all() gives back what was had.
         self._handles = handles
         try:
+            if claim is not None:
+                # First: refused at once while another manager owns the name.
+                handles.session = sessions.SessionLock.take(handles.root, claim.name)
             handles.root.check_journal()
             handles.store = Store(handles.root.journal_path, busy_timeout=busy_timeout,
                                   retention=self._retention, step_hook=self._steps.before)
@@ -182,7 +217,9 @@ class Manager:
                 steps=self._steps)
             self.recovery = recovery.run(
                 handles.root, handles.store, stale_after=stale_after, clock=self._clock,
-                steps=self._steps, wait=False,
+                steps=self._steps,
+                # A claimer must know how its last owner ended: it waits for its pass.
+                wait=claim is not None, claim=claim,
             )
             # Keeps an age-based cleaner (systemd-tmpfiles) out of the whole
             # root, journal and lock files included, while the manager lives.
@@ -193,7 +230,10 @@ class Manager:
             # manager, so a recovery that sees the name finds the lock.
             self._steps.before("lock", f"manager {self.id}")
             handles.liveness = Liveness(handles.root.managers_fd, self.id)
-            self._append(ManagerOpened(self.id, os.getpid()))
+            if claim is None:
+                self._append(ManagerOpened(self.id, os.getpid()))
+            else:
+                self._claim(claim, window)
         except BaseException:
             if handles.liveness is not None and (
                 handles.store is None or handles.store.broken is None
@@ -204,6 +244,74 @@ class Manager:
             raise
         return handles
 
+    def _claim(self, claim: sessions.Claim, window: float) -> None:
+        """Journal this manager's birth as the owner of *claim*'s session, adopting what it can.
+
+        What the last owner left is adopted (a resume) when the recovery
+        pass kept it for this claim; its events and this manager's own fold
+        from the part of the journal's state they name.
+        """
+        found = self.recovery.resumable
+        if found is not None:
+            self._state = found.seed()
+            store = self._handles.store
+            assert store is not None
+            # The store folds this manager's appends from its own copy of the state.
+            store.reset_tip(self._state)
+        events: list[Event] = [ManagerOpened(self.id, os.getpid()),
+                               SessionClaimed(self.id, claim.name, round(window * 1000))]
+        taken = None
+        if (claim.resume and found is not None and found.generation is not None
+                and found.owner is not None):
+            taken = self._take_over(found.generation)
+            if taken is not None:
+                events.append(SessionAdopted(self.id, claim.name, found.generation.id,
+                                             found.owner.id))
+        try:
+            self._append(*events)
+        except BaseException:
+            if taken is not None:
+                os.close(taken)
+            raise
+        if (taken is not None and found is not None and found.generation is not None
+                and found.owner is not None):
+            self._handles.generations[found.generation.id] = taken
+            self.resumed = True
+            logger.info("session.resumed", manager=self.id, session=claim.name,
+                        generation=found.generation.id, previous=found.owner.id,
+                        path=str(self.root / generation_name(found.generation.id)),
+                        seq=self._state.seq)
+
+    def _take_over(self, generation: GenerationState) -> int | None:
+        """Lock the directory a dead owner left, as its new manager; None if it cannot be.
+
+        Locked before the adoption is journaled, like a new generation: a
+        remover that seized it first makes this fail, and one that comes
+        after finds it held.
+        """
+        name = generation_name(generation.id)
+        try:
+            self._steps.before("lock", name)
+            fd = lock_shared(self._handles.root.fd, name)
+        except OSError as e:
+            logger.warning("session.not_resumed", manager=self.id, generation=generation.id,
+                           reason=f"{name} could not be locked ({e.strerror})")
+            return None
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != (generation.device, generation.inode):
+                logger.warning("session.not_resumed", manager=self.id,
+                               generation=generation.id,
+                               reason=f"{name} was replaced by another directory")
+                os.close(fd)
+                return None
+            # A usage touch: an age-based cleaner sees it in use from now on.
+            os.utime(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
     # -- what the journal says -------------------------------------------------
 
     @property
@@ -213,7 +321,11 @@ class Manager:
 
     @property
     def state(self) -> State:
-        """The reducer's state over the events this manager appended."""
+        """The reducer's state over the events this manager appended.
+
+        A named session's manager starts from the part of the journal's state
+        its claim names: the session, its last owner and what that left.
+        """
         return self._state
 
     @property
@@ -248,7 +360,8 @@ class Manager:
 
     def __repr__(self) -> str:
         me = self._me
-        return (f"<Manager {self.id} at {self.root} owners={me.owners} "
+        named = "" if self.session is None else f" session={self.session!r}"
+        return (f"<Manager {self.id} at {self.root}{named} owners={me.owners} "
                 f"sealed={me.sealed} closed={self.closed}>")
 
     # -- owners ----------------------------------------------------------------
@@ -382,6 +495,9 @@ class Manager:
             # always has its lock, and a lock taken for a lease that could
             # not be journaled is simply closed.
             fd = lock_shared(self._handles.root.fd, name)
+            # A usage touch: an age rule (systemd-tmpfiles, the sweep of a
+            # lost journal's leftovers) then measures idleness, not age.
+            os.utime(fd)
         except BaseException as e:
             if made is not None:
                 self._unmake(made, e)
@@ -518,6 +634,40 @@ class Manager:
                 released()
 
         shielded(operation)
+
+    def _keep(self, lease: Lease, path: os.PathLike[str] | str, label: str) -> artifacts.Artifact:
+        """Copy *path* from *lease*'s directory into the artifact store, and journal it."""
+        artifacts.check_label(label)
+        parts = artifacts.source_parts(lease.path, path)
+        self._refuse_forked()
+
+        def operation() -> artifacts.Artifact:
+            with self._mutex:
+                fd = lease._fd
+                if not self._holds(lease) or fd is None:
+                    raise Unavailable(lease.path, f"lease {lease.id} was already released",
+                                      "Keep files while the lease is held")
+                artifact = ids.new_artifact()
+                copy = artifacts.copy_in(self._handles.root, fd, parts, artifact, label,
+                                         steps=self._steps)
+                try:
+                    self._append(ArtifactKept(self.id, artifact, label, copy.sha256, copy.size))
+                except BaseException:
+                    store = self._handles.store
+                    if store is not None and store.broken is not None:
+                        # Its record may have been committed: leave the file;
+                        # if it was not, recovery finds it unreferenced.
+                        copy.done()
+                    else:
+                        copy.discard()
+                    raise
+                copy.done()
+                kept = artifacts.artifact_of(self.root, self._state.artifacts[artifact])
+                logger.info("artifact.kept", manager=self.id, lease=lease.id,
+                            path=str(kept.path), seq=self._state.seq)
+                return kept
+
+        return shielded(operation)
 
     def _track(self, lease: Lease, pid: int) -> bool:
         """Journal that *pid* was started on *lease*; False when it cannot be recorded."""

@@ -16,6 +16,12 @@ history the retention rule no longer keeps; then it:
    their mtime is older than *stale_after*; never one whose lock is held.
 
 A live manager's generations are never touched: they are its own business.
+Nor is the generation a named session's dead owner left, while it is kept
+for a resume (:mod:`sessiontemp.sessions`): a pass discards it once its
+window has passed (or when the session's new owner, or ``remove_session``,
+asks), and it is then removed as any other.  Artifact files no record names
+(a keeper died between the copy and its record) are removed unless a keeper
+still holds them.
 Each removal is journaled; one entry that cannot be handled is logged,
 reported as skipped and does not stop the pass.
 
@@ -49,11 +55,20 @@ import filelock
 
 from journal import checkpoint, ids
 from journal.errors import JournalError
-from journal.events import Event, ManagerDied, Reappeared, RecoveryStarted, RemovalStarted
+from journal.events import (
+    ArtifactRemoved,
+    Event,
+    ManagerDied,
+    Reappeared,
+    RecoveryStarted,
+    RemovalStarted,
+    SessionDiscarded,
+)
 from journal.history import Past, pasts
-from journal.reducer import Fold, GenerationState, State, held_by
+from journal.reducer import Fold, GenerationState, State, held_by, kept_for_resume
 from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Store
+from sessiontemp import artifacts, sessions
 from sessiontemp.locks import probe_liveness, try_exclusive
 from sessiontemp.log import logger
 from sessiontemp.removal import Target, remove
@@ -102,6 +117,8 @@ class Report:
     skipped: tuple[Skipped, ...] = ()
     dead: tuple[str, ...] = ()
     ran: bool = True
+    # For a named session's claimer: the session as the pass left it.
+    resumable: sessions.Resumable | None = attrs.field(default=None, repr=False)
 
 
 def check_stale_after(stale_after: float) -> None:
@@ -150,11 +167,15 @@ def run(
     clock: Callable[[], float],
     steps: Steps,
     wait: bool,
+    claim: sessions.Claim | None = None,
+    remove_artifacts: Sequence[str] = (),
 ) -> Report:
     """One pass over an open root and journal; with *wait* False, skip if another runs.
 
-    Raises :class:`UnsafeRoot` when the root's path no longer names the
-    directory *root* holds: the lock file is opened by path.
+    *claim* is given by the holder of a session's lock that is about to
+    claim it (or to remove it); *remove_artifacts* lists artifacts to
+    remove, journaled.  Raises :class:`UnsafeRoot` when the root's path no
+    longer names the directory *root* holds: the lock file is opened by path.
     """
     root.check_identity()
     lock = filelock.FileLock(
@@ -170,7 +191,8 @@ def run(
         # Again once the lock is held, however long the wait: the pass acts
         # on what the descriptor holds and reports paths under the name.
         root.check_identity()
-        return _Pass(root, store, stale_after=stale_after, clock=clock, steps=steps).run()
+        return _Pass(root, store, stale_after=stale_after, clock=clock, steps=steps,
+                     claim=claim, remove_artifacts=remove_artifacts).run()
     finally:
         lock.release()
 
@@ -205,8 +227,10 @@ def maintain(root: Root, store: Store, seq: int = 0, *, clock: Callable[[], floa
 class _Pass:
     def __init__(
         self, root: Root, store: Store, *, stale_after: float, clock: Callable[[], float],
-        steps: Steps,
+        steps: Steps, claim: sessions.Claim | None = None, remove_artifacts: Sequence[str] = (),
     ) -> None:
+        self.claim = claim
+        self.remove_artifacts = tuple(remove_artifacts)
         self.root = root
         self.store = store
         self.stale_after = stale_after
@@ -227,6 +251,7 @@ class _Pass:
         self.write_checkpoint()
         self.retire()
         self.bury_dead_managers()
+        self.settle_sessions()
         candidates = [g.id for g in self.state.generations.values() if self.orphaned(g)]
         for generation_id in candidates:
             # Re-read first: the state may have moved on since the list was
@@ -238,10 +263,16 @@ class _Pass:
                 self.remove_known(generation)
         self.sweep_unknown()
         self.sweep_lock_files()
+        for artifact in self.remove_artifacts:
+            self.remove_artifact(artifact)
+        self.sweep_artifacts()
         if self.started:
             logger.info("recovery.finished", recovery=self.id, removed=len(self.removed),
                         skipped=len(self.skipped), dead=len(self.dead))
-        return Report(tuple(self.removed), tuple(self.skipped), tuple(self.dead))
+        resumable = None if self.claim is None else sessions.resumable(self.state,
+                                                                       self.claim.name)
+        return Report(tuple(self.removed), tuple(self.skipped), tuple(self.dead),
+                      resumable=resumable)
 
     def restore(self) -> None:
         """Start from the newest usable checkpoint instead of the first event."""
@@ -344,6 +375,77 @@ class _Pass:
             finally:
                 os.close(fd)
 
+    def settle_sessions(self) -> None:
+        """Discard what dead session owners left once it is no longer kept for a resume.
+
+        The claimer's own session goes by its choice (no resume) or by its
+        window; any other only once its window has passed, and only while
+        this pass holds the session's lock for the instant: a claimer holding
+        it may be adopting the generation right now.
+        """
+        for session in list(self.state.sessions.values()):
+            kept = self.state.generations.get(session.kept or "")
+            if kept is None or kept_for_resume(self.state, kept) is None:
+                continue
+            window = f"its resume window of {session.window:g} s passed"
+            if self.claim is not None and session.name == self.claim.name:
+                if not self.claim.resume:
+                    self.append([SessionDiscarded(session.name, self.id, self.claim.why)])
+                elif sessions.expired(session, self.clock()):
+                    self.append([SessionDiscarded(session.name, self.id, window)])
+                continue
+            if not sessions.expired(session, self.clock()):
+                continue
+            lock = sessions.try_lock(self.root, session.name)
+            if lock is None:
+                continue
+            try:
+                # Read again under the lock: an owner may have claimed it since.
+                self.refresh()
+                current = self.state.sessions[session.name]
+                if current.kept == kept.id and kept_for_resume(self.state, kept) is not None:
+                    self.append([SessionDiscarded(session.name, self.id, window)])
+            finally:
+                lock.close()
+
+    def remove_artifact(self, artifact: str) -> None:
+        """Remove a kept artifact: journaled first, then its file unlinked."""
+        kept = self.state.artifacts.get(artifact)
+        if kept is None:
+            return
+        path = self.root.path / artifacts.ARTIFACTS_DIR / artifacts.file_name(kept.id,
+                                                                             kept.label)
+        self.append([ArtifactRemoved(artifact, self.id)])
+        self.steps.before("unlink", path.name)
+        artifacts.remove_file(self.root, kept)
+        self.removed.append(Removed(path, "", artifacts.ON_REQUEST))
+        logger.info("artifact.removed", recovery=self.id, path=str(path), seq=self.state.seq)
+
+    def sweep_artifacts(self) -> None:
+        """Remove artifact files no record names, unless a keeper still holds one."""
+
+        def recorded() -> frozenset[str]:
+            return frozenset(artifacts.file_name(a.id, a.label)
+                             for a in self.state.artifacts.values())
+
+        def still_unreferenced(name: str) -> bool:
+            # A keeper records before it lets go of its lock: read again.
+            self.refresh()
+            return name not in recorded()
+
+        for name in artifacts.unreferenced(self.root, recorded()):
+            path = self.root.path / artifacts.ARTIFACTS_DIR / name
+            try:
+                self.steps.before("unlink", name)
+                if artifacts.remove_unreferenced(self.root, name, still_unreferenced):
+                    reason = "an artifact file no record names (its keeper died before " \
+                             "recording it, or its removal was interrupted)"
+                    self.removed.append(Removed(path, "", reason))
+                    logger.info("artifact.unreferenced", recovery=self.id, path=str(path),
+                                reason=reason)
+            except OSError as e:
+                self.skip(path, f"could not be checked ({e})", "")
+
     def orphaned(self, generation: GenerationState) -> bool:
         """Whether *generation* is recovery's to remove: nobody else will ever do it.
 
@@ -351,6 +453,9 @@ class _Pass:
         journal consistent without cross-checking appends: its manager while
         that lives, then the recovery passes, one at a time.
         """
+        if generation.removal is None and kept_for_resume(self.state, generation) is not None:
+            # Its session's next owner may still adopt it.
+            return False
         return self.owner_done(generation.manager)
 
     def owner_done(self, manager_id: str | None) -> bool:

@@ -14,6 +14,8 @@ Layout::
     ROOT/managers/<id>.lock         one liveness lock per live manager
     ROOT/sessiontemp-gen-<id>/      a generation directory
     ROOT/sessiontemp-trash-<id>/    a generation being removed
+    ROOT/sessions/<name>.lock       a named session's owner lock
+    ROOT/artifacts/<id>-<label>     a durable artifact
 """
 
 from __future__ import annotations
@@ -144,22 +146,30 @@ class Root:
 
     def _open_managers(self) -> int:
         """Make ``managers`` if missing, check it, and return a descriptor holding it."""
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(MANAGERS_DIR, 0o700, dir_fd=self.fd)
         # The liveness lock files are opened by path through it: a
         # symlink there would put them, and the recovery's unlinks of
         # litter in it, wherever the link points.
-        path = self.path / MANAGERS_DIR
-        managers = os.stat(MANAGERS_DIR, dir_fd=self.fd, follow_symlinks=False)
-        if not stat.S_ISDIR(managers.st_mode):
+        return self.open_private(MANAGERS_DIR)
+
+    def open_private(self, name: str) -> int:
+        """Make the directory *name* in the root if missing (0700), check it, and hold it open.
+
+        Refused (:class:`UnsafeRoot`) when it is a symlink or something
+        other than a directory, someone else's, or open to others.  Whatever
+        is made and probed in it afterwards goes relative to the returned
+        descriptor, never through a path.
+        """
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o700, dir_fd=self.fd)
+        path = self.path / name
+        found = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        if not stat.S_ISDIR(found.st_mode):
             raise UnsafeRoot(path, "is not a directory (" + (
-                "a symbolic link" if stat.S_ISLNK(managers.st_mode) else "another kind"
+                "a symbolic link" if stat.S_ISLNK(found.st_mode) else "another kind"
             ) + ")", "Remove it or pass another root")
-        check_owned_private(path, managers)
-        # Held open like the root: liveness lock files are made and
-        # probed relative to it, never through a path.
-        fd = os.open(MANAGERS_DIR, DIR_FLAGS, dir_fd=self.fd)
-        if os.fstat(fd).st_ino != managers.st_ino:
+        check_owned_private(path, found)
+        fd = os.open(name, DIR_FLAGS, dir_fd=self.fd)
+        if os.fstat(fd).st_ino != found.st_ino:
             os.close(fd)
             raise UnsafeRoot(path, "was replaced while it was opened",
                              "Find out who moved it; then open the root again")

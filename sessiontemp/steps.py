@@ -3,9 +3,10 @@
 Every step that changes what survives a crash goes through :func:`Steps.before`
 just before it happens: a journal commit, a mkdir, a rename, the removal of
 one entry, a lock taken or given up, a checkpoint written, a journal segment
-made, sealed or retired.  In production the hook does nothing; a
-test passes one that raises at the k-th step to fail the operation there, or
-that stops the process there, to check what every crash point leaves behind.
+made, sealed or retired, a file copied.  In production the hook does nothing;
+a test passes one that raises at the k-th step to fail the operation there,
+or that stops the process there, to check what every crash point leaves
+behind.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from typing import Final, Literal, TypeAlias
 __all__ = ["STEP_KINDS", "StepHook", "Steps"]
 
 StepKind: TypeAlias = Literal[
-    "journal", "mkdir", "lock", "unlock", "rename", "unlink", "rmdir", "checkpoint", "segment"
+    "journal", "mkdir", "lock", "unlock", "rename", "unlink", "rmdir", "checkpoint", "segment",
+    "copy",
 ]
 STEP_KINDS: Final[tuple[StepKind, ...]] = (
     "journal", "mkdir", "lock", "unlock", "rename", "unlink", "rmdir", "checkpoint", "segment",
+    "copy",
 )
 StepHook: TypeAlias = Callable[[StepKind, str], None]
 

@@ -13,7 +13,14 @@ plain dicts and counters, and shares no code with :mod:`journal.reducer`:
   its leases die with it);
 * a crashed manager (killed, in a test: see :func:`simulate_kill`) keeps
   its generations on disk until the next recovery, which removes them all:
-  in one process no lease of a dead manager can outlive it.
+  in one process no lease of a dead manager can outlive it;
+* except, for a manager that owns a named session, its current generation:
+  that recovery keeps it for the session, and the session's next manager
+  adopts it (files and all) when it resumes, or it is removed when that
+  manager starts afresh, when the session is removed, or by a recovery once
+  the resume window has passed; a session has one live owner at a time;
+* an artifact kept through a lease holds the file's content for good, until
+  its removal, whatever happens to the session.
 
 :class:`World` owns a root with real :class:`sessiontemp.Manager` objects on
 it and the model beside them; each operation runs on both, and
@@ -30,9 +37,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import itertools
 import os
 import shutil
+import stat
+import time
 from collections.abc import Callable, Set
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,8 +50,18 @@ from typing import Literal, TypeAlias
 
 from journal import State, Store, checkpoint, replay
 from journal.errors import ForkedCopy
-from journal.reducer import History, removal_due
-from sessiontemp import Lease, Manager, Unavailable, recover
+from journal.reducer import History, kept_for_resume, removal_due
+from sessiontemp import (
+    Artifact,
+    Lease,
+    Manager,
+    SessionOwned,
+    Unavailable,
+    recover,
+    remove_artifact,
+    remove_session,
+)
+from sessiontemp.artifacts import ARTIFACTS_DIR
 from sessiontemp.manager import Durability
 from sessiontemp.root import (
     GENERATION_PREFIX,
@@ -66,6 +86,8 @@ View: TypeAlias = tuple[dict[str, ManagerView], dict[str, GenerationView]]
 Op: TypeAlias = tuple[str, ...]
 
 BUSY_TIMEOUT = 10.0
+# Far enough ahead of the real clock for every resume window to have passed.
+LATE = 10 * 86400.0
 # Where the many short-lived roots of the machine and the crash points go: a
 # memory file system when there is one, so fsynced commits cost nothing
 # (flock, rename and rmdir behave the same there); else the default.
@@ -105,6 +127,13 @@ class ModelManager:
     sealed: bool = False
     current: str | None = None
     status: Status = "live"
+    session: str | None = None
+
+
+@dataclass
+class ModelSession:
+    owner: str
+    kept: str | None = None
 
 
 class Model:
@@ -115,6 +144,9 @@ class Model:
         self.generations: dict[str, ModelGeneration] = {}
         # Leases whose holder is alive, and their generation.
         self.held: dict[str, str] = {}
+        self.sessions: dict[str, ModelSession] = {}
+        # Artifacts kept, by the world's name, and their content.
+        self.artifacts: dict[str, str] = {}
 
     # questions
 
@@ -134,16 +166,61 @@ class Model:
 
     # operations
 
-    def open(self, name: str) -> None:
-        """A new manager; opening runs recovery first."""
-        self.recover()
-        self.managers[name] = ModelManager()
+    def owned(self, session: str) -> bool:
+        """Whether a live manager owns *session* (a crashed one's lock died with it)."""
+        s = self.sessions.get(session)
+        return s is not None and self.managers[s.owner].status == "live"
 
-    def recover(self) -> None:
+    def open(self, name: str, session: str | None = None, resume: bool = True) -> bool:
+        """A new manager; opening runs recovery first.  True when it resumed a directory."""
+        assert session is None or not self.owned(session)
+        self.recover()
+        self.managers[name] = ModelManager(session=session)
+        if session is None:
+            return False
+        previous = self.sessions.get(session)
+        self.sessions[session] = ModelSession(name)
+        kept = None if previous is None else previous.kept
+        if kept is None:
+            return False
+        if not resume:
+            self.generations[kept].removed = True
+            return False
+        self.generations[kept].manager = name
+        self.generations[kept].retired = False
+        self.managers[name].current = kept
+        return True
+
+    def recover(self, *, late: bool = False) -> None:
+        """A recovery pass; *late*: past the resume window of every death journaled before it.
+
+        A death this pass journals starts its window now: what it keeps stays.
+        """
+        if late:
+            for s in self.sessions.values():
+                if s.kept is not None:
+                    self.generations[s.kept].removed = True
+                    s.kept = None
         for name, m in self.managers.items():
             if m.status == "crashed":
                 m.status = "dead"
-                self._end(name)
+                self._end(name, died=True)
+
+    def remove_session(self, session: str) -> None:
+        """Remove what *session*'s dead owner left (a recovery pass runs first)."""
+        assert not self.owned(session)
+        self.recover()
+        s = self.sessions.get(session)
+        if s is not None and s.kept is not None:
+            self.generations[s.kept].removed = True
+            s.kept = None
+
+    def keep(self, artifact: str, content: str) -> None:
+        self.artifacts[artifact] = content
+
+    def remove_artifact(self, artifact: str) -> None:
+        self.recover()
+        self.artifacts.pop(artifact, None)
 
     def retain(self, name: str) -> None:
         m = self.managers[name]
@@ -203,17 +280,22 @@ class Model:
                     and self.managers[gen.manager].status == "live"):
                 gen.removed = True
 
-    def _end(self, name: str) -> None:
+    def _end(self, name: str, *, died: bool = False) -> None:
         m = self.managers[name]
+        session = self.sessions.get(m.session or "")
+        kept = (m.current if died and session is not None and session.owner == name
+                else None)
         m.sealed = True
         m.current = None
         for lease in self.leases_of(name):
             del self.held[lease]
-        for gen in self.generations.values():
+        for g, gen in self.generations.items():
             if gen.manager == name and not gen.removed:
                 gen.retired = True
                 gen.leases.clear()
-                gen.removed = True
+                gen.removed = g != kept
+        if session is not None and kept is not None:
+            session.kept = kept
 
     def view(self, ids: dict[str, str], lease_ids: dict[str, str]) -> View:
         """The model in the journal's terms (real manager and lease ids)."""
@@ -248,6 +330,8 @@ def owed(state: State, manager: str | None = None) -> set[str]:
         g.id for g in state.generations.values()
         if (manager is None or g.manager == manager) and g.removal != "finished"
         and (removal_due(g) or g.removal == "started" or (not g.ready and not g.leases))
+        # Kept for its session's resume: nobody owes its removal yet.
+        and (g.removal is not None or kept_for_resume(state, g) is None)
     }
 
 
@@ -340,6 +424,8 @@ class World:
         self.ids: dict[str, str] = {}
         self.lease_ids: dict[str, str] = {}
         self.owing: set[str | None] = set()
+        self.artifacts: dict[str, Artifact] = {}
+        self._lateness = 0.0
         self._counter = itertools.count()
 
     # -- names ------------------------------------------------------------------------
@@ -362,15 +448,68 @@ class World:
 
     # -- operations, on the library and on the model ---------------------------------
 
-    def open(self) -> str:
+    def open(self, session: str | None = None, *, resume: bool = True) -> str | None:
+        """Open a manager (of named *session*); None when the session's owner refused it."""
+        if session is not None and self.owned(session):
+            try:
+                self.manager_class(self.root, busy_timeout=BUSY_TIMEOUT,
+                                   step_hook=self.step_hook, durability=self.durability,
+                                   session=session)
+            except SessionOwned:
+                return None
+            raise AssertionError(f"a second live owner of session {session} was let in")
         manager = self.manager_class(self.root, busy_timeout=BUSY_TIMEOUT,
-                                     step_hook=self.step_hook, durability=self.durability)
+                                     step_hook=self.step_hook, durability=self.durability,
+                                     session=session, resume=resume)
         name = self._name("m")
         self.real[name] = manager
         self.ids[name] = manager.id
-        self.model.open(name)
+        resumed = self.model.open(name, session, resume)
+        assert manager.resumed == resumed, f"{name} resumed {manager.resumed}, not {resumed}"
         self._recovered()
         return name
+
+    def keep(self, lease_name: str) -> str:
+        """Write a file through *lease_name* and keep it as an artifact; its name."""
+        artifact = self._name("a")
+        self.write(lease_name, "kept.txt", f"{artifact}\n")
+        kept = self.leases[lease_name].keep("kept.txt", artifact)
+        self.artifacts[artifact] = kept
+        self.model.keep(artifact, f"{artifact}\n")
+        return artifact
+
+    def remove_artifact(self, artifact: str) -> None:
+        assert remove_artifact(self.root, self.artifacts.pop(artifact), busy_timeout=BUSY_TIMEOUT)
+        self.model.remove_artifact(artifact)
+        self._recovered()
+
+    def owned(self, session: str) -> bool:
+        """Whether a manager holds *session*'s lock: a live one, or one whose close stopped."""
+        owner = self.model.sessions.get(session)
+        return self.model.owned(session) or (owner is not None and owner.owner in self.unclosed)
+
+    def remove_session(self, session: str) -> None:
+        """Remove *session*'s leftovers; refused (and checked so) while it is owned."""
+        if self.owned(session):
+            try:
+                remove_session(self.root, session, busy_timeout=BUSY_TIMEOUT)
+            except SessionOwned:
+                return
+            raise AssertionError(f"session {session} was removed under its live owner")
+        remove_session(self.root, session, busy_timeout=BUSY_TIMEOUT)
+        self.model.remove_session(session)
+        self._recovered()
+
+    def recover_late(self) -> None:
+        """A recovery pass once every resume window has passed."""
+        # Each late pass further ahead: a death the last one journaled (at its
+        # clock) is past its window for the next.
+        self._lateness += LATE
+        ahead = self._lateness
+        recover(self.root, busy_timeout=BUSY_TIMEOUT, step_hook=self.step_hook,
+                clock=lambda: time.time() + ahead)
+        self.model.recover(late=True)
+        self._recovered()
 
     def retain(self, name: str) -> None:
         self._run(("retain", name))
@@ -392,8 +531,8 @@ class World:
             raise AssertionError(f"{name} leased although it is sealed or has no owner")
         return self._run(("acquire", name))
 
-    def write(self, lease_name: str, file: str) -> None:
-        content = f"{lease_name} wrote {file}\n"
+    def write(self, lease_name: str, file: str, content: str | None = None) -> None:
+        content = f"{lease_name} wrote {file}\n" if content is None else content
         (self.leases[lease_name].path / file).write_text(content)
         self.model.write(lease_name, file, content)
 
@@ -690,6 +829,30 @@ class World:
 
     # -- the invariants ----------------------------------------------------------------
 
+    def sessions_view(self, state: State) -> dict[str, tuple[str, str | None]]:
+        """Each session's owner and the generation kept for its resume, as the journal has it."""
+        view = {}
+        for name, session in state.sessions.items():
+            kept = state.generations.get(session.kept or "")
+            view[name] = (session.owner, None if kept is None or kept.removal is not None
+                          or kept_for_resume(state, kept) is None else kept.id)
+        return view
+
+    def check_artifacts(self, state: State, *, full: bool) -> None:
+        """The store holds exactly the journal's artifacts, each as recorded, 0600."""
+        store = self.root / ARTIFACTS_DIR
+        on_disk = sorted(os.listdir(store)) if store.exists() else []
+        recorded = {f"{a.id}-{a.label}": a for a in state.artifacts.values()}
+        assert on_disk == sorted(recorded), f"artifact store {on_disk} != journal {recorded}"
+        for name, a in recorded.items():
+            path = store / name
+            assert (_digest(path), path.stat().st_size) == (a.sha256, a.size), f"{path} changed"
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600
+            assert path.stat().st_nlink == 1
+        if full:
+            assert {a.label: (store / name).read_text() for name, a in recorded.items()} == (
+                self.model.artifacts), "the artifacts are not the model's"
+
     def on_disk(self) -> set[str]:
         return {n for n in os.listdir(self.root) if n.startswith((GENERATION_PREFIX, TRASH_PREFIX))}
 
@@ -751,6 +914,11 @@ class World:
             assert lease.path == self.root / generation_name(self.model.held[lease_name])
             assert not lease.released
 
+        self.check_artifacts(state, full=full)
+        if full:
+            assert self.sessions_view(state) == {
+                name: (self.ids[m.owner], m.kept) for name, m in self.model.sessions.items()}
+
         assert sorted(os.listdir(self.base)) == ["outside", "root"]
         assert os.listdir(self.outside) == ["keep.txt"]
         assert (self.outside / "keep.txt").read_text() == "not sessiontemp's\n"
@@ -763,6 +931,10 @@ class World:
                 except Unavailable:
                     continue
                 raise AssertionError(f"sealed manager {name} leased")
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def own_view(state: State, manager: str) -> tuple[object, dict[str, object]]:

@@ -163,6 +163,19 @@ NAMED_FIELD_VALUES: Final[Mapping[str, st.SearchStrategy[Any]]] = {
     "device": st.integers(0, 2**63),
     "inode": st.integers(0, 2**63),
     "started": st.integers(0, 2**62),
+    "session": st.from_regex(r"[A-Za-z0-9._-]{1,64}", fullmatch=True).filter(
+        lambda name: name not in (".", "..")
+    ),
+    "previous": manager_ids(),
+    "artifact": hex_ids(),
+    "sha256": st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
+    "size": st.integers(0, 2**62),
+    "window_ms": st.integers(0, 2**62),
+}
+# Fields one kind checks more strictly than the field name alone says.
+KIND_FIELD_VALUES: Final[Mapping[tuple[str, str], st.SearchStrategy[Any]]] = {
+    ("artifact.kept", "label"): st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}",
+                                              fullmatch=True),
 }
 # One valid value of every field name, for tests that build an event by hand.
 FIELD_EXAMPLES: Final[Mapping[str, Any]] = {
@@ -175,6 +188,12 @@ FIELD_EXAMPLES: Final[Mapping[str, Any]] = {
     "device": 7,
     "inode": 7,
     "started": 7,
+    "session": "chat-42",
+    "previous": "fedcba9876543210fedcba9876543210",
+    "artifact": "0123456789abcdef",
+    "sha256": "0" * 64,
+    "size": 7,
+    "window_ms": 7,
 }
 
 
@@ -191,8 +210,9 @@ def event_fields(cls: type[Event]) -> dict[str, type]:
 def events_of(cls: type[Event]) -> st.SearchStrategy[Event]:
     """One event of class *cls*, every field drawn from :data:`FIELD_VALUES`."""
     return st.builds(
-        cls, **{name: NAMED_FIELD_VALUES.get(name, FIELD_VALUES[typ])
-                for name, typ in event_fields(cls).items()}
+        cls, **{name: KIND_FIELD_VALUES.get(
+            (cls.kind, name), NAMED_FIELD_VALUES.get(name, FIELD_VALUES[typ])
+        ) for name, typ in event_fields(cls).items()}
     )
 
 

@@ -194,6 +194,8 @@ def perform(world: World, op: Op) -> None:
     kind, *args = op
     if kind == "write":
         world.write(args[0], args[1])
+    elif kind == "open_session":
+        world.open(args[0], resume=args[1] == "resume")
     else:
         getattr(world, kind)(*args)
 
@@ -201,9 +203,9 @@ def perform(world: World, op: Op) -> None:
 def victim_of(world: World, op: Op) -> str | None:
     """The manager whose process runs *op*: killed when *op* crashes."""
     kind, *args = op
-    if kind in ("open", "recover"):
+    if kind in ("open", "open_session", "recover"):
         return None  # a manager half-opened, or a recovery pass: gone with the crash
-    if kind in ("release_lease", "write"):
+    if kind in ("release_lease", "write", "keep"):
         return world.model.generations[world.model.held[args[0]]].manager
     return args[0]
 
@@ -355,7 +357,7 @@ def fail_at(world: World, faults: Faults, op: Op, k: int) -> tuple[StepKind, str
     """
     kind = op[0]
     error = Injected(f"before step {k}")
-    if kind not in ("open", "recover"):
+    if kind not in ("open", "open_session", "recover"):
         return world.failed(op, faults, error, at=k)
     # A recovery pass (an open runs one first) stopped half-way: what it
     # did is journaled, the rest is for the next pass.
@@ -519,6 +521,117 @@ def test_an_exception_at_every_step_of_every_operation_is_lived_through_without_
     assert tally.crash_points > 100
     assert recovery.crash_points > 10
     assert set(tally.by_kind) >= STEP_KINDS
+
+
+# -- named sessions and artifacts -----------------------------------------------------------
+
+# A named session's owner with a file in its directory, killed.
+OWNER_KILLED: Script = (("open_session", "s0", "resume"), ("retain", "m0"), ("acquire", "m0"),
+                        ("write", "l1", "f.txt"), ("crash", "m0"))
+
+
+def test_every_crash_point_of_an_adoption_leaves_the_directory_for_the_next_resume() -> None:
+    tally = Tally()
+    resumed = 0
+    for k in itertools.count(1):
+        hook = FaultLayer()
+        with world_at(Manager, hook) as world:
+            for step in OWNER_KILLED:
+                perform(world, step)
+            if not stop_at(world, hook, ("open_session", "s0", "resume"), k):
+                break
+            tally.crash_points += 1
+            tally.by_kind[hook.crashed_at[0] if hook.crashed_at else "?"] += 1
+            where = f"an adopting open stopped at step {k} {hook.crashed_at}"
+            judge(world, tally, where)
+            # Whether or not the adoption was journaled, the next resume finds the files.
+            name = world.open("s0", resume=True)
+            assert name is not None
+            resumed += world.real[name].resumed
+            try:
+                world.check(full=False)
+            except AssertionError as e:
+                tally.failures.append(f"{where}, then a resume: {e}")
+    print(f"\nadoption: {tally.line()}")
+    assert tally.failures == [], "\n".join(tally.failures[:10])
+    assert (tally.leaks, tally.wrongful) == (0, 0)
+    assert resumed == tally.crash_points > 3
+    assert tally.by_kind["lock"]
+    assert tally.by_kind["journal"]
+
+
+def test_an_exception_at_every_step_of_a_fresh_start_is_lived_through_by_a_retry() -> None:
+    # Whatever the failed open did (the session discarded or not, its
+    # directory removed or half), the caller's retry finishes the job.
+    tally = Tally()
+    for k in itertools.count(1):
+        faults = Faults()
+        before = open_descriptors()
+        with world_at(Manager, faults) as world:
+            for step in OWNER_KILLED:
+                perform(world, step)
+            fired = fail_at(world, faults, ("open_session", "s0", "fresh"), k)
+            if fired is None:
+                break
+            tally.crash_points += 1
+            tally.by_kind[fired[0]] += 1
+            where = f"a fresh start with an exception at step {k} {fired}"
+            try:
+                assert world.open("s0", resume=False) is not None
+                leaked, removed = world.disk_difference()
+                tally.leaks += len(leaked)
+                tally.wrongful += len(removed)
+                world.check()
+            except AssertionError as e:
+                tally.failures.append(f"{where}: {e}")
+        if open_descriptors() - before:
+            tally.failures.append(f"{where}: descriptors left open")
+    print(f"\nfresh start, an exception at each step, then a retry: {tally.line()}")
+    assert tally.failures == [], "\n".join(tally.failures[:10])
+    assert (tally.leaks, tally.wrongful) == (0, 0)
+    assert tally.crash_points > 3
+
+
+def test_every_crash_point_of_keep_leaves_a_recorded_artifact_or_nothing() -> None:
+    tally = Tally()
+    enumerate_operation((("open",), ("retain", "m0"), ("acquire", "m0")), ("keep", "l1"), tally)
+    print(f"\nkeep: {tally.line()}")
+    assert tally.failures == [], "\n".join(tally.failures[:10])
+    assert (tally.leaks, tally.wrongful) == (0, 0)
+    # The copy, then the record (fsynced in between): both crash points are reached.
+    assert tally.by_kind["copy"] == 1
+    assert tally.by_kind["journal"] == 1
+
+
+def test_an_exception_at_every_step_of_keep_leaves_no_file_and_the_lease_keeps_working() -> None:
+    tally = Tally()
+    for k in itertools.count(1):
+        faults = Faults()
+        with world_at(Manager, faults) as world:
+            for step in (("open",), ("retain", "m0"), ("acquire", "m0")):
+                perform(world, step)
+            world.write("l1", "kept.txt", "a0\n")
+            faults.arm(raising(Injected(f"before step {k}")), at=k)
+            try:
+                world.leases["l1"].keep("kept.txt", "a0")
+            except Injected:
+                pass
+            finally:
+                fired = faults.disarm()
+            if fired is None:
+                break
+            tally.crash_points += 1
+            tally.by_kind[fired[0]] += 1
+            try:
+                # Nothing recorded, nothing left in the store; the same lease keeps it next.
+                world.check()
+                world.keep("l1")
+                world.check()
+            except AssertionError as e:
+                tally.failures.append(f"keep with an exception at step {k} {fired}: {e}")
+    print(f"\nkeep, an exception at each step: {tally.line()}")
+    assert tally.failures == [], "\n".join(tally.failures[:10])
+    assert dict(tally.by_kind) == {"copy": 1, "journal": 1}
 
 
 # -- a planted bug: the enumeration must catch it ---------------------------------------------

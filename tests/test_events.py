@@ -11,7 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from journal import KINDS, Event, RuleViolation, SessionTempError, decode, encode
-from journal.events import LeaseAcquired, ManagerOpened
+from journal.events import (
+    ArtifactKept,
+    LeaseAcquired,
+    ManagerOpened,
+    SessionAdopted,
+    SessionClaimed,
+)
 from tests.strategies import (
     EVENT_CLASSES,
     FIELD_EXAMPLES,
@@ -49,7 +55,7 @@ def payload_of(event: Event) -> dict[str, Any]:
 
 
 def test_every_event_class_is_registered_under_its_own_kind() -> None:
-    assert len(KINDS) == 15
+    assert len(KINDS) == 20
     for kind, cls in KINDS.items():
         assert cls.kind == kind
 
@@ -260,3 +266,27 @@ def test_a_rule_violation_is_a_value_error_of_the_library() -> None:
         decode(5, "no.such.kind", "{}")
     assert isinstance(excinfo.value, ValueError)
     assert isinstance(excinfo.value, SessionTempError)
+
+
+@pytest.mark.parametrize(("cls", "name", "value", "rule"), [
+    (SessionClaimed, "session", "..", "session name"),
+    (SessionClaimed, "session", "a/b", "session name"),
+    (SessionClaimed, "session", "x" * 65, "session name"),
+    (SessionAdopted, "previous", "../../etc", "canonical manager id"),
+    (ArtifactKept, "label", "../escape", "artifact label"),
+    (ArtifactKept, "label", ".lock", "artifact label"),
+    (ArtifactKept, "label", "x" * 81, "artifact label"),
+    (ArtifactKept, "artifact", "ABCDEF0123456789", "canonical artifact id"),
+    (ArtifactKept, "sha256", "0" * 63, "SHA-256 digest"),
+    (ArtifactKept, "size", -1, "below 0"),
+    (SessionClaimed, "window_ms", -1, "below 0"),
+])
+def test_decode_refuses_a_session_or_artifact_field_that_could_end_up_in_a_path(
+    cls: type[Event], name: str, value: object, rule: str
+) -> None:
+    # Session names and artifact labels become file names under the root.
+    fields = payload_of(example(cls))
+    fields[name] = value
+    with pytest.raises(RuleViolation, match=f"field '{name}' that .*{rule}") as e:
+        decode(21, cls.kind, json.dumps(fields))
+    assert_violation_names(21, e)

@@ -332,7 +332,7 @@ def one_line(stderr: str) -> str:
     return lines[0]
 
 
-def test_session_is_refused_clearly_until_named_sessions_exist(
+def test_session_is_refused_clearly_since_a_run_ends_its_session(
     wrapper: list[str], root: Path, tmp_path: Path
 ) -> None:
     marker = tmp_path / "ran"

@@ -20,7 +20,8 @@ import attrs
 from journal import checkpoint
 from journal.errors import BadInput
 from journal.history import pasts
-from journal.reducer import GenerationState, ManagerState, State, held_by
+from journal.reducer import GenerationState, ManagerState, State, held_by, kept_for_resume
+from sessiontemp import artifacts
 from sessiontemp.inspect.read import (
     ROOT_FILES,
     Problem,
@@ -55,7 +56,11 @@ class Finding:
     journal), "unknown" (any other entry in the root), "unrecovered" (a
     manager not ended in the journal whose liveness lock is free),
     "refused" (a record the lifecycle rules refuse), "kept" (a directory such
-    a record names, which no recovery removes until a person decides).
+    a record names, which no recovery removes until a person decides),
+    "resumable" (a named session's dead owner left it; kept for a resume
+    until its window passes: not a problem), "unreferenced" (an artifact
+    file no record names: its keeper died before recording it), "lost" (a
+    kept artifact whose file is gone).
     """
 
     check: str
@@ -199,6 +204,24 @@ def _fsck(base: Path, progress: Progress | None) -> tuple[tuple[Finding, ...],
                 f"Look at it (`journal-inspect --root {base} explain {g.id}`), keep what you "
                 f"need, then remove it by hand: rm -r {path}"))
             continue
+        session = kept_for_resume(state, g) if g.removal is None else None
+        if session is not None:
+            held.append(Finding("resumable", path, g.id, (
+                f"session {session.name}'s owner {g.manager} died at event {session.kept_seq}; "
+                f"kept for its next owner to resume within {session.window:g} s of that"),
+                f"Nothing to do: Manager(root, session={session.name!r}) resumes it, "
+                f"sessiontemp.remove_session(root, {session.name!r}) removes it"))
+            continue
+        owner = state.managers.get(g.manager or "")
+        if owner is not None and owner.id in gone and owner.current == g.id and g.ready and (
+            any(n.owner == owner.id for n in state.sessions.values())
+        ):
+            held.append(Finding("resumable", path, g.id, (
+                f"the current directory of session owner {owner.id} (pid {owner.pid}), which "
+                "is gone: once a recovery journals its death, it is kept for the session's "
+                "next owner to resume"),
+                "Nothing to do: the session's next Manager resumes it"))
+            continue
         why = _left_because(g, state, gone)
         if why is None:
             continue
@@ -215,7 +238,29 @@ def _fsck(base: Path, progress: Progress | None) -> tuple[tuple[Finding, ...],
         else:
             findings.append(Finding("removable", path, g.id, (
                 f"{why}, and no command holds it: the next recovery removes it"), repair))
+    findings.extend(_artifacts(base, state, repair))
     return tuple(findings), tuple(held)
+
+
+def _artifacts(base: Path, state: State, repair: str) -> list[Finding]:
+    """The artifact store against the artifacts the journal keeps."""
+    store = base / artifacts.ARTIFACTS_DIR
+    try:
+        names = set(os.listdir(store))
+    except (FileNotFoundError, NotADirectoryError):
+        names = set()
+    findings = []
+    recorded = {artifacts.file_name(a.id, a.label): a for a in state.artifacts.values()}
+    for name in sorted(names - recorded.keys()):
+        findings.append(Finding("unreferenced", store / name, None, (
+            "no record names this file: its keeper died after copying it and before "
+            "recording it, or its removal was interrupted; a recovery removes it"), repair))
+    for name, a in sorted(recorded.items()):
+        if name not in names:
+            findings.append(Finding("lost", store / name, None, (
+                f"artifact {a.id} ({a.label!r}, kept at event {a.kept_seq}) is not on disk"),
+                "It cannot be recovered; remove its record with sessiontemp.remove_artifact"))
+    return findings
 
 
 def _left_because(g: GenerationState, state: State, gone: set[str]) -> str | None:

@@ -39,10 +39,12 @@ def _asdict(obj: Any) -> dict[str, Any]:
 
 
 def state_json(state: State) -> dict[str, Any]:
-    """The managers and generations of *state* as JSON objects keyed by id."""
+    """The managers, generations, sessions and artifacts of *state* as JSON objects."""
     return {
         "managers": {k: _asdict(v) for k, v in sorted(state.managers.items())},
         "generations": {k: _asdict(v) for k, v in sorted(state.generations.items())},
+        "sessions": {k: _asdict(v) for k, v in sorted(state.sessions.items())},
+        "artifacts": {k: _asdict(v) for k, v in sorted(state.artifacts.items())},
     }
 
 
@@ -65,6 +67,7 @@ def _body(result: object) -> dict[str, Any]:
             "last_time": result.last_time, "managers": dict(result.managers),
             "running_managers": [_asdict(m) for m in result.running],
             "generations": dict(result.generations), "held": list(result.held),
+            "sessions": dict(result.sessions), "artifacts": dict(result.artifacts),
             "verify": as_json(result.verify), "checkpoint": result.checkpoint,
             "history": None if result.history is None else {
                 "first": result.history.first, "first_time": result.history.first_time,

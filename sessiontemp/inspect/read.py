@@ -22,6 +22,7 @@ from journal.errors import BadInput, RuleViolation
 from journal.events import Event, Record, Unreadable, decode
 from journal.reducer import EMPTY, Fold, History, State
 from journal.store import Store
+from sessiontemp.artifacts import ARTIFACTS_DIR
 from sessiontemp.root import (
     GENERATION_PREFIX,
     JOURNAL_NAME,
@@ -30,6 +31,7 @@ from sessiontemp.root import (
     default_root,
     generation_id_of,
 )
+from sessiontemp.sessions import SESSIONS_DIR
 
 __all__ = [
     "PROGRESS_EVERY",
@@ -59,7 +61,7 @@ Hold: TypeAlias = Literal["held", "free", "absent", "unknown"]
 # Entries of a root that are neither generations nor trash.
 ROOT_FILES: Final = frozenset({
     JOURNAL_NAME, JOURNAL_NAME + "-wal", JOURNAL_NAME + "-shm", JOURNAL_NAME + "-journal",
-    JOURNAL_NAME + ".d", RECOVERY_LOCK, MANAGERS_DIR,
+    JOURNAL_NAME + ".d", RECOVERY_LOCK, MANAGERS_DIR, SESSIONS_DIR, ARTIFACTS_DIR,
 })
 PROGRESS_EVERY: Final = 50_000
 _ROOT_FIX: Final = "Pass the root directory that holds journal.sqlite3 as --root DIR"

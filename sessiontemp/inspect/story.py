@@ -12,6 +12,7 @@ ended with nothing left: the replay keeps them in a
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
@@ -35,9 +36,19 @@ from journal.events import (
     RemovalFinished,
     RemovalStarted,
     Rotated,
+    SessionAdopted,
+    SessionDiscarded,
     decode,
 )
-from journal.reducer import Fold, GenerationState, History, ManagerState, held_by, resumed
+from journal.reducer import (
+    Fold,
+    GenerationState,
+    History,
+    ManagerState,
+    SessionState,
+    held_by,
+    resumed,
+)
 from journal.store import Store
 from sessiontemp.inspect.read import Problem, Progress, generation_of, opened, replay, when
 from sessiontemp.root import GENERATION_PREFIX
@@ -84,6 +95,7 @@ class _Teller:
     deaths: dict[str, float] = attrs.field(factory=dict)  # when each manager ended
     last: float = 0.0
     held: set[str] = attrs.field(factory=set)  # the generation's leases before this event
+    kept_for: str | None = None  # the session keeping it for a resume, if any
 
     def say(self, record: Record, text: str) -> None:
         self.said.append(Sentence(record.seq, record.time, record.event.kind, text))
@@ -110,7 +122,27 @@ class _Teller:
             self.say(record, f"Retired at {when(record.time)}: "
                      f"{_retired_by(record, generation.manager)}.")
         self.ended_while_held(record, generation)
+        self.resume(record, draft)
         self.held = set(generation.leases)
+
+    def resume(self, record: Record, draft: Fold) -> None:
+        """Say when a named session keeps the generation for a resume, and when it stops."""
+        at = when(record.time)
+        match record.event:
+            case ManagerDied():
+                for session in draft.sessions.values():
+                    if session.kept == self.gid and session.kept_seq == record.seq:
+                        self.kept_for = session.name
+                        self.say(record, f"Kept at {at} for session {session.name}: its owner "
+                                 "died, and its next owner may resume it, files and all, "
+                                 f"within {session.window:g} s.")
+            case SessionDiscarded(session=name, by=by, reason=reason) if name == self.kept_for:
+                self.kept_for = None
+                pid = f" (pid {self.recoveries[by]})" if by in self.recoveries else ""
+                self.say(record, f"No longer kept for session {name} from {at} (recovery "
+                         f"{by}{pid}): {reason}; it is removed as any orphan.")
+            case _:
+                pass
 
     def note(self, record: Record, draft: Fold) -> bool:
         """Remember recovery passes' pids and when managers ended; True when the event
@@ -145,6 +177,11 @@ class _Teller:
                          "its removal waits for that process as long as it runs.")
             case LeaseReleased(lease=lease):
                 self.say(record, f"Lease {lease} was released at {at}.")
+            case SessionAdopted(manager=m, session=name, previous=previous):
+                self.kept_for = None
+                self.say(record, f"Adopted at {at} by manager {m}{self.pid_of(m)}, the next "
+                         f"owner of session {name}: it resumed the directory manager "
+                         f"{previous} left when it died, files and all, as its current one.")
             case RemovalStarted(by=by, reason=reason):
                 if generation.retired_seq == record.seq and generation.manager is not None:
                     self.say(record, f"Retired at {at} by the start of its removal.")
@@ -262,15 +299,30 @@ def explain(journal: os.PathLike[str] | str, target: str, root: os.PathLike[str]
     now = (f"It is kept: event {kept}, which the lifecycle rules refuse, names it or its "
            "manager, so no recovery removes it until a person decides (see `journal-inspect "
            "verify`)." if kept is not None and generation.removal != "finished" else
-           _now(status, generation, state.managers.get(generation.manager or "")))
+           _now(status, generation, state.managers.get(generation.manager or ""),
+                _keeper(state.sessions.values(), generation)))
     if now:
         said.append(Sentence(state.seq, teller.last, "now", now))
     return Story(path, gid, where, status, generation.manager, tuple(said),
                  tuple(sorted(generation.leases)))
 
 
-def _now(status: str, generation: GenerationState, owner: ManagerState | None) -> str:
+def _keeper(sessions: Iterable[SessionState], generation: GenerationState
+            ) -> SessionState | None:
+    for session in sessions:
+        if session.kept == generation.id and session.owner == generation.manager:
+            return session
+    return None
+
+
+def _now(status: str, generation: GenerationState, owner: ManagerState | None,
+         kept: SessionState | None = None) -> str:
     """The last word: where the generation stands at the end of the journal."""
+    if kept is not None and status == "retired":
+        until = "" if kept.kept_at is None else f" until {when(kept.kept_at + kept.window)}"
+        return (f"It is kept for session {kept.name}'s resume{until}: "
+                f"Manager(root, session={kept.name!r}) adopts it; after that, or with "
+                "resume=False, a recovery removes it.")
     if status == "live" and owner is not None:
         holders = ", ".join(sorted(generation.leases)) or "no lease"
         return (f"It is still live: the current directory of manager {owner.id} "

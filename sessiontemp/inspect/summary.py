@@ -18,10 +18,17 @@ import attrs
 
 from journal import checkpoint
 from journal.errors import RuleViolation
-from journal.events import KINDS, Record, decode
+from journal.events import KINDS, Record, SessionAdopted, decode
 from journal.reducer import Fold, State
 from journal.store import History, Store
-from sessiontemp.inspect.read import Liveness, Problem, opened, probe_generation, probe_liveness
+from sessiontemp.inspect.read import (
+    Liveness,
+    Problem,
+    opened,
+    probe_generation,
+    probe_liveness,
+    replay,
+)
 from sessiontemp.inspect.verify import Verification
 from sessiontemp.root import GENERATION_PREFIX, generation_id_of
 
@@ -30,7 +37,8 @@ __all__ = ["ManagerInfo", "Summary", "summary"]
 # The kinds whose counts summary reports; unknown kinds are counted too, to
 # be reported as problems.
 _COUNTED: Final = ("manager.opened", "manager.closed", "manager.dead", "generation.created",
-                   "removal.started", "removal.finished")
+                   "removal.started", "removal.finished", "session.claimed", "session.adopted",
+                   "session.discarded", "artifact.kept", "artifact.removed")
 
 
 @attrs.frozen
@@ -46,6 +54,7 @@ class ManagerInfo:
     current: str | None
     generations: int
     liveness: Liveness
+    session: str | None = None
 
 
 @attrs.frozen
@@ -81,6 +90,10 @@ class Summary:
     held: tuple[str, ...] = ()
     # Where the kept history starts and what was retired before it.
     history: History | None = None
+    # Named sessions: claims, adoptions (resumes) and discards journaled;
+    # artifacts: kept, removed, and kept now.
+    sessions: Mapping[str, int] = attrs.field(factory=dict)
+    artifacts: Mapping[str, int] = attrs.field(factory=dict)
 
 
 def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None = None
@@ -128,6 +141,7 @@ def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None
             owners=m.owners, sealed=m.sealed, current=m.current,
             generations=len(m.generations),
             liveness="unknown" if base is None else probe_liveness(base, m.id),
+            session=next((s.name for s in state.sessions.values() if s.owner == m.id), None),
         )
         for m in sorted(state.managers.values(), key=lambda m: m.opened_seq)
         if m.ended is None
@@ -174,6 +188,10 @@ def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None
         last_time=times.get(last or 0), managers=managers, running=running,
         generations=generations, verify=Verification(path, "quick", count, tuple(problems)),
         checkpoint=newest, held=held, history=history,
+        sessions={"claims": kinds["session.claimed"], "resumed": kinds["session.adopted"],
+                  "discarded": kinds["session.discarded"]},
+        artifacts={"kept": kinds["artifact.kept"] - kinds["artifact.removed"],
+                   "removed": kinds["artifact.removed"]},
     )
 
 
@@ -199,7 +217,12 @@ def _open_part(store: Store, open_rows: list[tuple[int, str]], problems: list[Pr
     wanted = {m for _, m in open_rows}
     start = min(seq for seq, _ in open_rows)
     draft = Fold(State())
+    found: list[Problem] = []
     for seq, time, kind, payload in store.rows_naming(wanted, after=start - 1):
+        if kind == SessionAdopted.kind:
+            # An adopted generation was made by a manager that ended: its
+            # story is not among these events.  The whole replay tells it.
+            return replay(store, lenient=problems, start=checkpoint.restore(store).state)
         try:
             event = decode(seq, kind, payload)
             # A manager's events name it, and so do the removals it made of
@@ -207,5 +230,6 @@ def _open_part(store: Store, open_rows: list[tuple[int, str]], problems: list[Pr
             if getattr(event, "manager", None) in wanted or getattr(event, "by", None) in wanted:
                 draft.step(Record(seq, time, event))
         except RuleViolation as e:
-            problems.append(Problem(e.seq, "rules", str(e)))
+            found.append(Problem(e.seq, "rules", str(e)))
+    problems.extend(found)
     return draft.state()

@@ -1,0 +1,399 @@
+"""Durable artifacts: files copied out of a temporary directory to outlive it.
+
+``lease.keep(path, label)`` copies one file from the lease's directory into
+``ROOT/artifacts/<id>-<label>``: a new file (mode 0600, a name never used
+before), written, fsynced, its directory fsynced, and only then journaled
+with its SHA-256 digest and size (``artifact.kept``).  A record therefore
+always names a complete file; a crash before the record leaves a file no
+record names, which ``journal-inspect fsck`` reports (``unreferenced``) and
+the next recovery removes.  An artifact outlives every rotation, release,
+close and crash of the session that kept it, and goes only by an explicit,
+journaled removal.
+
+The source is reached through descriptors from the lease's own directory,
+with ``O_NOFOLLOW`` at every component, and must be a regular file with one
+link: a symlink, a FIFO, a device or a hard link to some other file is
+refused, so a command cannot make the library copy (and keep) a file
+outside its directory.  At most :data:`MAX_BYTES` are kept.
+
+While a copy is being made, its file is locked (``flock``): recovery never
+removes a file under a keeper that is still writing or recording it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import stat
+import time
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+from typing import Final
+
+import attrs
+
+from journal import ids
+from journal.errors import BadInput
+from journal.reducer import ArtifactState
+from sessiontemp.locks import try_exclusive
+from sessiontemp.root import DIR_FLAGS, Root
+from sessiontemp.steps import Steps
+
+__all__ = [
+    "ARTIFACTS_DIR",
+    "MAX_BYTES",
+    "Artifact",
+    "Copy",
+    "artifact_of",
+    "check_label",
+    "copy_in",
+    "file_name",
+    "id_of",
+    "remove_artifact",
+    "remove_file",
+    "remove_unreferenced",
+    "unreferenced",
+]
+
+ARTIFACTS_DIR: Final = "artifacts"
+# The largest file kept (16 MiB): an artifact is a result worth keeping (a
+# report, a log, a patch), not a build tree; the store never fills a disk.
+MAX_BYTES: Final = 16 * 1024 * 1024
+
+# The reason a recovery pass reports for an artifact removed by remove_artifact.
+ON_REQUEST: Final = "removed on request (remove_artifact)"
+
+_CHUNK: Final = 1 << 20
+# How a source file is opened: never through a symlink, never blocking on
+# a FIFO that slipped in after the check, never leaked to a child.
+_SOURCE_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_NEW_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@attrs.frozen
+class Artifact:
+    """A kept artifact: where it is, what it holds, and who kept it.
+
+    ``path`` is the file in the root's artifact store; ``sha256`` (hex) and
+    ``size`` are those of the bytes copied, as journaled; ``seq`` is the
+    journal record that made it durable.
+    """
+
+    id: str
+    label: str
+    path: Path
+    sha256: str
+    size: int
+    manager: str
+    session: str | None
+    seq: int
+
+
+def artifact_of(root: Path, state: ArtifactState) -> Artifact:
+    """The :class:`Artifact` the reducer's *state* of one describes, under *root*."""
+    return Artifact(
+        id=state.id, label=state.label,
+        path=root / ARTIFACTS_DIR / file_name(state.id, state.label),
+        sha256=state.sha256, size=state.size, manager=state.manager, session=state.session,
+        seq=state.kept_seq,
+    )
+
+
+def check_label(label: object) -> str:
+    """Return *label* if it may name an artifact; ValueError naming the rule otherwise."""
+    if not isinstance(label, str) or not ids.ARTIFACT_LABEL.fullmatch(label):
+        raise ValueError(
+            f"artifact label {label!r} is not valid: a label is 1 to 80 characters of A-Z, "
+            "a-z, 0-9, '.', '_' and '-', starting with a letter or a digit; choose another"
+        )
+    return label
+
+
+def file_name(artifact: str, label: str) -> str:
+    """An artifact's file name in ``ROOT/artifacts``: unique by its id, readable by its label."""
+    return f"{artifact}-{label}"
+
+
+def id_of(name: str) -> str | None:
+    """The artifact id in an artifact's file name; None for any other name."""
+    artifact, dash, label = name.partition("-")
+    if dash and ids.ARTIFACT.fullmatch(artifact) and ids.ARTIFACT_LABEL.fullmatch(label):
+        return artifact
+    return None
+
+
+def source_parts(directory: Path, path: os.PathLike[str] | str) -> tuple[str, ...]:
+    """The components of *path* below *directory*, refused if it may lead elsewhere.
+
+    *path* is relative to *directory* or absolute under it; nothing is
+    resolved here (the walk is done through descriptors), so ``..`` and
+    ``.`` components are refused outright.
+    """
+    given = PurePosixPath(os.fspath(path))
+    if given.is_absolute():
+        try:
+            given = given.relative_to(PurePosixPath(directory))
+        except ValueError:
+            raise BadInput(path, f"is not inside the lease's directory {directory}",
+                           "Keep a file from the directory the lease hands out") from None
+    parts = given.parts
+    if not parts or any(part in (".", "..") for part in parts):
+        raise BadInput(path, "does not name a file below the lease's directory (no '..')",
+                       "Pass the file's path inside the lease's directory")
+    return parts
+
+
+class Copy:
+    """A copy written and fsynced into the store, still locked, waiting for its record.
+
+    Call :meth:`done` once the record is committed, or :meth:`discard`
+    when it could not be: the file is then unlinked.
+    """
+
+    def __init__(self, store_fd: int, fd: int, name: str, sha256: str, size: int) -> None:
+        self._store = store_fd
+        self._fd = fd
+        self.name = name
+        self.sha256 = sha256
+        self.size = size
+
+    def done(self) -> None:
+        """Let the file go: it is recorded, and from now on a durable artifact."""
+        self._close()
+
+    def discard(self) -> None:
+        """Unlink the file and let go (its record was never committed)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.name, dir_fd=self._store)
+        self._close()
+
+    def _close(self) -> None:
+        # The lock goes with the file's descriptor, after the record or the unlink.
+        for attribute in ("_fd", "_store"):
+            fd = getattr(self, attribute)
+            if fd >= 0:
+                setattr(self, attribute, -1)
+                os.close(fd)
+
+
+def copy_in(
+    root: Root,
+    source_dir_fd: int,
+    parts: tuple[str, ...],
+    artifact: str,
+    label: str,
+    *,
+    steps: Steps,
+    max_bytes: int = MAX_BYTES,
+) -> Copy:
+    """Copy the file at *parts* below *source_dir_fd* into the store as artifact *artifact*.
+
+    Returns the :class:`Copy`, fsynced with its directory and still locked;
+    the caller journals it and then calls :meth:`Copy.done`.  Raises
+    :class:`BadInput` for a source that is not a regular file with one link
+    or is larger than *max_bytes*, and OSError when reading or writing fails
+    (nothing is left in the store then).
+    """
+    check_label(label)
+    shown = "/".join(parts)
+    source = _open_source(source_dir_fd, parts, shown, max_bytes)
+    try:
+        store = root.open_private(ARTIFACTS_DIR)
+        name = file_name(artifact, label)
+        try:
+            steps.before("copy", name)
+            fd = os.open(name, _NEW_FLAGS, 0o600, dir_fd=store)
+        except BaseException:
+            os.close(store)
+            raise
+        copy = Copy(store, fd, name, "", 0)
+        try:
+            # Locked before a byte is written: a recovery that finds the file
+            # unreferenced leaves it while this keeper may still record it.
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # O_CREAT's mode passes through the umask: make it exactly 0600.
+            os.fchmod(fd, 0o600)
+            copy.sha256, copy.size = _copy(source, fd, shown, max_bytes)
+            # The file's bytes, then its name in the directory: after a
+            # power loss, a record never names a file that is not all there.
+            os.fsync(fd)
+            os.fsync(store)
+        except BaseException:
+            copy.discard()
+            raise
+        return copy
+    finally:
+        os.close(source)
+
+
+def _open_source(dir_fd: int, parts: tuple[str, ...], shown: str, max_bytes: int) -> int:
+    """Open the regular, singly linked file at *parts*, walking descriptors without following."""
+    parent = dir_fd
+    opened: list[int] = []
+    try:
+        for part in parts[:-1]:
+            try:
+                parent = os.open(part, DIR_FLAGS, dir_fd=parent)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise BadInput(shown, f"has {part!r} on its way, which is not a directory "
+                                   "(a symbolic link is never followed)",
+                                   "Keep a regular file inside the lease's directory") from None
+                raise
+            opened.append(parent)
+        last = parts[-1]
+        # Checked before the open: opening a device can act on it.
+        _check_source(os.stat(last, dir_fd=parent, follow_symlinks=False), shown, max_bytes)
+        try:
+            fd = os.open(last, _SOURCE_FLAGS, dir_fd=parent)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise BadInput(shown, "is a symbolic link, which is never followed",
+                               "Keep the file it points to, from inside the directory") from None
+            raise
+        try:
+            # Again on the descriptor: the name may have been swapped since.
+            _check_source(os.fstat(fd), shown, max_bytes)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
+def _check_source(st: os.stat_result, shown: str, max_bytes: int) -> None:
+    fix = "Keep a regular file inside the lease's directory"
+    if stat.S_ISLNK(st.st_mode):
+        raise BadInput(shown, "is a symbolic link, which is never followed", fix)
+    if not stat.S_ISREG(st.st_mode):
+        raise BadInput(shown, "is not a regular file (a directory, FIFO, socket or device)",
+                       fix)
+    if st.st_nlink != 1:
+        # A hard link may share its bytes with a file outside the directory.
+        raise BadInput(shown, f"has {st.st_nlink} links: a hard link may be another file's",
+                       "Copy it to a file of its own first (cp, not ln)")
+    if st.st_size > max_bytes:
+        raise BadInput(shown, f"holds {st.st_size} bytes, more than the {max_bytes} an "
+                       "artifact may", "Keep a smaller file, or compress it first")
+
+
+def _copy(source: int, target: int, shown: str, max_bytes: int) -> tuple[str, int]:
+    """Copy *source* to *target*; its SHA-256 (hex) and size, at most *max_bytes*."""
+    digest = hashlib.sha256()
+    size = 0
+    while True:
+        chunk = os.read(source, _CHUNK)
+        if not chunk:
+            return digest.hexdigest(), size
+        size += len(chunk)
+        if size > max_bytes:
+            # It grew while being copied.
+            raise BadInput(shown, f"grew past the {max_bytes} bytes an artifact may hold "
+                           "while it was copied", "Keep it once it is complete")
+        digest.update(chunk)
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(target, view):]
+
+
+def remove_artifact(
+    root: os.PathLike[str] | str | None,
+    artifact: Artifact | str,
+    *,
+    clock: Callable[[], float] = time.time,
+    busy_timeout: float = 30.0,
+) -> bool:
+    """Remove a kept artifact (an :class:`Artifact` or its id) from *root*, journaled.
+
+    The removal is journaled (``artifact.removed``) before the file is
+    unlinked, by a recovery pass that also does whatever else a pass does.
+    Returns False when no kept artifact has that id (already removed, or
+    never kept).
+    """
+    # Imported here: recovery imports this module for its sweep.
+    from journal.store import Store
+    from sessiontemp import recovery
+
+    artifact_id = artifact.id if isinstance(artifact, Artifact) else artifact
+    if not isinstance(artifact_id, str) or not ids.ARTIFACT.fullmatch(artifact_id):
+        raise ValueError(f"{artifact_id!r} is not an artifact id (16 lower-case hex digits); "
+                         "pass the Artifact lease.keep returned, or its id")
+    opened = Root.open(root)
+    try:
+        opened.check_journal()
+        store = Store(opened.journal_path, busy_timeout=busy_timeout)
+        try:
+            report = recovery.run(opened, store, stale_after=recovery.DEFAULT_STALE_AFTER,
+                                  clock=clock, steps=Steps(), wait=True,
+                                  remove_artifacts=(artifact_id,))
+        finally:
+            store.close()
+    finally:
+        opened.close()
+    return any(id_of(removed.path.name) == artifact_id and removed.reason == ON_REQUEST
+               for removed in report.removed)
+
+
+def remove_file(root: Root, artifact: ArtifactState) -> bool:
+    """Unlink an artifact's file (its removal already journaled); False if it was gone."""
+    store = root.open_private(ARTIFACTS_DIR)
+    try:
+        os.unlink(file_name(artifact.id, artifact.label), dir_fd=store)
+        return True
+    except FileNotFoundError:
+        return False
+    finally:
+        os.close(store)
+
+
+def unreferenced(root: Root, kept: frozenset[str]) -> list[str]:
+    """Names in the store that no kept artifact's record names (*kept*: their file names)."""
+    try:
+        store = os.open(ARTIFACTS_DIR, DIR_FLAGS, dir_fd=root.fd)
+    except FileNotFoundError:
+        return []
+    try:
+        return sorted(name for name in os.listdir(store) if name not in kept)
+    finally:
+        os.close(store)
+
+
+def remove_unreferenced(root: Root, name: str,
+                        still_unreferenced: Callable[[str], bool]) -> bool:
+    """Remove the store's file *name* if no keeper holds it and no record names it.
+
+    *still_unreferenced* re-reads the journal once the file's lock is held:
+    a keeper journals before it lets go, so a record written meanwhile is
+    seen.  Returns whether the file was removed.  Only regular files and
+    symlinks are removed (an unlink never follows one); anything else is
+    left for a person.
+    """
+    store = root.open_private(ARTIFACTS_DIR)
+    try:
+        try:
+            st = os.stat(name, dir_fd=store, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        if stat.S_ISLNK(st.st_mode):
+            if not still_unreferenced(name):
+                return False
+            os.unlink(name, dir_fd=store)
+            return True
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        fd = os.open(name, _SOURCE_FLAGS, dir_fd=store)
+        try:
+            if (os.fstat(fd).st_ino != st.st_ino or not try_exclusive(fd)
+                    or not still_unreferenced(name)):
+                return False
+            os.unlink(name, dir_fd=store)
+            return True
+        finally:
+            os.close(fd)
+    finally:
+        os.close(store)

@@ -1,0 +1,327 @@
+"""Named sessions: one live owner per name, told by a kernel lock.
+
+``Manager(root, session="chat-42")`` names the logical session it serves, so
+that a process that restarts (a notebook kernel, a REPL, an agent's server)
+can find the directory its previous incarnation was using.  Two managers
+serving one session at once would hand out one directory under two sets of
+rules, so the name is guarded by an exclusive ``flock`` on
+``ROOT/sessions/<name>.lock``, taken without waiting and held for the
+manager's lifetime.  The kernel releases it when its holder dies, so a crash
+never leaves a session owned by nobody alive.
+
+The owner writes its pid into the lock file for one purpose: to name it in
+the error a second owner gets.  The pid is never used to decide whether the
+owner lives (pids are reused); the lock alone says that.
+
+When an owner dies, the journal keeps its current generation for the
+session (:func:`journal.reducer.kept_for_resume`) for a resume window
+measured from its journaled death.  The next owner adopts it when it asks to
+resume within the window; otherwise, or once the window has passed, a
+recovery pass discards it (``session.discarded``) and removes it as any
+orphan.  Only a holder of the session's lock discards it: the claimer
+deciding not to resume, or a pass that takes the free lock for an instant,
+so that a discard never races an adoption.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import math
+import os
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
+
+import attrs
+
+from journal import ids
+from journal.errors import SessionOwned
+from journal.reducer import GenerationState, ManagerState, SessionState, State, kept_for_resume
+from sessiontemp.root import DIR_FLAGS, Root
+from sessiontemp.steps import Steps
+
+if TYPE_CHECKING:
+    from sessiontemp.recovery import Report
+
+__all__ = [
+    "DEFAULT_RESUME_WINDOW",
+    "SESSIONS_DIR",
+    "Claim",
+    "Resumable",
+    "SessionLock",
+    "check_name",
+    "check_window",
+    "expired",
+    "lock_name",
+    "remove_session",
+    "resumable",
+    "try_lock",
+]
+
+SESSIONS_DIR: Final = "sessions"
+# How long a dead owner's directory waits for its session to be resumed
+# (seconds, from its journaled death): a day, like the stale sweep, so a
+# restart the next morning still finds yesterday's files.
+DEFAULT_RESUME_WINDOW: Final = 86400.0
+_FILE_FLAGS: Final = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+# The pid and a newline; anything longer in the file was not written by us.
+_PID_BYTES: Final = 32
+
+
+def check_name(name: object) -> str:
+    """Return *name* if it is a valid session name; ValueError naming the rule otherwise."""
+    if not isinstance(name, str) or not ids.SESSION.fullmatch(name):
+        raise ValueError(
+            f"session name {name!r} is not valid: a name is 1 to 64 characters of A-Z, a-z, "
+            "0-9, '.', '_' and '-', and is neither '.' nor '..'; choose another"
+        )
+    return name
+
+
+def check_window(window: float) -> float:
+    """Refuse a resume window that is not a finite number of seconds >= 0."""
+    if not (isinstance(window, int | float) and not isinstance(window, bool)
+            and math.isfinite(window) and window >= 0):
+        raise ValueError(f"resume_window must be a finite number of seconds >= 0, not "
+                         f"{window!r}")
+    return float(window)
+
+
+@attrs.frozen
+class Claim:
+    """What a manager about to claim session *name* asks of its recovery pass.
+
+    With *resume* False the pass discards what the last owner left (*why*
+    says so in the journal); with True it keeps it for the adoption, unless
+    the window has passed.
+    """
+
+    name: str
+    resume: bool
+    why: str = "a new owner started the session afresh (resume=False)"
+
+
+@attrs.frozen
+class Resumable:
+    """What a session's dead owner left, as the pass that kept it saw it.
+
+    The claimer adopts ``generation`` from ``owner``; ``session`` is the
+    session as it stood.  Everything here is fixed while the claimer holds
+    the session's lock: only a lock holder discards, and nobody removes a
+    kept generation.
+    """
+
+    session: SessionState
+    owner: ManagerState | None
+    generation: GenerationState | None
+
+    def seed(self) -> State:
+        """The part of the journal's state a claimer's own state must start from."""
+        generations = {} if self.generation is None else {self.generation.id: self.generation}
+        managers = {} if self.owner is None else {self.owner.id: self.owner}
+        return State(managers=managers, generations=generations,
+                     sessions={self.session.name: self.session})
+
+
+def resumable(state: State, name: str) -> Resumable | None:
+    """Session *name* as *state* has it, with the generation kept for it if any."""
+    session = state.sessions.get(name)
+    if session is None:
+        return None
+    kept = None if session.kept is None else state.generations.get(session.kept)
+    if kept is not None and kept_for_resume(state, kept) is None:
+        kept = None
+    # The owner may be gone from the state: ended, with nothing left of it.
+    return Resumable(session, state.managers.get(session.owner), kept)
+
+
+def expired(session: SessionState, now: float) -> bool:
+    """Whether the resume window of what *session*'s dead owner left has passed at *now*."""
+    return session.kept_at is not None and now - session.kept_at >= session.window
+
+
+def lock_name(name: str) -> str:
+    """The name of a session's owner lock file inside ``ROOT/sessions``."""
+    return f"{name}.lock"
+
+
+class SessionLock:
+    """The owner lock of one named session, held until :meth:`close`.
+
+    :meth:`take` refuses with :class:`SessionOwned` while another process
+    holds it.  Like every lock here it is given up only by closing its
+    descriptor, never by ``LOCK_UN``: a forked child shares the open file
+    description, and an unlock through its copy would free the parent's.
+    """
+
+    def __init__(self, name: str, fd: int, sessions_fd: int) -> None:
+        self.name = name
+        self.fd = fd
+        self._sessions_fd = sessions_fd
+
+    @classmethod
+    def take(cls, root: Root, name: str) -> SessionLock:
+        """Lock session *name* under *root* for this process, or raise :class:`SessionOwned`."""
+        check_name(name)
+        sessions_fd = root.open_private(SESSIONS_DIR)
+        try:
+            fd = _lock(sessions_fd, name)
+            if fd is None:
+                raise SessionOwned(
+                    root.path, name, _owner_pid(sessions_fd, name),
+                    "Close that session's manager first, or use another session name",
+                )
+        except BaseException:
+            os.close(sessions_fd)
+            raise
+        try:
+            # For the error message of whoever comes next, nothing more.
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except BaseException:
+            os.close(fd)
+            os.close(sessions_fd)
+            raise
+        return cls(name, fd, sessions_fd)
+
+    def unlink(self) -> None:
+        """Remove the lock file while holding it (the session is being removed).
+
+        A process that opened the old file meanwhile finds, once it holds
+        the lock, that the name no longer leads to it, and starts over.
+        """
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock_name(self.name), dir_fd=self._sessions_fd)
+
+    @property
+    def held(self) -> bool:
+        return self.fd >= 0
+
+    def close(self) -> None:
+        """Give the session up: the kernel frees the lock with the last descriptor.
+
+        The file stays: unlinking it would let a newcomer lock a fresh file
+        while a forked child still holds the old one.
+        """
+        for attribute in ("fd", "_sessions_fd"):
+            fd = getattr(self, attribute)
+            if fd >= 0:
+                setattr(self, attribute, -1)
+                os.close(fd)
+
+
+def _lock(sessions_fd: int, name: str) -> int | None:
+    """Open (creating) and lock session *name*'s file; None while someone else holds it."""
+    while True:
+        fd = os.open(lock_name(name), _FILE_FLAGS | os.O_CREAT, 0o600, dir_fd=sessions_fd)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise
+                os.close(fd)
+                return None
+            # A remover unlinks the file while holding its lock: a lock won on
+            # a file no longer under the name guards nothing.
+            named = os.stat(lock_name(name), dir_fd=sessions_fd, follow_symlinks=False)
+            mine = os.fstat(fd)
+        except FileNotFoundError:
+            os.close(fd)
+            continue
+        except BaseException:
+            os.close(fd)
+            raise
+        if (named.st_dev, named.st_ino) == (mine.st_dev, mine.st_ino):
+            return fd
+        os.close(fd)
+
+
+def try_lock(root: Root, name: str) -> SessionLock | None:
+    """Lock session *name* for an instant's work if nobody owns it; None otherwise.
+
+    For a recovery pass discarding what an owner left once its window has
+    passed: holding the lock, no claimer can be adopting it meanwhile.
+    """
+    try:
+        sessions_fd = os.open(SESSIONS_DIR, DIR_FLAGS, dir_fd=root.fd)
+    except FileNotFoundError:
+        return None
+    try:
+        fd = _lock(sessions_fd, name)
+    except BaseException:
+        os.close(sessions_fd)
+        raise
+    if fd is None:
+        os.close(sessions_fd)
+        return None
+    return SessionLock(name, fd, sessions_fd)
+
+
+def _owner_pid(sessions_fd: int, name: str) -> int | None:
+    """The pid the owner of session *name* wrote into its lock file, if it can be read."""
+    try:
+        fd = os.open(lock_name(name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+                     | os.O_NONBLOCK, dir_fd=sessions_fd)
+    except OSError:
+        return None
+    try:
+        return _read_pid(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_session(
+    root: os.PathLike[str] | str | None,
+    name: str,
+    *,
+    clock: Callable[[], float] = time.time,
+    busy_timeout: float = 30.0,
+) -> Report:
+    """Remove what named session *name* left under *root*, journaled; refused while it is owned.
+
+    Raises :class:`SessionOwned` (naming the owner's pid) while a live
+    manager holds the session.  Otherwise the generation its dead owner
+    left for a resume is discarded and, with every other directory of its
+    ended owners that no command holds, removed by a recovery pass; the
+    pass's report says what was removed and what a running command still
+    holds (removed by a later pass, once the command exits).  Artifacts are
+    kept: they go only by :func:`sessiontemp.remove_artifact`.
+    """
+    # Imported here: recovery imports this module for the session lock.
+    from journal.store import Store
+    from sessiontemp import recovery
+
+    check_name(name)
+    opened = Root.open(root)
+    try:
+        lock = SessionLock.take(opened, name)
+        try:
+            opened.check_journal()
+            store = Store(opened.journal_path, busy_timeout=busy_timeout)
+            try:
+                report = recovery.run(
+                    opened, store, stale_after=recovery.DEFAULT_STALE_AFTER, clock=clock,
+                    steps=Steps(), wait=True,
+                    claim=Claim(name, resume=False, why="the session was removed "
+                                "(remove_session)"),
+                )
+            finally:
+                store.close()
+            lock.unlink()
+        finally:
+            lock.close()
+    finally:
+        opened.close()
+    return report
+
+
+def _read_pid(fd: int) -> int | None:
+    """The pid the owner wrote into its lock file, None if there is none to read."""
+    with contextlib.suppress(OSError):
+        text = os.pread(fd, _PID_BYTES, 0).decode("ascii", "replace").strip()
+        if text.isdigit() and int(text) > 0:
+            return int(text)
+    return None
