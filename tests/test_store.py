@@ -380,7 +380,7 @@ OPENER = textwrap.dedent(
 
 
 @pytest.mark.parametrize("rounds", [
-    pytest.param(20, id="short"), pytest.param(200, id="long", marks=pytest.mark.slow),
+    pytest.param(6, id="short"), pytest.param(200, id="long", marks=pytest.mark.slow),
 ])
 def test_processes_creating_one_new_journal_at_the_same_moment_all_open_it(
     tmp_path: Path, rounds: int

@@ -1,6 +1,6 @@
 """Measure how long an event loop stalls during a burst of leases; prints a Markdown table.
 
-    python tools/bench_asyncio.py [--cycles N] [--concurrency C] [--runs R] [--root DIR]
+    python tools/bench_asyncio.py [--cycles N] [--concurrency C] [--runs R] [--root DIR] [--quick]
 
 A ticker task sleeps 1 ms at a time and records how late each wake-up is:
 the longest lateness is the longest the loop could not run anything.  Each
@@ -22,10 +22,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+import benchlib
 
 from sessiontemp import Manager
 
@@ -101,13 +102,20 @@ def bursts(manager: Manager, cycles: int, concurrency: int
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cycles", type=int, default=400)
-    parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--root", type=Path, default=None)
-    args = parser.parse_args()
-    root = args.root or Path(tempfile.mkdtemp(prefix="bench-asyncio-")) / "root"
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--cycles", type=int, default=400)
+        parser.add_argument("--concurrency", type=int, default=16)
+        parser.add_argument("--runs", type=int, default=5)
+
+    args = benchlib.arguments(__doc__, options)
+    if args.quick:
+        args.cycles, args.runs = 40, 1
+    with benchlib.scratch(args.root) as scratch:
+        rows = run(scratch / "root", args)
+    report(rows, args)
+
+
+def run(root: Path, args: argparse.Namespace) -> list[tuple[str, float, float, float, str]]:
     manager = Manager(root)
     manager.retain()
     rows = []
@@ -123,6 +131,10 @@ def main() -> None:
     finally:
         manager.release()
         manager.close()
+    return rows
+
+
+def report(rows: list[tuple[str, float, float, float, str]], args: argparse.Namespace) -> None:
     print(f"{args.cycles} cycles, {args.concurrency} at a time, rotation every 20; "
           f"median of {args.runs} runs\n")
     print("| burst | longest stall (median) | longest stall (worst run) | p99 lateness "

@@ -214,7 +214,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--root", type=Path, default=None)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="a small smoke run (CI)")
     args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.seconds = 20, 0.3
     with tempfile.TemporaryDirectory(dir=args.root) as tmp:
         root = Path(tmp)
         if args.profile:

@@ -1,6 +1,6 @@
 """What fsyncing the root directory after each directory operation would cost; prints Markdown.
 
-    python tools/bench_dirsync.py [--rounds N] [--root DIR]
+    python tools/bench_dirsync.py [--rounds N] [--root DIR] [--quick]
 
 A generation's life touches the root directory three times: mkdir (made),
 rename to its trash name (claimed), rmdir (removed).  None is fsynced, so a
@@ -22,6 +22,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import benchlib
 
 from sessiontemp import Manager
 from sessiontemp.root import DIR_FLAGS
@@ -75,10 +77,12 @@ def run(base: Path, rounds: int) -> list[tuple[str, float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=500)
-    parser.add_argument("--root", type=Path, help="a directory on the disk to measure")
-    args = parser.parse_args()
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--rounds", type=int, default=500)
+
+    args = benchlib.arguments(__doc__, options)
+    if args.quick:
+        args.rounds = 20
     with tempfile.TemporaryDirectory(dir=args.root) as scratch:
         rows = run(Path(scratch), args.rounds)
     print(f"Command: python tools/bench_dirsync.py --rounds {args.rounds}  "

@@ -134,7 +134,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rotations", type=int, nargs="*", default=[])
     parser.add_argument("--cycles", type=int, default=300)
     parser.add_argument("--appends", type=int, default=0)
+    parser.add_argument("--quick", action="store_true",
+                        help="a small smoke run (CI): 100 and 300 rotations, 50 appends")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.rotations, args.cycles, args.appends = [100, 300], 20, 50
     if args.appends:
         append_costs(args.appends)
     if args.journal is not None:

@@ -1,6 +1,6 @@
 """Benchmark the manager's operations on a real root; prints Markdown tables.
 
-    python tools/bench_manager.py [--rounds N] [--root DIR] [--extra-processes N]
+    python tools/bench_manager.py [--rounds N] [--root DIR] [--extra-processes N] [--quick]
 
 Each figure is the median over N rounds, measured in one run so that ratios
 between rows are meaningful on a shared, noisy machine.  The root defaults
@@ -29,6 +29,8 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import benchlib
 
 from sessiontemp import Manager, processes
 from sessiontemp.shield import shielded
@@ -153,11 +155,13 @@ def scan(rounds: int, extra: int) -> list[tuple[str, float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=500)
-    parser.add_argument("--root", type=Path)
-    parser.add_argument("--extra-processes", type=int, default=500)
-    args = parser.parse_args()
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--rounds", type=int, default=500)
+        parser.add_argument("--extra-processes", type=int, default=500)
+
+    args = benchlib.arguments(__doc__, options)
+    if args.quick:
+        args.rounds, args.extra_processes = 20, 20
     with tempfile.TemporaryDirectory(dir=args.root) as scratch:
         rows = run(Path(scratch), args.rounds)
         overheads = handoff(Path(scratch), args.rounds)

@@ -1,6 +1,6 @@
 """Benchmark reading a long journal: ``journal-inspect summary`` and a full replay.
 
-    python tools/bench_replay.py [--events N] [--runs R] [--journal PATH]
+    python tools/bench_replay.py [--events N] [--runs R] [--journal PATH] [--quick]
 
 Builds (once; reused when PATH already holds one) a journal of about N events
 (default 1,000,000) the way real managers write it: through the real
@@ -37,8 +37,10 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
+
+from benchlib import lifetimes
 
 from journal import checkpoint
 from journal.events import (
@@ -46,75 +48,14 @@ from journal.events import (
     GenerationCreated,
     GenerationReady,
     LeaseAcquired,
-    LeaseReleased,
-    ManagerClosed,
-    ManagerDied,
     ManagerOpened,
-    RecoveryStarted,
-    Released,
-    RemovalFinished,
-    RemovalStarted,
     Retained,
-    Rotated,
 )
 from journal.reducer import State, replay
 from journal.store import Store
 from sessiontemp import Manager, inspect
 
 BATCH = 20_000
-
-
-_BASE32 = "abcdefghijklmnopqrstuvwxyz234567"
-
-
-def generation_id(n: int) -> str:
-    """A canonical generation id (16 characters of lower-case base32) numbered *n*."""
-    digits = []
-    for _ in range(16):
-        n, d = divmod(n, 32)
-        digits.append(_BASE32[d])
-    return "".join(reversed(digits))
-
-
-def lifetimes(count: int) -> Iterator[list[Event]]:
-    """The events of one manager's life after another, each a list, until *count* events."""
-    n = 0
-    serial = 0
-    while n < count:
-        serial += 1
-        m = f"{serial:032x}"
-        pid = 1000 + serial % 30000
-        events: list[Event] = [ManagerOpened(m, pid), Retained(m)]
-        generation_serial = 0
-        for round_ in range(20):
-            generation_serial += 1
-            g = generation_id(serial * 1000 + generation_serial)
-            events += [GenerationCreated(m, g), GenerationReady(m, g, 2049, 10_000 + round_)]
-            for k in range(3):
-                lease_a = f"{serial:08x}{generation_serial:04x}{k:02x}0a"
-                lease_b = f"{serial:08x}{generation_serial:04x}{k:02x}0b"
-                events += [
-                    LeaseAcquired(m, g, lease_a), LeaseAcquired(m, g, lease_b),
-                    LeaseReleased(m, g, lease_a), LeaseReleased(m, g, lease_b),
-                ]
-            events += [
-                Rotated(m),
-                RemovalStarted(g, m, "retired and no lease left"),
-                RemovalFinished(g, m, "removed"),
-            ]
-        if serial % 10 == 0:
-            # Killed: a recovery pass finds it dead and removes its generation.
-            g = generation_id(serial * 1000 + generation_serial + 1)
-            r = f"{serial:016x}"
-            events += [GenerationCreated(m, g), GenerationReady(m, g, 2049, 99),
-                       LeaseAcquired(m, g, f"{serial:016x}"),
-                       RecoveryStarted(r, pid + 1), ManagerDied(m, r),
-                       RemovalStarted(g, r, f"manager {m} (pid {pid}) died"),
-                       RemovalFinished(g, r, "removed")]
-        else:
-            events += [Released(m), ManagerClosed(m)]
-        n += len(events)
-        yield events
 
 
 def build(path: Path, count: int) -> None:
@@ -222,7 +163,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--journal", type=Path, default=None,
                         help="where to build (or reuse) the journal; default: a temporary file")
     parser.add_argument("--skip-verify", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help="a small smoke run: 25,000 events, one run of each")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.events, args.runs = 25_000, 1
     with tempfile.TemporaryDirectory() as scratch:
         path = args.journal or Path(scratch) / "journal.sqlite3"
         if not path.exists():

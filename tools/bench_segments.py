@@ -34,7 +34,8 @@ from pathlib import Path
 # Its sibling, imported by name as when run from this directory.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_replay import BATCH, lifetimes
+from bench_replay import BATCH
+from benchlib import lifetimes
 
 from journal import checkpoint
 from journal.events import Event
@@ -116,8 +117,19 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--quick", action="store_true",
+                        help="a small smoke run (CI): 25,000 events, one run")
     args = parser.parse_args()
-    base = args.dir or Path(tempfile.mkdtemp(prefix="bench-segments-"))
+    if args.quick:
+        args.events, args.runs = 25_000, 1
+    if args.dir is not None:
+        run(args, args.dir)
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-segments-") as scratch:
+        run(args, Path(scratch))
+
+
+def run(args: argparse.Namespace, base: Path) -> None:
     r = DEFAULT_RETENTION
     print(f"retention: segment {r.segment_bytes:,} B, history {r.history_bytes:,} B, "
           f"age {r.history_age:g} s")

@@ -1,6 +1,6 @@
 """Benchmark ``journal-inspect timeline`` on journals of many generations.
 
-    python tools/bench_timeline.py [--generations N ...] [--runs R]
+    python tools/bench_timeline.py [--generations N ...] [--runs R] [--quick]
 
 For each N (default 10,000 and 100,000) builds a journal the way managers
 write it, through the real :class:`journal.store.Store`: managers one after
@@ -19,6 +19,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchlib import generation_id
 
 from journal.events import (
     Event,
@@ -40,12 +42,6 @@ from journal.store import Store
 from sessiontemp import inspect
 
 PER_MANAGER = 20
-
-
-def generation_id(n: int) -> str:
-    """A canonical generation id (16 characters of lower-case base32) numbered *n*."""
-    alphabet = "abcdefghijklmnopqrstuvwxyz234567"
-    return "".join(alphabet[(n >> (5 * i)) & 31] for i in reversed(range(16)))
 
 
 def manager_life(serial: int) -> list[Event]:
@@ -85,7 +81,11 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--generations", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--quick", action="store_true",
+                        help="a small smoke run: 1,000 generations, one run")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.generations, args.runs = [1_000], 1
     print("| generations | managers | events | timeline (median) | SVG | bars drawn | lanes |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as scratch:

@@ -1,0 +1,120 @@
+"""Where a warm lease cycle's time goes beyond its two commits: cProfile; prints Markdown.
+
+    python tools/profile_cycle.py [--cycles N] [--root DIR] [--quick]
+
+Times N warm cycles (``acquire().release()`` on a live generation, called
+from a non-main thread so that they run inline, in the thread the profiler
+watches) against N pairs of bare single-row commits (the floor), alternating,
+without the profiler; then runs N more cycles under ``cProfile`` and prints
+the functions with the most time of their own, per cycle, and the same time
+grouped by where the code lives.  The profiler roughly doubles the cost of
+Python code (not of the fsync), so read its figures as shares.  The time in
+``sqlite3`` calls includes the commits' fdatasync.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import sqlite3
+from collections import defaultdict
+from typing import Any
+
+import benchlib
+
+from sessiontemp import Manager
+
+
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cycles", type=int, default=2000)
+    parser.add_argument("--top", type=int, default=20)
+
+
+def where(filename: str, function: str) -> str:
+    """The group a profiled function belongs to."""
+    if filename == "~":
+        if "sqlite3" in function:
+            return "sqlite3 (C: statements, commits and their fdatasync)"
+        if "lock" in function.lower() or "acquire" in function or "release" in function:
+            return "locks (C)"
+        return "other built-ins (C)"
+    for part in ("journal", "sessiontemp"):
+        if f"{os.sep}{part}{os.sep}" in filename:
+            return f"{part}/{os.path.basename(filename)}"
+    for part in ("attr", "structlog", "json", "threading", "logging", "concurrent"):
+        if f"{os.sep}{part}" in filename:
+            return part
+    return "other Python"
+
+
+def short(key: tuple[str, int, str]) -> str:
+    filename, line, function = key
+    if filename == "~":
+        return function
+    parts = filename.split(os.sep)
+    return f"{'/'.join(parts[-2:])}:{line} {function}"
+
+
+def main() -> None:
+    args = benchlib.arguments(__doc__, options)
+    cycles = 50 if args.quick else args.cycles
+    profile = cProfile.Profile()
+    with benchlib.scratch(args.root) as scratch:
+        floor = benchlib.BareCommits(scratch / "floor.sqlite3", benchlib.lease_cycle_rows())
+        worker = benchlib.Worker()
+        manager = Manager(scratch / "root")
+        try:
+            manager.retain()
+            manager.acquire().release()
+
+            def cycle() -> None:
+                manager.acquire().release()
+
+            def two_commits() -> None:
+                floor.commit()
+                floor.commit()
+
+            samples = benchlib.interleave(
+                {"cycle": lambda: worker.run(cycle), "floor": lambda: worker.run(two_commits)},
+                cycles)
+
+            def profiled() -> None:
+                for _ in range(cycles):
+                    cycle()
+
+            worker.run(lambda: profile.runcall(profiled))
+        finally:
+            manager.release()
+            manager.close()
+            worker.close()
+            floor.close()
+    cycle_ms, floor_ms = (benchlib.median_ms(samples[k]) for k in ("cycle", "floor"))
+    stats: dict[tuple[str, int, str], Any] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    total = sum(own for _, _, own, _, _ in stats.values())
+    print(f"Command: python tools/profile_cycle.py --cycles {cycles}"
+          f"{' --quick' if args.quick else ''}\n{benchlib.environment(args.root)}\n")
+    benchlib.table(("without the profiler (medians, alternating)", "per cycle"),
+                   [("warm cycle, inline", f"{cycle_ms * 1e3:.0f} us"),
+                    ("two bare commits (the floor)", f"{floor_ms * 1e3:.0f} us"),
+                    ("beyond the floor", f"{(cycle_ms - floor_ms) * 1e3:.0f} us")],
+                   numeric=(1,))
+    groups: dict[str, float] = defaultdict(float)
+    for (filename, _, function), (_, _, own, _, _) in stats.items():
+        groups[where(filename, function)] += own
+    print(f"Under cProfile: {total / cycles * 1e6:.0f} us per cycle in all "
+          f"(SQLite {sqlite3.sqlite_version})\n")
+    benchlib.table(("where (own time)", "us per cycle", "share"),
+                   [(name, f"{own / cycles * 1e6:.1f}", f"{own / total:.0%}")
+                    for name, own in sorted(groups.items(), key=lambda kv: -kv[1])],
+                   numeric=(1, 2))
+    top = sorted(stats.items(), key=lambda kv: -kv[1][2])[:args.top]
+    benchlib.table(("function (own time)", "calls per cycle", "us per cycle", "share"),
+                   [(f"`{short(key)}`", f"{calls / cycles:.1f}", f"{own / cycles * 1e6:.1f}",
+                     f"{own / total:.0%}") for key, (_, calls, own, _, _) in top],
+                   numeric=(1, 2, 3))
+
+
+if __name__ == "__main__":
+    main()
