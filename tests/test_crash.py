@@ -722,7 +722,7 @@ def test_a_recovery_pass_acts_on_the_journal_as_it_is_not_as_it_was_when_it_bega
     victim.ask("retain")
     doomed = victim.ask("acquire")
     victim.ask("fill", doomed["lease"], "5")
-    closing = lab.child("--at", "lock", "--after", "unlock", "--then", "pause")
+    closing = lab.child("--at", "lock", "--after", "journal", "--then", "pause")
     closing.ask("retain")
     held = closing.ask("acquire")
     victim.kill()

@@ -165,8 +165,8 @@ def test_without_the_identity_check_a_replacing_directory_would_be_removed(
     seize = removal.seize
 
     def blind(root_fd: int, names: Iterable[str], *, identity: tuple[int, int] | None = None,
-              steps: Steps) -> removal.Found:
-        return seize(root_fd, names, identity=None, steps=steps)
+              steps: Steps, held: int | None = None) -> removal.Found:
+        return seize(root_fd, names, identity=None, steps=steps, held=held)
 
     monkeypatch.setattr(removal, "seize", blind)
     left.manager.close()
