@@ -8,6 +8,7 @@ holds.  Hypothesis profiles, the one place example budgets are set: ``ci``
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -101,3 +102,15 @@ def manager(open_manager: Callable[..., Manager]) -> Manager:
     m = open_manager()
     m.retain()
     return m
+
+
+def locked_by_another(path: Path) -> bool:
+    """Whether a LOCK_EX | LOCK_NB probe on *path* (file or directory) fails: it is locked."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

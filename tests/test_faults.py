@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
 import random
@@ -42,7 +41,7 @@ from journal import Record, replay
 from journal.errors import JournalError, JournalFull
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Lease, Manager, Unavailable, recover
 from sessiontemp.root import generation_name
-from tests.conftest import journal_state, live_state, own_view
+from tests.conftest import journal_state, live_state, locked_by_another, own_view
 from tests.test_bad_journal import (
     append_unknown_kind,
     committed,
@@ -811,18 +810,6 @@ def test_the_quiet_test_finds_a_library_logger_that_reaches_stderr(root: Path) -
 
 # -- a commit that fails after the operation's lock would have gone ----------------------------
 
-def locked_by_someone(directory: Path) -> bool:
-    """Whether any descriptor but this probe's holds a lock on *directory*."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
 @pytest.mark.parametrize(("operation", "leased"), [
     ("rotate", True), ("release", True), ("rotate", False), ("release", False),
 ])
@@ -853,7 +840,7 @@ def test_a_retirement_whose_commit_fails_keeps_the_managers_lock_on_the_generati
         if leased:
             lease.release()
         assert directory.is_dir(), f"{at}: the generation was removed"
-        assert locked_by_someone(directory), f"{at}: the manager's lock on it was dropped"
+        assert locked_by_another(directory), f"{at}: the manager's lock on it was dropped"
         assert_sound(root, before, at)
         getattr(manager, operation)()
         assert_agrees(manager, at)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import fcntl
 import os
 import select
 import shutil
@@ -40,7 +39,7 @@ from journal.events import CommandStarted
 from sessiontemp import Manager, processes, recover
 from sessiontemp.locks import is_locked
 from sessiontemp.root import DIR_FLAGS
-from tests.conftest import journal_state
+from tests.conftest import journal_state, locked_by_another
 from tests.model import simulate_kill
 
 COMMAND = Path(__file__).with_name("leased_command.py")
@@ -413,18 +412,6 @@ def test_a_recorded_pid_counts_only_with_its_start_time_when_recovery_removes(
 
 def lock_file(manager: Manager) -> Path:
     return manager.root / "managers" / f"{manager.id}.lock"
-
-
-def locked_by_another(path: Path) -> bool:
-    """Whether a probe with LOCK_EX | LOCK_NB on *path* fails: its lock is held."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
 
 
 RECOVER = textwrap.dedent("""
