@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from json.encoder import encode_basestring_ascii
 from typing import ClassVar, Final, TypeAlias
 
 import attrs
@@ -360,6 +361,13 @@ _OPTIONAL: Final[dict[str, frozenset[str]]] = {
     kind: frozenset(a.name for a in attrs.fields(cls) if a.default is not attrs.NOTHING)
     for kind, cls in KINDS.items()
 }
+# Per known kind, in the order sort_keys gives: each field's JSON key (a
+# Python name: nothing to escape) with its colon, and the field's name.
+_LAYOUT: Final[dict[str, tuple[tuple[str, str], ...]]] = {
+    kind: tuple((f'"{name}":', name) for name in sorted(fields)) for kind, fields in _FIELDS.items()
+}
+# What json.dumps quotes a str with, ensure_ascii being its default.
+_quote: Final = encode_basestring_ascii
 # Longest free text accepted in a record (reasons, labels): a damaged
 # length would otherwise flood every report that quotes it.
 _MAX_TEXT: Final = 4096
@@ -432,10 +440,27 @@ class Record:
 
 
 def encode(event: Event) -> tuple[str, str]:
-    """Return the ``(kind, payload)`` pair stored for *event*."""
+    """Return the ``(kind, payload)`` pair stored for *event*.
+
+    The payload is ``json.dumps(fields, separators=(",", ":"),
+    sort_keys=True)``, byte for byte: the digest chain covers it.
+    """
+    layout = _LAYOUT.get(event.kind)
+    if layout is not None:
+        # Every field of a known kind is a str or an int: written out
+        # directly, at a third of json.dumps's cost, on every append.
+        parts = []
+        for key, name in layout:
+            value = getattr(event, name)
+            if type(value) is str:
+                parts.append(key + _quote(value))
+            elif type(value) is int:
+                parts.append(key + int.__repr__(value))
+            else:
+                break
+        else:
+            return event.kind, "{" + ",".join(parts) + "}"
     names = _FIELDS.get(event.kind)
-    # Every field of a known kind is an int or a str: read them directly,
-    # at a fraction of attrs.asdict's cost, on every append.
     fields = attrs.asdict(event) if names is None else {n: getattr(event, n) for n in names}
     return event.kind, json.dumps(fields, separators=(",", ":"), sort_keys=True)
 
