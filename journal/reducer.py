@@ -332,7 +332,7 @@ def replay(records: Iterable[Record], initial: State = EMPTY, *, tolerant: bool 
     fold = Fold(initial, tolerant=tolerant, history=history)
     for record in records:
         fold.step(record)
-    return fold.state()
+    return fold.result()
 
 
 class Fold:
@@ -371,6 +371,15 @@ class Fold:
         return State(managers=dict(self.managers), generations=dict(self.generations),
                      seq=self.seq, held=dict(self.held), sessions=dict(self.sessions),
                      artifacts=dict(self.artifacts))
+
+    def result(self) -> State:
+        """The state after the records stepped, taking the working maps: no step may follow.
+
+        :meth:`state` without its copies, for a fold that ends here (a
+        replay, and the store's fold of every append).
+        """
+        return State(managers=self.managers, generations=self.generations, seq=self.seq,
+                     held=self.held, sessions=self.sessions, artifacts=self.artifacts)
 
     def step(self, record: Record) -> None:
         # Increasing, not consecutive: a manager folds only the events it

@@ -83,6 +83,7 @@ _INDEXES: Final = (
 )
 # Ids per query: well below SQLite's limit on host parameters.
 _IDS_PER_QUERY: Final = 500
+_INSERT: Final = "INSERT INTO events (seq, time, kind, payload, digest) VALUES (?, ?, ?, ?, ?)"
 _MOVE_ASIDE: Final = "Move it aside (the manager then starts a new journal) or pass another root"
 _RETRY: Final = "Nothing already committed was lost; retry, and report it if it persists"
 SegmentHook = Callable[[Literal["segment"], str], None]
@@ -112,8 +113,8 @@ class _StaleTail(Exception):
 class Pending:
     """One append waiting in the queue for a group commit, and then its outcome."""
 
-    __slots__ = ("base", "decide", "done", "durable", "error", "events", "fold", "guessed",
-                 "records", "rows", "speculative", "time")
+    __slots__ = ("base", "decide", "done", "durable", "error", "events", "fold", "guess",
+                 "guessed", "records", "rows", "speculative", "time", "waiter", "waiting")
 
     def __init__(self, events: list[Event], rows: list[tuple[str, str]], time: float,
                  decide: Callable[[list[Record]], object] | None, durable: bool,
@@ -126,10 +127,28 @@ class Pending:
         self.fold = fold
         self.base = base
         self.speculative: Any = None
+        # The records as folded ahead, on the sequence numbers guessed:
+        # committed as they are when the guess holds.
+        self.guess: list[Record] | None = None
         self.guessed = 0
         self.records: list[Record] | None = None
         self.error: BaseException | None = None
         self.done = False
+        # A follower sleeps on a lock of its own, held until a leader
+        # releases it: one wake-up for the one thread concerned, where a
+        # shared condition would wake every waiting thread at each commit.
+        self.waiter: threading.Lock | None = None
+        self.waiting = False
+
+
+def _wake(pending: Pending) -> None:
+    """Wake the thread waiting on *pending* (the caller holds the queue's lock)."""
+    pending.waiting = False
+    waiter = pending.waiter
+    # Unlocked already when a wake-up is still unclaimed (its thread was
+    # interrupted before it slept): that one will do.
+    if waiter is not None and waiter.locked():
+        waiter.release()
 
 
 def chain(previous: bytes, seq: int, time: float, kind: str, payload: str) -> bytes:
@@ -243,9 +262,11 @@ class Store:
         # this store, so nothing can be written on a false premise.
         self.broken: str | None = None
         # Group commit (see submit): appends queued for the next leader.
-        self._queued = threading.Condition(threading.Lock())
+        self._queued = threading.Lock()
         self._queue: list[Pending] = []
         self._leading = False
+        # Threads in drain(), waiting for the running commit to end.
+        self._idle: list[threading.Lock] = []
         self._next_seq: int | None = None
         self._synced = True
         self.tip: object = None
@@ -859,11 +880,12 @@ class Store:
         append alone.  :attr:`tip` is the state after the last append
         folded; a failed transaction puts it back to :attr:`durable_tip`.
         """
+        events = list(events)
         rows = [encode(event) for event in events]
         # The digest covers the time as SQLite gives it back: a float, and
         # never -0.0, which a REAL column returns as 0.0.
         time = float(time) + 0.0
-        pending = Pending(list(events), rows, time, decide, durable, fold, base)
+        pending = Pending(events, rows, time, decide, durable, fold, base)
         with self._queued:
             if fold is not None:
                 if self._next_seq is None:
@@ -871,6 +893,7 @@ class Store:
                 first = self._next_seq
                 guess = [Record(first + i, time, e) for i, e in enumerate(events)]
                 pending.speculative = fold(guess, base)
+                pending.guess = guess
                 pending.guessed = first
             self._queue.append(pending)
             if self._next_seq is not None:
@@ -878,27 +901,59 @@ class Store:
         return pending
 
     def wait(self, pending: Pending) -> list[Record]:
-        """Return *pending*'s records once they are durable; raise why they are not."""
+        """Return *pending*'s records once they are durable; raise why they are not.
+
+        The thread that finds no commit running leads one, in its own
+        thread: with nothing else queued, the append is committed right
+        here, with no hand-off.  A thread that finds a commit running
+        sleeps until a leader either settles its append or, its own commit
+        done, wakes it to lead the next one, with everything that queued
+        while the sync ran.
+        """
+        queued = self._queued
         while True:
-            with self._queued:
-                while not pending.done and self._leading:
-                    self._queued.wait()
+            with queued:
                 if pending.done:
                     break
-                self._leading = True
-                batch, self._queue = self._queue, []
+                if self._leading:
+                    if pending.waiter is None:
+                        pending.waiter = threading.Lock()
+                        pending.waiter.acquire()
+                    waiter = pending.waiter
+                    pending.waiting = True
+                    lead = False
+                else:
+                    self._leading = lead = True
+                    batch, self._queue = self._queue, []
+            if not lead:
+                # Released by a leader (see _wake); a wake-up that finds
+                # nothing to do just goes round again.
+                waiter.acquire()
+                continue
             try:
                 self._commit_batch(batch, pending)
             finally:
-                with self._queued:
-                    self._leading = False
-                    for p in batch:
-                        p.done = True
-                    self._queued.notify_all()
+                self._hand_over(batch)
         if pending.error is not None:
             raise pending.error
         assert pending.records is not None
         return pending.records
+
+    def _hand_over(self, batch: list[Pending]) -> None:
+        """End a leader's turn: settle *batch*'s followers, and wake the next leader."""
+        with self._queued:
+            self._leading = False
+            for p in batch:
+                p.done = True
+                if p.waiting:
+                    _wake(p)
+            for p in self._queue:
+                if p.waiting:
+                    _wake(p)
+                    break
+            idle, self._idle = self._idle, []
+            for waiter in idle:
+                waiter.release()
 
     def drain(self) -> None:
         """Wait until every append queued so far has committed or failed."""
@@ -907,9 +962,14 @@ class Store:
         if last is not None:
             with contextlib.suppress(Exception):
                 self.wait(last)
-        with self._queued:
-            while self._leading:
-                self._queued.wait()
+        while True:
+            with self._queued:
+                if not self._leading:
+                    return
+                waiter = threading.Lock()
+                waiter.acquire()
+                self._idle.append(waiter)
+            waiter.acquire()
 
     def _commit_batch(self, batch: list[Pending], own: Pending) -> None:
         """Commit *batch* in one transaction, settling each pending append's outcome.
@@ -926,57 +986,79 @@ class Store:
         """:meth:`_commit_batch` after *tail*, the last event known here (None: read it).
 
         Raises _StaleTail, with nothing written, when *tail* is not the last.
+        The transaction is :meth:`_transaction`'s, written out: this is the
+        one path every append takes.
         """
         alone = len(batch) == 1
         tip = self.tip
         last: tuple[int, bytes] | None = None
+        # Whether every append got the numbers it guessed, so that those
+        # queued since guessed right too.
+        exact = True
+        seq = 0
         try:
-            with self._transaction("append to", durable=any(p.durable for p in batch)) as conn:
-                seq, digest = self._tail(conn) if tail is None else tail
-                for p in batch:
-                    mark = (seq, digest)
-                    if not alone:
-                        conn.execute("SAVEPOINT one_append")
-                    records: list[Record] = []
-                    for event, (kind, payload) in zip(p.events, p.rows, strict=True):
-                        seq += 1
-                        digest = chain(digest, seq, p.time, kind, payload)
-                        try:
-                            conn.execute(
-                                "INSERT INTO events (seq, time, kind, payload, digest) "
-                                "VALUES (?, ?, ?, ?, ?)",
-                                (seq, p.time, kind, payload, digest),
-                            )
-                        except sqlite3.IntegrityError:
-                            if tail is None or seq != tail[0] + 1:
-                                raise
-                            raise _StaleTail from None
-                        records.append(Record(seq, p.time, event))
+            with self._lock:
+                if self.broken is not None:
+                    raise JournalError(self.path, f"could not append to it: {self.broken}",
+                                       "Close the manager and open a new one")
+                try:
                     try:
-                        if p.fold is not None:
-                            if p.base is tip and p.guessed == mark[0] + 1:
-                                folded = p.speculative
+                        # Inside: an interruption right after BEGIN must not
+                        # leave the transaction (and the write lock) open.
+                        self._begin(any(p.durable for p in batch))
+                        conn = self._conn
+                        seq, digest = self._tail(conn) if tail is None else tail
+                        for p in batch:
+                            mark = (seq, digest)
+                            if not alone:
+                                conn.execute("SAVEPOINT one_append")
+                            for kind, payload in p.rows:
+                                seq += 1
+                                digest = chain(digest, seq, p.time, kind, payload)
+                                try:
+                                    conn.execute(_INSERT, (seq, p.time, kind, payload, digest))
+                                except sqlite3.IntegrityError:
+                                    if tail is None or seq != tail[0] + 1:
+                                        raise
+                                    raise _StaleTail from None
+                            if p.guess is not None and p.guessed == mark[0] + 1:
+                                records = p.guess
                             else:
-                                self.epoch += 1
-                                folded = p.fold(records, tip)
-                        if p.decide is not None:
-                            p.decide(records)
-                    except Exception as e:
-                        if alone:
-                            raise
-                        conn.execute("ROLLBACK TO one_append")
-                        conn.execute("RELEASE one_append")
-                        seq, digest = mark
-                        p.error = e
-                        continue
-                    if not alone:
-                        conn.execute("RELEASE one_append")
-                    if p.fold is not None:
-                        tip = folded
-                    p.records = records
-                # From here on only COMMIT is left, whose failure may or may
-                # not have made the records durable.
-                last = (seq, digest)
+                                exact = False
+                                records = [Record(mark[0] + 1 + i, p.time, event)
+                                           for i, event in enumerate(p.events)]
+                            try:
+                                if p.fold is not None:
+                                    if p.base is tip and p.guessed == mark[0] + 1:
+                                        folded = p.speculative
+                                    else:
+                                        self.epoch += 1
+                                        folded = p.fold(records, tip)
+                                if p.decide is not None:
+                                    p.decide(records)
+                            except Exception as e:
+                                if alone:
+                                    raise
+                                conn.execute("ROLLBACK TO one_append")
+                                conn.execute("RELEASE one_append")
+                                seq, digest = mark
+                                p.error = e
+                                exact = False
+                                continue
+                            if not alone:
+                                conn.execute("RELEASE one_append")
+                            if p.fold is not None:
+                                tip = folded
+                            p.records = records
+                        # From here on only COMMIT is left, whose failure may
+                        # or may not have made the records durable.
+                        last = (seq, digest)
+                        conn.execute("COMMIT")
+                    except BaseException:
+                        self._abort()
+                        raise
+                except sqlite3.Error as e:
+                    raise self._translate(e, "append to") from e
         except JournalError as e:
             if not (last is not None and self._committed(*last)):
                 self._failed(batch, own, e)
@@ -988,13 +1070,14 @@ class Store:
             return
         self._known_tail = last
         self.tip = self.durable_tip = tip
-        if last is not None:
+        if last is not None and self.maintenance is not None:
             self._maintain_if_due(last[0])
-        with self._queued:
-            # Queued appends guessed their numbers from the last batch's;
-            # the next ones start from what this one committed.
-            self._next_seq = (last[0] if last else seq) + 1 + sum(
-                len(p.events) for p in self._queue)
+        if not exact or tail is None:
+            with self._queued:
+                # Queued appends guessed their numbers from the last batch's;
+                # the next ones start from what this one committed.
+                self._next_seq = (last[0] if last else seq) + 1 + sum(
+                    len(p.events) for p in self._queue)
 
     def _failed(self, batch: list[Pending], own: Pending, error: BaseException) -> None:
         """Fail every append of *batch* not refused already, and forget what was folded."""
@@ -1785,9 +1868,10 @@ class Store:
                     self._span = None
         self.broken = "this is a forked copy of another process's journal connection"
         # The parent's queue and its leader are not this process's.
-        self._queued = threading.Condition(threading.Lock())
+        self._queued = threading.Lock()
         self._queue = []
         self._leading = False
+        self._idle = []
 
     # -- errors --------------------------------------------------------------
 
