@@ -74,9 +74,8 @@ _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 _GENERATION_LIFE: Final = ("generation.created", "generation.ready", "command.started",
                            "removal.started", "removal.finished", "generation.reappeared")
 _MANAGER_LIFE: Final = ("manager.opened", "manager.closed", "manager.dead")
-_KINDS_IN: Final = "kind IN ({})"
 # Name, indexed expression, and the kinds it covers.  A query uses one only
-# when its WHERE holds the very same expression and kind list.
+# when its WHERE holds the very same expression and kind condition.
 _INDEXES: Final = (
     ("events_by_generation", "json_extract(payload, '$.generation')", _GENERATION_LIFE),
     ("events_by_manager", "json_extract(payload, '$.manager')", _MANAGER_LIFE),
@@ -97,9 +96,14 @@ _OPEN_LOCK: Final = threading.Lock()
 _FORKED: Final[list[sqlite3.Connection]] = []
 
 
-def _in(kinds: Sequence[str]) -> str:
-    """``kind IN (...)`` over fixed kind names, written out as the indexes have it."""
-    return _KINDS_IN.format(", ".join(f"'{kind}'" for kind in kinds))
+def _any_kind(kinds: Sequence[str]) -> str:
+    """``(kind = ... OR ...)`` over fixed kind names: the indexes' condition.
+
+    Not ``kind IN (...)``: SQLite evaluates an index's condition on every
+    INSERT, and builds a temporary table for an IN list of more than two
+    values each time, which cost every append a third of its INSERT.
+    """
+    return "(" + " OR ".join(f"kind = '{kind}'" for kind in kinds) + ")"
 
 
 # fold(records, base) -> the state after *records* (see Store.submit).
@@ -424,7 +428,7 @@ class Store:
                 with self._transaction("open"):
                     if not self._has_checkpoints():
                         self._create_checkpoints()
-            self._ensure_indexes()
+            self._ensure_indexes(outdated=not sealed)
         except sqlite3.Error as e:
             raise self._translate(e, "open") from e
 
@@ -489,32 +493,36 @@ class Store:
             "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'checkpoints'"
         ).fetchone()[0])
 
-    def _missing_indexes(self) -> list[str]:
-        present = {name for (name,) in self._conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'index'")}
-        return [name for name, _, _ in _INDEXES if name not in present]
+    def _missing_indexes(self, *, outdated: bool) -> list[str]:
+        """The read indexes the file lacks; with *outdated*, also those of an older condition."""
+        present = dict(self._conn.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'index'").fetchall())
+        return [name for name, _, kinds in _INDEXES if name not in present or (
+            outdated and not str(present[name]).endswith(_any_kind(kinds)))]
 
-    def _ensure_indexes(self) -> None:
+    def _ensure_indexes(self, *, outdated: bool = True) -> None:
         """Add the read indexes a journal lacks (one written before they existed).
 
         Checked first without a write lock, so an open that finds them pays
         nothing; added in one transaction, once, by whichever open gets there
         first.  The first open of a long journal builds them from all its
         rows (about a second per million events); every append after that
-        updates them.
+        updates them.  With *outdated* (a file still appended to), an index
+        with the condition of older journals (``kind IN``, which costs every
+        append) is built again with today's; readers use either.
         """
-        if not self._missing_indexes():
+        if not self._missing_indexes(outdated=outdated):
             return
         # Only speed is at stake: a journal that cannot take them now (a
         # full disk) is read without them, by a scan, and the next open tries again.
         with contextlib.suppress(JournalError), self._transaction("open"):
-            missing = set(self._missing_indexes())
+            missing = set(self._missing_indexes(outdated=outdated))
             for name, expression, kinds in _INDEXES:
                 if name in missing:
                     # Fixed names and kinds, no input: nothing to bind.
+                    self._conn.execute(f"DROP INDEX IF EXISTS {name}")
                     self._conn.execute(
-                        f"CREATE INDEX IF NOT EXISTS {name} ON events ({expression}) "
-                        f"WHERE {_in(kinds)}")
+                        f"CREATE INDEX {name} ON events ({expression}) WHERE {_any_kind(kinds)}")
 
     def _create_checkpoints(self) -> None:
         # digest: the chain digest of event seq, which ties the row to one
@@ -1410,9 +1418,11 @@ class Store:
         chunks = [wanted[i:i + _IDS_PER_QUERY] for i in range(0, len(wanted), _IDS_PER_QUERY)]
         rows: list[tuple[int, float, str, str]] = []
         for chunk in chunks:
-            # The expression and kind list exactly as the index has them, so
-            # that SQLite uses it; every id is a parameter.
-            clauses = [f"{expression} IN ({','.join('?' * len(chunk))})", _in(kinds)]
+            # The expression and kind condition exactly as the index has
+            # them, so that SQLite uses it (it reads the ORs as an IN list,
+            # so an older journal's `kind IN` index serves too); every id
+            # is a parameter.
+            clauses = [f"{expression} IN ({','.join('?' * len(chunk))})", _any_kind(kinds)]
             params: list[object] = list(chunk)
             if until is not None:
                 clauses.append("seq <= ?")
