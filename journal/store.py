@@ -1018,7 +1018,15 @@ class Store:
                         seq, digest = self._tail(conn) if tail is None else tail
                         for p in batch:
                             mark = (seq, digest)
-                            if not alone:
+                            guessed = p.guessed == seq + 1
+                            fold = p.fold
+                            # Folded ahead on what was committed before it:
+                            # nothing is left that could refuse it.
+                            reuse = fold is None or (guessed and p.base is tip)
+                            # A savepoint only where something may yet refuse
+                            # this append alone: its decide, or its fold run again.
+                            undo = not alone and (p.decide is not None or not reuse)
+                            if undo:
                                 conn.execute("SAVEPOINT one_append")
                             for kind, payload in p.rows:
                                 seq += 1
@@ -1029,33 +1037,33 @@ class Store:
                                     if tail is None or seq != tail[0] + 1:
                                         raise
                                     raise _StaleTail from None
-                            if p.guess is not None and p.guessed == mark[0] + 1:
+                            if p.guess is not None and guessed:
                                 records = p.guess
                             else:
                                 exact = False
                                 records = [Record(mark[0] + 1 + i, p.time, event)
                                            for i, event in enumerate(p.events)]
-                            try:
-                                if p.fold is not None:
-                                    if p.base is tip and p.guessed == mark[0] + 1:
-                                        folded = p.speculative
-                                    else:
+                            folded = p.speculative
+                            if not reuse or p.decide is not None:
+                                try:
+                                    if not reuse:
+                                        assert fold is not None
                                         self.epoch += 1
-                                        folded = p.fold(records, tip)
-                                if p.decide is not None:
-                                    p.decide(records)
-                            except Exception as e:
-                                if alone:
-                                    raise
-                                conn.execute("ROLLBACK TO one_append")
+                                        folded = fold(records, tip)
+                                    if p.decide is not None:
+                                        p.decide(records)
+                                except Exception as e:
+                                    if alone:
+                                        raise
+                                    conn.execute("ROLLBACK TO one_append")
+                                    conn.execute("RELEASE one_append")
+                                    seq, digest = mark
+                                    p.error = e
+                                    exact = False
+                                    continue
+                            if undo:
                                 conn.execute("RELEASE one_append")
-                                seq, digest = mark
-                                p.error = e
-                                exact = False
-                                continue
-                            if not alone:
-                                conn.execute("RELEASE one_append")
-                            if p.fold is not None:
+                            if fold is not None:
                                 tip = folded
                             p.records = records
                         # From here on only COMMIT is left, whose failure may
@@ -1067,15 +1075,19 @@ class Store:
                         raise
                 except sqlite3.Error as e:
                     raise self._translate(e, "append to") from e
-        except JournalError as e:
-            if not (last is not None and self._committed(*last)):
-                self._failed(batch, own, e)
-                return
         except _StaleTail:
             raise
         except BaseException as e:
-            self._failed(batch, own, e)
-            return
+            # Once COMMIT was tried, what failed may have come after the
+            # records were durable (an I/O error reported by the commit, a
+            # Ctrl-C right after it): the journal is asked which it was.
+            if last is None or not self._landed(*last):
+                self._failed(batch, own, e)
+                return
+            if not isinstance(e, Exception):
+                # Committed, then interrupted: the records stand, and the
+                # interruption still reaches the caller of this thread.
+                own.error = e
         self._known_tail = last
         self.tip = self.durable_tip = tip
         if last is not None and self.maintenance is not None:
@@ -1129,6 +1141,13 @@ class Store:
                 target=self.maintenance, args=(seq,), daemon=True,
                 name="sessiontemp-journal-maintenance")
             self._maintenance_thread.start()
+
+    def _landed(self, seq: int, digest: bytes) -> bool:
+        """:meth:`_committed`, False when even that cannot be told (the store is then broken)."""
+        try:
+            return self._committed(seq, digest)
+        except JournalError:
+            return False
 
     def _committed(self, seq: int, digest: bytes) -> bool:
         """Whether event *seq* with *digest* is in the journal, after a failed COMMIT."""

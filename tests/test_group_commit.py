@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +28,7 @@ from journal import ids
 from journal.errors import JournalError, RuleViolation
 from journal.events import LeaseAcquired, LeaseReleased, ManagerOpened, Record, Retained
 from journal.reducer import EMPTY, replay
-from journal.store import Store
+from journal.store import Pending, Store
 from sessiontemp import Manager, recover
 from sessiontemp.manager import DURABILITY, Durability
 from sessiontemp.root import JOURNAL_NAME
@@ -160,4 +164,148 @@ def test_a_failed_shared_commit_fails_every_append_it_held(tmp_path: Path) -> No
     assert store.tip is EMPTY
     store.broken = None
     assert store.last_seq() == 0
+    store.close()
+
+
+def fold_state(records: list[Record], base: object) -> object:
+    return replay(records, base)  # type: ignore[arg-type]
+
+
+class FailingConnection:
+    """The store's connection, whose *at*-th statement fails with *error*: before it runs,
+    or right after it ran (*after*), as a failure reported late or a Ctrl-C would."""
+
+    def __init__(self, conn: sqlite3.Connection, at: int, error: BaseException,
+                 after: bool) -> None:
+        self.conn, self.at, self.error, self.after = conn, at, error, after
+        self.count = 0
+
+    def execute(self, sql: str, *params: Any) -> sqlite3.Cursor:
+        self.count += 1
+        if self.count == self.at and not self.after:
+            raise self.error
+        cursor = self.conn.execute(sql, *params)
+        if self.count == self.at:
+            raise self.error
+        return cursor
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before", "after"])
+@pytest.mark.parametrize("error", [sqlite3.OperationalError("disk I/O error"), KeyboardInterrupt()],
+                         ids=["sqlite-error", "ctrl-c"])
+def test_an_append_committed_in_its_own_thread_failing_at_any_statement_leaves_memory_and_journal_agreeing(  # noqa: E501
+    tmp_path: Path, error: BaseException, after: bool
+) -> None:
+    store = Store(tmp_path / "journal.sqlite3")
+    store.reset_tip(EMPTY)
+    m1 = ids.new_manager()
+    store.wait(store.submit([ManagerOpened(m1, 1)], time=1.0, fold=fold_state, base=EMPTY))
+    at, outcomes = 1, set()
+    while True:
+        real = store._conn
+        failing = FailingConnection(real, at, error, after)
+        store._conn = failing  # type: ignore[assignment]
+        try:
+            store.wait(store.submit([Retained(m1)], time=2.0, fold=fold_state, base=store.tip))
+            outcomes.add("returned")
+        except (JournalError, KeyboardInterrupt):
+            outcomes.add("raised")
+        finally:
+            if store._conn is failing:  # type: ignore[comparison-overlap]
+                store._conn = real
+        assert store.broken is None
+        # What the store holds in memory is what its journal holds...
+        assert store.tip == store.durable_tip == replay(store.records())
+        assert store.verify() == []
+        # ...and the next append chains on from it.
+        (record,) = store.wait(store.submit([Retained(m1)], time=3.0, fold=fold_state,
+                                            base=store.tip))
+        assert record.seq == store.last_seq()
+        assert store.tip == replay(store.records())
+        if failing.count < at:
+            break  # past the commit's last statement: every one has failed once
+        at += 1
+    assert at > 3  # the seal check, BEGIN, INSERT and COMMIT at least
+    assert outcomes == {"raised", "returned"}
+    store.close()
+
+
+def test_a_thread_waiting_behind_a_commit_is_woken_to_lead_the_next_with_all_that_queued(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store(tmp_path / "journal.sqlite3")
+    m1 = ids.new_manager()
+    store.append([ManagerOpened(m1, 1)], time=1.0)
+    batches: list[tuple[str, int]] = []
+    real_commit = Store._commit_batch
+
+    def recording(self: Store, batch: list[Pending], own: Pending) -> None:
+        batches.append((threading.current_thread().name, len(batch)))
+        real_commit(self, batch, own)
+
+    monkeypatch.setattr(Store, "_commit_batch", recording)
+    inside, go = threading.Event(), threading.Event()
+
+    def hold(records: list[Record]) -> None:
+        inside.set()
+        go.wait()
+
+    returned: dict[str, list[Record]] = {}
+
+    def append(name: str, decide: Callable[[list[Record]], object] | None = None) -> None:
+        returned[name] = store.append([Retained(m1)], time=2.0, decide=decide)
+
+    leader = threading.Thread(target=append, args=("a", hold), name="a")
+    leader.start()
+    inside.wait()
+    followers = [threading.Thread(target=append, args=(name,), name=name) for name in "bc"]
+    for thread in followers:
+        thread.start()
+    # Both queue behind the commit that holds the write lock, and sleep.
+    while len([p for p in store._queue if p.waiting]) < 2:
+        time.sleep(0.001)
+    go.set()
+    for thread in (leader, *followers):
+        thread.join(timeout=60)
+        assert not thread.is_alive(), f"thread {thread.name} was never woken"
+    assert batches[0] == ("a", 1)
+    # One of the two leads, and commits the other's append with its own.
+    assert batches[1][1] == 2
+    assert batches[1][0] in "bc"
+    assert len(batches) == 2
+    assert sorted(r.seq for name in "abc" for r in returned[name]) == [2, 3, 4]
+    assert store.verify() == []
+    store.close()
+
+
+def test_threads_racing_into_an_idle_store_each_get_their_own_records_in_order(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "journal.sqlite3")
+    managers = [ids.new_manager() for _ in range(4)]
+    store.append([ManagerOpened(m, 1) for m in managers], time=1.0)
+    start = threading.Barrier(len(managers))
+    returned: dict[str, list[int]] = {m: [] for m in managers}
+
+    def work(m: str) -> None:
+        start.wait()
+        for _ in range(50):
+            (record,) = store.append([Retained(m)], time=2.0)
+            assert record.event == Retained(m)
+            returned[m].append(record.seq)
+
+    threads = [threading.Thread(target=work, args=(m,)) for m in managers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    every = sorted(seq for seqs in returned.values() for seq in seqs)
+    assert every == list(range(len(managers) + 1, len(managers) + 1 + 50 * len(managers)))
+    for m, seqs in returned.items():
+        assert seqs == sorted(seqs)
+        assert {r.seq for r in store.records() if r.event == Retained(m)} == set(seqs)
+    assert store.verify() == []
     store.close()
