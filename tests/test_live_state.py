@@ -148,7 +148,7 @@ def plans_of_reads(store: Store, read: Callable[[], object]) -> list[str]:
         read()
     finally:
         store._conn.set_trace_callback(None)
-    plans = []
+    plans: list[str] = []
     for sql in statements:
         if sql.startswith("SELECT seq, time, kind, payload FROM events"):
             plans.extend(str(row[3]) for row in store._conn.execute("EXPLAIN QUERY PLAN " + sql)
@@ -201,10 +201,10 @@ def test_indexes_of_an_older_journal_are_rebuilt_on_open_and_reads_use_either(
         for name, sql in current.items():
             # What journals written before had: the same index, with `kind IN`.
             kinds = re.findall(r"kind = '([a-z.]+)'", sql)
-            older = sql[:sql.index(" WHERE ")] + " WHERE kind IN ({})".format(
+            in_form = sql[:sql.index(" WHERE ")] + " WHERE kind IN ({})".format(
                 ", ".join(f"'{k}'" for k in kinds))
             conn.execute(f"DROP INDEX {name}")
-            conn.execute(older)
+            conn.execute(in_form)
     finally:
         conn.close()
     older = index_sql(path)
