@@ -83,6 +83,11 @@ _INDEXES: Final = (
 # Ids per query: well below SQLite's limit on host parameters.
 _IDS_PER_QUERY: Final = 500
 _INSERT: Final = "INSERT INTO events (seq, time, kind, payload, digest) VALUES (?, ?, ?, ?, ?)"
+# An append alone: its own transaction (SQLite's autocommit), with the seal
+# checked in the statement, so it writes nothing into a sealed file.
+_INSERT_UNSEALED: Final = ("INSERT INTO events (seq, time, kind, payload, digest) "
+                           "SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM sealed)")
+_SEALED_TABLE: Final = next(sql for sql in SEGMENT_SQL if " sealed " in sql)
 _MOVE_ASIDE: Final = "Move it aside (the manager then starts a new journal) or pass another root"
 _RETRY: Final = "Nothing already committed was lost; retry, and report it if it persists"
 SegmentHook = Callable[[Literal["segment"], str], None]
@@ -429,8 +434,24 @@ class Store:
                     if not self._has_checkpoints():
                         self._create_checkpoints()
             self._ensure_indexes(outdated=not sealed)
+            if not sealed:
+                self._ensure_seal_table()
         except sqlite3.Error as e:
             raise self._translate(e, "open") from e
+
+    def _ensure_seal_table(self) -> None:
+        """Give a file that never rolled over its empty ``sealed`` table, once.
+
+        With it, an append alone checks the seal inside its own INSERT
+        instead of in a transaction around it (see :meth:`_write_batch`).
+        Only speed is at stake: a file that cannot take it now (a full
+        disk) is appended to as before, and the next open tries again.
+        """
+        present = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'sealed'"
+        if self._conn.execute(present).fetchone()[0]:
+            return
+        with contextlib.suppress(JournalError), self._transaction("open"):
+            self._conn.execute(_SEALED_TABLE)
 
     def _enter_wal(self) -> None:
         # Several processes opening a new journal at once conflict while one
@@ -558,9 +579,11 @@ class Store:
                     "BEGIN SELECT RAISE(ABORT, 'sessiontemp events are append-only, each one right "
                     "after the last'); END"
                 )
-                # The segment tables come with the first rollover: until
-                # then the file is laid out exactly as before segments.
+                # The segment tables come with the first rollover, but for
+                # an empty `sealed`, which lets an append alone check the
+                # seal in its own INSERT (see _write_batch).
                 self._create_checkpoints()
+                self._conn.execute(_SEALED_TABLE)
                 self._conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
                 self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
@@ -758,9 +781,7 @@ class Store:
         or the rollover waits for it to end.
         """
         while True:
-            if durable != self._synced:
-                self._conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-                self._synced = durable
+            self._synchronous(durable)
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError:
@@ -773,6 +794,29 @@ class Store:
                 return
             self._conn.execute("ROLLBACK")
             self._open_active()
+
+    def _synchronous(self, durable: bool) -> None:
+        """Make the connection's next commit synced or not (only outside a transaction)."""
+        if durable != self._synced:
+            self._conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+            self._synced = durable
+
+    def _insert_alone(self, row: tuple[int, float, str, str, bytes], durable: bool) -> bool:
+        """Commit *row* as a transaction of its own; False, with nothing written, if sealed.
+
+        Only on a file known to have a ``sealed`` table: the INSERT checks
+        it, so either it sees the seal or the rollover waits for it.  A
+        head retired since then has no events table any more, but still
+        its seal.
+        """
+        self._synchronous(durable)
+        try:
+            cursor = self._conn.execute(_INSERT_UNSEALED, row)
+        except sqlite3.OperationalError:
+            if self._sealed_next(self._conn) is None:
+                raise
+            return False
+        return cursor.rowcount == 1
 
     def _still_there(self) -> bool:
         try:
@@ -1010,69 +1054,98 @@ class Store:
                     raise JournalError(self.path, f"could not append to it: {self.broken}",
                                        "Close the manager and open a new one")
                 try:
-                    try:
-                        # Inside: an interruption right after BEGIN must not
-                        # leave the transaction (and the write lock) open.
-                        self._begin(any(p.durable for p in batch))
-                        conn = self._conn
-                        seq, digest = self._tail(conn) if tail is None else tail
-                        for p in batch:
-                            mark = (seq, digest)
-                            guessed = p.guessed == seq + 1
-                            fold = p.fold
-                            # Folded ahead on what was committed before it:
-                            # nothing is left that could refuse it.
-                            reuse = fold is None or (guessed and p.base is tip)
-                            # A savepoint only where something may yet refuse
-                            # this append alone: its decide, or its fold run again.
-                            undo = not alone and (p.decide is not None or not reuse)
-                            if undo:
-                                conn.execute("SAVEPOINT one_append")
-                            for kind, payload in p.rows:
-                                seq += 1
-                                digest = chain(digest, seq, p.time, kind, payload)
-                                try:
-                                    conn.execute(_INSERT, (seq, p.time, kind, payload, digest))
-                                except sqlite3.IntegrityError:
-                                    if tail is None or seq != tail[0] + 1:
-                                        raise
-                                    raise _StaleTail from None
-                            if p.guess is not None and guessed:
-                                records = p.guess
-                            else:
-                                exact = False
-                                records = [Record(mark[0] + 1 + i, p.time, event)
-                                           for i, event in enumerate(p.events)]
-                            folded = p.speculative
-                            if not reuse or p.decide is not None:
-                                try:
-                                    if not reuse:
-                                        assert fold is not None
-                                        self.epoch += 1
-                                        folded = fold(records, tip)
-                                    if p.decide is not None:
-                                        p.decide(records)
-                                except Exception as e:
-                                    if alone:
-                                        raise
-                                    conn.execute("ROLLBACK TO one_append")
-                                    conn.execute("RELEASE one_append")
-                                    seq, digest = mark
-                                    p.error = e
+                    written = False
+                    if alone and tail is not None and self._seal_table and self._ready:
+                        p = batch[0]
+                        if len(p.rows) == 1 and p.decide is None and (p.fold is None or (
+                                p.guessed == tail[0] + 1 and p.base is tip)):
+                            # Nothing can refuse it once written: one INSERT
+                            # is the whole transaction.  `last` first: the
+                            # statement commits, and may fail after that.
+                            kind, payload = p.rows[0]
+                            seq = tail[0] + 1
+                            digest = chain(tail[1], seq, p.time, kind, payload)
+                            p.records = p.guess if p.guess is not None else [
+                                Record(seq, p.time, p.events[0])]
+                            if p.fold is not None:
+                                tip = p.speculative
+                            exact = p.guess is not None
+                            last = (seq, digest)
+                            try:
+                                written = self._insert_alone(
+                                    (seq, p.time, kind, payload, digest), p.durable)
+                            except sqlite3.IntegrityError:
+                                p.records = last = None
+                                raise _StaleTail from None
+                            if not written:
+                                # Sealed meanwhile: the transaction below
+                                # moves on to the active segment.
+                                p.records = last = None
+                                tip = self.tip
+                    if not written:
+                        try:
+                            # Inside: an interruption right after BEGIN must not
+                            # leave the transaction (and the write lock) open.
+                            self._begin(any(p.durable for p in batch))
+                            conn = self._conn
+                            seq, digest = self._tail(conn) if tail is None else tail
+                            for p in batch:
+                                mark = (seq, digest)
+                                guessed = p.guessed == seq + 1
+                                fold = p.fold
+                                # Folded ahead on what was committed before it:
+                                # nothing is left that could refuse it.
+                                reuse = fold is None or (guessed and p.base is tip)
+                                # A savepoint only where something may yet refuse
+                                # this append alone: its decide, or its fold run again.
+                                undo = not alone and (p.decide is not None or not reuse)
+                                if undo:
+                                    conn.execute("SAVEPOINT one_append")
+                                for kind, payload in p.rows:
+                                    seq += 1
+                                    digest = chain(digest, seq, p.time, kind, payload)
+                                    try:
+                                        conn.execute(_INSERT, (seq, p.time, kind, payload, digest))
+                                    except sqlite3.IntegrityError:
+                                        if tail is None or seq != tail[0] + 1:
+                                            raise
+                                        raise _StaleTail from None
+                                if p.guess is not None and guessed:
+                                    records = p.guess
+                                else:
                                     exact = False
-                                    continue
-                            if undo:
-                                conn.execute("RELEASE one_append")
-                            if fold is not None:
-                                tip = folded
-                            p.records = records
-                        # From here on only COMMIT is left, whose failure may
-                        # or may not have made the records durable.
-                        last = (seq, digest)
-                        conn.execute("COMMIT")
-                    except BaseException:
-                        self._abort()
-                        raise
+                                    records = [Record(mark[0] + 1 + i, p.time, event)
+                                               for i, event in enumerate(p.events)]
+                                folded = p.speculative
+                                if not reuse or p.decide is not None:
+                                    try:
+                                        if not reuse:
+                                            assert fold is not None
+                                            self.epoch += 1
+                                            folded = fold(records, tip)
+                                        if p.decide is not None:
+                                            p.decide(records)
+                                    except Exception as e:
+                                        if alone:
+                                            raise
+                                        conn.execute("ROLLBACK TO one_append")
+                                        conn.execute("RELEASE one_append")
+                                        seq, digest = mark
+                                        p.error = e
+                                        exact = False
+                                        continue
+                                if undo:
+                                    conn.execute("RELEASE one_append")
+                                if fold is not None:
+                                    tip = folded
+                                p.records = records
+                            # From here on only COMMIT is left, whose failure may
+                            # or may not have made the records durable.
+                            last = (seq, digest)
+                            conn.execute("COMMIT")
+                        except BaseException:
+                            self._abort()
+                            raise
                 except sqlite3.Error as e:
                     raise self._translate(e, "append to") from e
         except _StaleTail:

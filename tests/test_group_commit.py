@@ -179,9 +179,11 @@ class FailingConnection:
                  after: bool) -> None:
         self.conn, self.at, self.error, self.after = conn, at, error, after
         self.count = 0
+        self.statements: list[str] = []
 
     def execute(self, sql: str, *params: Any) -> sqlite3.Cursor:
         self.count += 1
+        self.statements.append(sql.split()[0])
         if self.count == self.at and not self.after:
             raise self.error
         cursor = self.conn.execute(sql, *params)
@@ -193,11 +195,12 @@ class FailingConnection:
         return getattr(self.conn, name)
 
 
+@pytest.mark.parametrize("events", [1, 2], ids=["one-insert", "a-transaction"])
 @pytest.mark.parametrize("after", [False, True], ids=["before", "after"])
 @pytest.mark.parametrize("error", [sqlite3.OperationalError("disk I/O error"), KeyboardInterrupt()],
                          ids=["sqlite-error", "ctrl-c"])
 def test_an_append_committed_in_its_own_thread_failing_at_any_statement_leaves_memory_and_journal_agreeing(  # noqa: E501
-    tmp_path: Path, error: BaseException, after: bool
+    tmp_path: Path, error: BaseException, after: bool, events: int
 ) -> None:
     store = Store(tmp_path / "journal.sqlite3")
     store.reset_tip(EMPTY)
@@ -209,7 +212,8 @@ def test_an_append_committed_in_its_own_thread_failing_at_any_statement_leaves_m
         failing = FailingConnection(real, at, error, after)
         store._conn = failing  # type: ignore[assignment]
         try:
-            store.wait(store.submit([Retained(m1)], time=2.0, fold=fold_state, base=store.tip))
+            store.wait(store.submit([Retained(m1)] * events, time=2.0, fold=fold_state,
+                                    base=store.tip))
             outcomes.add("returned")
         except (JournalError, KeyboardInterrupt):
             outcomes.add("raised")
@@ -228,8 +232,45 @@ def test_an_append_committed_in_its_own_thread_failing_at_any_statement_leaves_m
         if failing.count < at:
             break  # past the commit's last statement: every one has failed once
         at += 1
-    assert at > 3  # the seal check, BEGIN, INSERT and COMMIT at least
-    assert outcomes == {"raised", "returned"}
+    # One INSERT is the whole commit of an event alone; two take BEGIN,
+    # the seal check, two INSERTs and COMMIT.
+    assert at == (2 if events == 1 else 6)
+    assert "returned" in outcomes
+    # A failure reported after the statement that committed is no failure
+    # at all: the records are there.  A Ctrl-C still reaches the caller.
+    assert ("raised" in outcomes) is not (after and isinstance(error, Exception) and events == 1)
+    store.close()
+
+
+@pytest.mark.parametrize("durability", DURABILITY)
+def test_an_append_alone_is_one_statement_and_appends_together_one_transaction(
+    tmp_path: Path, durability: Durability
+) -> None:
+    store = Store(tmp_path / "journal.sqlite3")
+    store.reset_tip(EMPTY)
+    m1 = ids.new_manager()
+    store.wait(store.submit([ManagerOpened(m1, 1)], time=1.0, fold=fold_state, base=EMPTY))
+    durable = durability == "full"
+    store.wait(store.submit([Retained(m1)], time=2.0, fold=fold_state, base=store.tip,
+                            durable=durable))
+    real = store._conn
+    counting = FailingConnection(real, 0, Exception("never raised"), after=False)
+    store._conn = counting  # type: ignore[assignment]
+    store.wait(store.submit([Retained(m1)], time=3.0, fold=fold_state, base=store.tip,
+                            durable=durable))
+    assert counting.statements == ["INSERT"]
+    counting.statements.clear()
+    first = store.submit([Retained(m1)], time=4.0, fold=fold_state, base=store.tip,
+                         durable=durable)
+    second = store.submit([Retained(m1)], time=5.0, fold=fold_state, base=first.speculative,
+                          durable=durable)
+    store.wait(second)
+    # The seal check aside (a read), no savepoint: nothing can refuse either.
+    assert [sql for sql in counting.statements if sql not in ("PRAGMA", "SELECT")] == [
+        "BEGIN", "INSERT", "INSERT", "COMMIT"]
+    store._conn = real
+    assert store.tip == replay(store.records())
+    assert store.verify() == []
     store.close()
 
 
