@@ -580,10 +580,9 @@ class Store:
                     "after the last'); END"
                 )
                 # The segment tables come with the first rollover, but for
-                # an empty `sealed`, which lets an append alone check the
-                # seal in its own INSERT (see _write_batch).
+                # an empty `sealed`, added with the indexes (see
+                # _ensure_seal_table).
                 self._create_checkpoints()
-                self._conn.execute(_SEALED_TABLE)
                 self._conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
                 self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
