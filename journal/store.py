@@ -15,9 +15,10 @@ the -wal file, durable across power loss; :meth:`Store.append` returns only
 after that commit.  (A rollback journal with FULL is not durable across power
 loss, because SQLite does not sync the directory after unlinking it.)
 
-Several processes may append at once: each append is one ``BEGIN IMMEDIATE``
-transaction, so writers queue on SQLite's lock (with a bounded wait) and the
-sequence numbers they get never interleave or repeat.
+Several processes may append at once: each commit is one write transaction
+(``BEGIN IMMEDIATE``, or a single INSERT for an event committed alone), so
+writers queue on SQLite's lock (with a bounded wait) and the sequence
+numbers they get never interleave or repeat.
 """
 
 from __future__ import annotations
