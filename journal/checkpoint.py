@@ -122,9 +122,12 @@ def due(state: State, since: int, *, every: int = EVERY) -> bool:
     return state.seq - since >= max(every, size // 4)
 
 
-def save(store: Store, state: State, *, keep: int = KEEP) -> None:
-    """Write *state* as the checkpoint of its seq, keeping only the newest *keep*."""
-    store.save_checkpoint(state.seq, FORMAT, encode(state), keep=keep)
+def save(store: Store, state: State, *, keep: int = KEEP, roll_over: bool = False) -> None:
+    """Write *state* as the checkpoint of its seq, keeping only the newest *keep*.
+
+    *roll_over*: start a new segment with it whatever the active one's size.
+    """
+    store.save_checkpoint(state.seq, FORMAT, encode(state), keep=keep, roll_over=roll_over)
 
 
 def restore(store: Store, *, until: int | None = None) -> Restored:
