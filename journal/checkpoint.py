@@ -53,7 +53,8 @@ __all__ = ["EVERY", "FORMAT", "KEEP", "Restored", "decode", "due", "encode", "re
 # checkpoint of another format is skipped, and the next replay writes a new one.
 # 3: the state holds only live objects (2 held every one ever seen).
 # 4: and named sessions and artifacts.
-FORMAT: Final = 4
+# 5: a session is forgotten with its owner once nothing is kept for a resume.
+FORMAT: Final = 5
 # A checkpoint is due once this many events follow the newest one, and at
 # least a quarter as many as the state holds managers and generations, so
 # that writing checkpoints costs a bounded amount per event however long
