@@ -1624,9 +1624,12 @@ class Store:
 
     def segments(self) -> list[SegmentInfo]:
         """Every kept segment of the journal, oldest first, the active one last."""
-        kept = self._resolve(remove=False)
         found: list[SegmentInfo] = []
         with self._lock:
+            # Under the lock: telling which segments are sealed reads through
+            # the store's own connection, which an append in another thread
+            # (a maintenance runs beside its manager) may be using.
+            kept = self._resolve(remove=False)
             for segment in kept:
                 conn = self._conn if segment.path == self._active.path else (
                     self._connect_segment(segment.path))

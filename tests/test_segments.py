@@ -19,6 +19,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from journal import EMPTY, JournalCorrupt, Record, Retention, State, Store, chec
 from journal.events import Event, ManagerClosed, ManagerOpened, Released, Retained, Rotated
 from journal.segments import ROLL_FLOOR, directory, size_of
 from sessiontemp import Manager, recover
-from tests.strategies import legal_records, manager_id, scaled
+from tests.strategies import legal_records, manager_id, scaled, session_histories
 
 JOURNAL = "journal.sqlite3"
 # Every checkpoint starts a new segment; nothing retired is kept.
@@ -97,7 +98,8 @@ def retired(path: Path) -> Iterator[Store]:
 
 
 @scaled(0.1)
-@given(records=legal_records(max_steps=30), data=st.data())
+@given(records=st.one_of(legal_records(max_steps=30), session_histories(max_steps=30)),
+       data=st.data())
 def test_retired_segments_and_the_kept_history_replay_to_what_a_full_replay_gives(
     tmp_path_factory: pytest.TempPathFactory, records: list[Record], data: st.DataObject
 ) -> None:
@@ -380,6 +382,36 @@ def test_a_pass_killed_at_any_step_of_its_rollover_leaves_a_usable_journal(
         assert journal_bytes(root) < ROLL_FLOOR
     kinds = {detail.split()[0] for detail in stopped}
     assert kinds >= {"event", "create", "seal", "record", "vacuum"}, stopped
+
+
+# -- threads -------------------------------------------------------------------------------
+
+
+def test_listing_segments_never_reads_through_the_connection_another_thread_holds(
+    path: Path,
+) -> None:
+    """A maintenance lists segments while its manager appends: one connection, one at a time."""
+    store = Store(path, retention=EAGER)
+    try:
+        store.append(lives(2, "a"), time=1.0)
+        # Sealed, and not yet moved on from: the store's own connection is the
+        # one that can tell whether the segment before the newest is sealed.
+        checkpoint.save(store, replay(store.records()), roll_over=True)
+        assert segment_files(path)
+        meanwhile: list[str] = []
+        conn = store._conn
+        listed: list[object] = []
+        lister = threading.Thread(target=lambda: listed.append(store.segments()))
+        with store._lock:  # as an append in another thread holds it
+            conn.set_trace_callback(meanwhile.append)
+            lister.start()
+            lister.join(0.5)
+            conn.set_trace_callback(None)
+        lister.join()
+        assert meanwhile == []
+        assert listed
+    finally:
+        store.close()
 
 
 # -- several processes ---------------------------------------------------------------------
