@@ -819,10 +819,10 @@ def session_histories(*, max_steps: int = 40) -> st.SearchStrategy[list[Record]]
                 died = draw(st.booleans(), label="died")
                 emit(ManagerDied(manager, recovery) if died else ManagerClosed(manager))
             else:
-                kept = {s.kept for s in fold.sessions.values()}
+                resumable = {s.kept for s in fold.sessions.values()}
                 due = sorted(g.id for g in fold.generations.values()
                              if g.retired and not g.leases and g.removal is None
-                             and g.id not in kept)
+                             and g.id not in resumable)
                 if due:
                     generation = draw(st.sampled_from(due), label="generation")
                     emit(RemovalStarted(generation, recovery, "retired and no lease left"),
