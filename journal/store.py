@@ -434,25 +434,9 @@ class Store:
                 with self._transaction("open"):
                     if not self._has_checkpoints():
                         self._create_checkpoints()
-            self._ensure_indexes(outdated=not sealed)
-            if not sealed:
-                self._ensure_seal_table()
+            self._ensure_indexes(active=not sealed)
         except sqlite3.Error as e:
             raise self._translate(e, "open") from e
-
-    def _ensure_seal_table(self) -> None:
-        """Give a file that never rolled over its empty ``sealed`` table, once.
-
-        With it, an append alone checks the seal inside its own INSERT
-        instead of in a transaction around it (see :meth:`_write_batch`).
-        Only speed is at stake: a file that cannot take it now (a full
-        disk) is appended to as before, and the next open tries again.
-        """
-        present = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'sealed'"
-        if self._conn.execute(present).fetchone()[0]:
-            return
-        with contextlib.suppress(JournalError), self._transaction("open"):
-            self._conn.execute(_SEALED_TABLE)
 
     def _enter_wal(self) -> None:
         # Several processes opening a new journal at once conflict while one
@@ -515,36 +499,45 @@ class Store:
             "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'checkpoints'"
         ).fetchone()[0])
 
-    def _missing_indexes(self, *, outdated: bool) -> list[str]:
-        """The read indexes the file lacks; with *outdated*, also those of an older condition."""
+    def _missing_indexes(self, *, active: bool) -> list[str]:
+        """The read tables and indexes the file lacks (see :meth:`_ensure_indexes`)."""
         present = dict(self._conn.execute(
-            "SELECT name, sql FROM sqlite_master WHERE type = 'index'").fetchall())
-        return [name for name, _, kinds in _INDEXES if name not in present or (
-            outdated and not str(present[name]).endswith(_any_kind(kinds)))]
+            "SELECT name, sql FROM sqlite_master WHERE type IN ('index', 'table')").fetchall())
+        missing = [name for name, _, kinds in _INDEXES if name not in present or (
+            active and not str(present[name]).endswith(_any_kind(kinds)))]
+        if active and "sealed" not in present:
+            missing.append("sealed")
+        return missing
 
-    def _ensure_indexes(self, *, outdated: bool = True) -> None:
+    def _ensure_indexes(self, *, active: bool = True) -> None:
         """Add the read indexes a journal lacks (one written before they existed).
 
         Checked first without a write lock, so an open that finds them pays
         nothing; added in one transaction, once, by whichever open gets there
         first.  The first open of a long journal builds them from all its
         rows (about a second per million events); every append after that
-        updates them.  With *outdated* (a file still appended to), an index
+        updates them.  On an *active* file (one still appended to) an index
         with the condition of older journals (``kind IN``, which costs every
-        append) is built again with today's; readers use either.
+        append) is built again with today's (readers use either), and an
+        empty ``sealed`` table is added where there is none: with it, an
+        append alone checks the seal inside its own INSERT (see
+        :meth:`_write_batch`).  Only speed is at stake: a file that cannot
+        take them now (a full disk) is read by a scan and appended to as
+        before, and the next open tries again.
         """
-        if not self._missing_indexes(outdated=outdated):
+        if not self._missing_indexes(active=active):
             return
-        # Only speed is at stake: a journal that cannot take them now (a
-        # full disk) is read without them, by a scan, and the next open tries again.
         with contextlib.suppress(JournalError), self._transaction("open"):
-            missing = set(self._missing_indexes(outdated=outdated))
+            missing = set(self._missing_indexes(active=active))
             for name, expression, kinds in _INDEXES:
                 if name in missing:
                     # Fixed names and kinds, no input: nothing to bind.
                     self._conn.execute(f"DROP INDEX IF EXISTS {name}")
                     self._conn.execute(
                         f"CREATE INDEX {name} ON events ({expression}) WHERE {_any_kind(kinds)}")
+            if "sealed" in missing:
+                # After the indexes: a new file's first pages stay as they were.
+                self._conn.execute(_SEALED_TABLE)
 
     def _create_checkpoints(self) -> None:
         # digest: the chain digest of event seq, which ties the row to one
@@ -582,7 +575,7 @@ class Store:
                 )
                 # The segment tables come with the first rollover, but for
                 # an empty `sealed`, added with the indexes (see
-                # _ensure_seal_table).
+                # _ensure_indexes).
                 self._create_checkpoints()
                 self._conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
                 self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")

@@ -224,7 +224,9 @@ def lease_cycle_rows() -> list[tuple[str, str]]:
 
 
 class CommitCounter:
-    """Counts the COMMITs of every SQLite connection opened while it is active.
+    """Counts the commits of every SQLite connection opened while it is active.
+
+    A commit is a COMMIT, or a write statement run outside any transaction.
 
     It wraps ``sqlite3.connect`` and follows each connection's statements
     (``set_trace_callback``), so it sees whatever connections the journal
@@ -245,13 +247,20 @@ class CommitCounter:
         def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
             conn: sqlite3.Connection = real(*args, **kwargs)
             level = ["FULL"]
+            last = [""]
 
             def trace(statement: str) -> None:
                 words = statement.strip().upper().replace("=", " ").replace(";", " ").split()
+                # A write outside BEGIN is its own transaction (the journal
+                # commits an event alone so); the trace repeats a statement
+                # once per trigger it fires, with the same text.
+                alone = (words[:1] in (["INSERT"], ["UPDATE"], ["DELETE"])
+                         and not conn.in_transaction and statement != last[0])
+                last[0] = statement
                 if words[:2] == ["PRAGMA", "SYNCHRONOUS"] and len(words) > 2:
                     level[0] = {"0": "OFF", "1": "NORMAL", "2": "FULL", "3": "EXTRA"}.get(
                         words[2], words[2])
-                elif words[:1] in (["COMMIT"], ["END"]):
+                elif words[:1] in (["COMMIT"], ["END"]) or alone:
                     with self._lock:
                         if level[0] in ("FULL", "EXTRA"):
                             self.durable += 1
