@@ -14,9 +14,9 @@ reads top to bottom: check the state, append (the reducer decides inside
 the transaction, so nothing it would refuse is ever committed), apply,
 act on the file system.  Whatever fails or interrupts an operation, the
 manager's state is the journal's: an operation called from the main
-thread runs whole in a worker thread (:mod:`sessiontemp.shield`), and a
-failure between two steps leaves work that the next operation, or the next
-recovery, finishes.
+thread runs with every signal handler deferred until it has finished
+(:mod:`sessiontemp.shield`), and a failure between two steps leaves work
+that the next operation, or the next recovery, finishes.
 """
 
 from __future__ import annotations
