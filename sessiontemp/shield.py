@@ -129,10 +129,10 @@ def _begin() -> bool:
         _main = None
         _end()
         return False
-    except BaseException:
-        # Before the operation began: nothing to protect yet.
-        _end()
-        raise
+    except BaseException as e:
+        # Before the operation began: nothing to protect yet, but a signal
+        # noted meanwhile came first.
+        raise _latest([*_end(), e])  # noqa: B904 - e is among them, with its context
     return True
 
 
@@ -144,8 +144,11 @@ def _end() -> list[BaseException]:
     _note, which passes signals straight on, and the next operation puts
     them back.
     """
-    global _open
+    global _open, _noted
     _open = False
+    # Taken whole: a handler may itself run an operation, whose window
+    # starts a list of its own.
+    noted, _noted = _noted, []
     raised: list[BaseException] = []
     late: list[BaseException] = []
     while _originals:
@@ -159,10 +162,10 @@ def _end() -> list[BaseException]:
         except BaseException as e:
             # A put-back handler ran for a signal that came just now.
             late += (e,)
-    while _noted:
+    while noted:
         try:
-            while _noted:
-                signum, frame = _noted.pop(0)
+            while noted:
+                signum, frame = noted.pop(0)
                 # The handler in force now, as Python itself would call it.
                 handler = _getsignal(signum)
                 if callable(handler):

@@ -165,6 +165,24 @@ def test_a_handler_runs_as_the_application_put_it_back_so_its_own_changes_stand(
         shielded(lambda: signal.raise_signal(signal.SIGUSR1))
 
 
+def test_a_handler_that_runs_an_operation_itself_loses_no_signal_noted_after_its_own() -> None:
+    calls: list[str] = []
+
+    def runs_an_operation(signum: int, frame: FrameType | None) -> None:
+        # An application's handler that, say, closes its manager.
+        shielded(lambda: calls.append("the handler's operation"))
+
+    signal.signal(signal.SIGUSR1, runs_an_operation)
+    signal.signal(signal.SIGUSR2, lambda signum, frame: calls.append("the second handler"))
+
+    def operation() -> None:
+        signal.raise_signal(signal.SIGUSR1)
+        signal.raise_signal(signal.SIGUSR2)
+
+    shielded(operation)
+    assert calls == ["the handler's operation", "the second handler"]
+
+
 def test_every_noted_signal_is_handed_on_and_the_last_exception_carries_the_first() -> None:
     signal.signal(signal.SIGTERM, stop)
 
