@@ -53,7 +53,8 @@ __all__ = ["EVERY", "FORMAT", "KEEP", "Restored", "decode", "due", "encode", "re
 # checkpoint of another format is skipped, and the next replay writes a new one.
 # 3: the state holds only live objects (2 held every one ever seen).
 # 4: and named sessions and artifacts.
-FORMAT: Final = 4
+# 5: a session is forgotten with its owner once nothing is kept for a resume.
+FORMAT: Final = 5
 # A checkpoint is due once this many events follow the newest one, and at
 # least a quarter as many as the state holds managers and generations, so
 # that writing checkpoints costs a bounded amount per event however long
@@ -122,9 +123,12 @@ def due(state: State, since: int, *, every: int = EVERY) -> bool:
     return state.seq - since >= max(every, size // 4)
 
 
-def save(store: Store, state: State, *, keep: int = KEEP) -> None:
-    """Write *state* as the checkpoint of its seq, keeping only the newest *keep*."""
-    store.save_checkpoint(state.seq, FORMAT, encode(state), keep=keep)
+def save(store: Store, state: State, *, keep: int = KEEP, roll_over: bool = False) -> None:
+    """Write *state* as the checkpoint of its seq, keeping only the newest *keep*.
+
+    *roll_over*: start a new segment with it whatever the active one's size.
+    """
+    store.save_checkpoint(state.seq, FORMAT, encode(state), keep=keep, roll_over=roll_over)
 
 
 def restore(store: Store, *, until: int | None = None) -> Restored:

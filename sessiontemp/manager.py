@@ -199,7 +199,7 @@ class Manager:
         # forgets it once it has ended and has nothing left to remove.
         self._ended: ManagerState | None = None
         # The generation leases were last handed out on: its name and path.
-        self._named: tuple[str | None, str, Path] = (None, "", Path())
+        self._named: tuple[str | None, str, str] = (None, "", "")
         self.recovery = recovery.Report(ran=False)
         self._handles = shielded(
             lambda: self._open(root, stale_after, busy_timeout, claim, window),
@@ -289,7 +289,7 @@ class Manager:
             self.resumed = True
             logger.info("session.resumed", manager=self.id, session=claim.name,
                         generation=found.generation.id, previous=found.owner.id,
-                        path=str(self.root / generation_name(found.generation.id)),
+                        path=os.path.join(self.root, generation_name(found.generation.id)),
                         seq=self._state.seq)
 
     def _take_over(self, generation: GenerationState) -> int | None:
@@ -499,9 +499,10 @@ class Manager:
             generation = current
         named = self._named
         if named[0] != generation:
-            # Built once per generation, not per lease: a path costs a parse.
-            named = self._named = (generation, generation_name(generation),
-                                   self.root / generation_name(generation))
+            # Built once per generation, not per lease; a string, which
+            # pathlib's interning of each name it parses never sees.
+            name = generation_name(generation)
+            named = self._named = (generation, name, os.path.join(self.root, name))
         name = named[1]
         lease = ids.new_lease()
         try:
@@ -530,9 +531,12 @@ class Manager:
             raise
         if made is not None:
             self._handles.generations[generation] = made[1]
-            # Its ready event came just before the lease's, in one commit.
+            # Its ready event came just before the lease's, in one commit.  Paths
+            # logged as strings: pathlib interns each component it parses, and
+            # the interpreter's table of interned names would grow with the
+            # generations' names.
             logger.info("generation.created", manager=self.id, generation=generation,
-                        path=str(self.root / name), seq=self._state.seq - 1)
+                        path=os.path.join(self.root, name), seq=self._state.seq - 1)
         held = Lease(self, generation, lease, named[2], fd, label=label)
         self._handles.leases[lease] = held
         if debugging():
@@ -555,7 +559,8 @@ class Manager:
         logger.warning("generation.vanished", manager=self.id, generation=generation,
                        reason=str(error))
         raise self._unavailable(
-            f"{self.root / generation_name(generation)} could not be locked ({error.strerror})",
+            f"{os.path.join(self.root, generation_name(generation))} could not be locked "
+            f"({error.strerror})",
             "It was retired; try again",
         ) from error
 
@@ -937,7 +942,7 @@ class Manager:
                     self._handles.generations[generation] = held
         log = logger.info if result.outcome in ("removed", "absent") else logger.warning
         log(f"generation.{result.outcome}", manager=self.id, generation=generation,
-            path=str(self.root / generation_name(generation)), seq=self._state.seq,
+            path=os.path.join(self.root, generation_name(generation)), seq=self._state.seq,
             reason=result.detail or reason)
 
     # -- guards --------------------------------------------------------------------
