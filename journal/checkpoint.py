@@ -47,7 +47,8 @@ from journal.reducer import (
 )
 from journal.store import Store
 
-__all__ = ["EVERY", "FORMAT", "KEEP", "Restored", "decode", "due", "encode", "restore", "save"]
+__all__ = ["EVERY", "FORMAT", "KEEP", "ON_OPEN", "Restored", "decode", "due", "encode", "restore",
+           "save"]
 
 # Bump whenever the reducer's rules or the fields of its states change: a
 # checkpoint of another format is skipped, and the next replay writes a new one.
@@ -59,6 +60,13 @@ FORMAT: Final = 4
 # that writing checkpoints costs a bounded amount per event however long
 # the history grows.
 EVERY: Final = 20_000
+# What a recovery pass (every Manager open) replays before it writes one:
+# the replay after the newest checkpoint is most of an open's time (some
+# 10 us an event), so a pass that replayed more than this leaves a
+# checkpoint behind, and the next open starts there.  One durable commit
+# per this many events of history, with the same quarter-of-the-state
+# floor as EVERY, so the cost per event stays bounded.
+ON_OPEN: Final = 1_000
 # The newest few are kept: ``journal-inspect state --at`` starts from the
 # newest at or before the moment asked for.
 KEEP: Final = 3

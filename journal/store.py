@@ -1542,10 +1542,14 @@ class Store:
         """The sequence number of the newest committed event, 0 when empty."""
         with self._lock:
             try:
-                row = self._reading().execute("SELECT max(seq) FROM events").fetchone()
+                # Not max(seq): over the view of several segments SQLite
+                # answers an aggregate by reading every row of every segment,
+                # while an ORDER BY on the key merges their last rows.
+                row = self._reading().execute(
+                    "SELECT seq FROM events ORDER BY seq DESC LIMIT 1").fetchone()
             except sqlite3.Error as e:
                 raise self._translate(e, "read") from e
-        return int(row[0] or 0)
+        return 0 if row is None else int(row[0])
 
     def verify(self) -> list[str]:
         """Check SQLite's integrity, the sequence and the digest chain; return the problems."""
@@ -1623,8 +1627,11 @@ class Store:
                         "SELECT name FROM sqlite_master WHERE type = 'table'")}
                     first = last = None
                     if "events" in tables:
+                        # Two subqueries: SQLite looks up a lone min() or max()
+                        # in the key's b-tree, but scans the table for both at once.
                         first, last = conn.execute(
-                            "SELECT min(seq), max(seq) FROM events").fetchone()
+                            "SELECT (SELECT min(seq) FROM events), (SELECT max(seq) FROM events)"
+                        ).fetchone()
                     sealed = conn.execute(
                         "SELECT seq, time FROM sealed").fetchone() if "sealed" in tables else None
                     covered = conn.execute("SELECT max(seq) FROM checkpoints").fetchone()[0] if (

@@ -248,7 +248,9 @@ class _Pass:
     def run(self) -> Report:
         self.restore()
         self.refresh()
-        self.write_checkpoint()
+        # Sooner than a long-lived appender's maintenance: what this pass
+        # replayed, the next open need not.
+        self.write_checkpoint(every=checkpoint.ON_OPEN)
         self.retire()
         self.bury_dead_managers()
         self.settle_sessions()

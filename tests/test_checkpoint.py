@@ -399,7 +399,7 @@ def test_a_manager_open_writes_a_checkpoint_once_enough_events_follow_the_last(
     root: Path,
 ) -> None:
     Manager(root).close()
-    fill(root, closed_lives(checkpoint.EVERY // 5))
+    fill(root, closed_lives(checkpoint.ON_OPEN // 5))
     assert checkpoint_seqs(root) == []
 
     first = Manager(root)
@@ -416,6 +416,28 @@ def test_a_manager_open_writes_a_checkpoint_once_enough_events_follow_the_last(
 
     Manager(root).close()
     assert checkpoint_seqs(root) == written, "not due again after a handful of events"
+
+
+def test_an_open_replays_at_most_a_bounded_tail_whatever_the_maintenance_interval(
+    root: Path,
+) -> None:
+    # A long-lived appender checkpoints every EVERY events; an open that
+    # finds fewer than ON_OPEN after the newest checkpoint replays them and
+    # writes none, one that finds more leaves one for the next open.
+    Manager(root).close()
+    fill(root, closed_lives(checkpoint.ON_OPEN // 5 - 2))
+    Manager(root).close()
+    assert checkpoint_seqs(root) == []
+    fill(root, closed_lives(3))
+    Manager(root).close()
+    (written,) = checkpoint_seqs(root)
+    assert checkpoint.ON_OPEN <= written < checkpoint.EVERY
+    store = Store(root / JOURNAL, readonly=True)
+    try:
+        assert checkpoint.restore(store).state == state_at(store, written)
+        assert store.last_seq() - written < checkpoint.ON_OPEN
+    finally:
+        store.close()
 
 
 CHILD = textwrap.dedent("""
