@@ -60,15 +60,17 @@ FORMAT: Final = 4
 # that writing checkpoints costs a bounded amount per event however long
 # the history grows.
 EVERY: Final = 20_000
-# What a recovery pass (every Manager open) replays before it writes one:
-# the replay after the newest checkpoint is most of an open's time (some
-# 10 us an event), so a pass that replayed more than this leaves a
-# checkpoint behind, and the next open starts there.  One durable commit
-# per this many events of history, with the same quarter-of-the-state
-# floor as EVERY, so the cost per event stays bounded.
-ON_OPEN: Final = 1_000
-# The newest few are kept: ``journal-inspect state --at`` starts from the
-# newest at or before the moment asked for.
+# What a recovery pass (every Manager open) replays before it writes one.
+# Replaying the events after the newest checkpoint costs some 10 to 20 us
+# an event, the bulk of an open once the rest is done; a pass that replayed
+# this many leaves a checkpoint, so an open replays at most about this many
+# (unless a long-lived appender wrote more since), and writes one durable
+# commit more per this many events (an open and a close write two or
+# three).  The quarter-of-the-state floor of :func:`due` applies as well.
+ON_OPEN: Final = 100
+# The newest few are kept, and the newest of each of the last few runs of
+# EVERY events: ``journal-inspect state --at`` starts from the newest at or
+# before the moment asked for.
 KEEP: Final = 3
 
 _DIGEST_SIZE: Final = 16
@@ -131,8 +133,14 @@ def due(state: State, since: int, *, every: int = EVERY) -> bool:
 
 
 def save(store: Store, state: State, *, keep: int = KEEP) -> None:
-    """Write *state* as the checkpoint of its seq, keeping only the newest *keep*."""
-    store.save_checkpoint(state.seq, FORMAT, encode(state), keep=keep)
+    """Write *state* as the checkpoint of its seq, keeping the newest *keep*.
+
+    And, older, the newest of each run of EVERY events for the newest
+    *keep* runs: recovery writes one every ON_OPEN events, and a reader of
+    the past (``explain``, ``state --at``) still finds one at most about
+    EVERY events before the point it asks for, over the last KEEP * EVERY.
+    """
+    store.save_checkpoint(state.seq, FORMAT, encode(state), keep=keep, spacing=EVERY)
 
 
 def restore(store: Store, *, until: int | None = None) -> Restored:

@@ -217,10 +217,14 @@ class Store:
         self._span: sqlite3.Connection | None = None
         self._span_key: object = None
         self._span_schema = 0
+        # The schema name each kept segment is attached under there.
+        self._span_attached: dict[Path, str] = {}
         # Whether the connection's segment has a sealed table; if not, the
         # schema cookie it was last looked for at.
         self._seal_table = False
         self._seal_schema = -1
+        # Segment files seen sealed, by path, with their (device, inode).
+        self._seen_sealed: dict[Path, tuple[int, int]] = {}
         # Called with the last seq after each append when maintenance is due
         # (see :meth:`maintenance_due`); set by whoever can write checkpoints.
         self.maintenance: Callable[[int], None] | None = None
@@ -600,13 +604,24 @@ class Store:
     def _is_sealed(self, segment: Segment) -> bool:
         if segment.path == self._active.path:
             return self._sealed_next(self._conn) is not None
+        try:
+            st = os.stat(segment.path)
+        except OSError:
+            st = None
+        # A seal is never taken back: a file seen sealed is not connected
+        # to again (one connection less per read of the segment list).
+        if st is not None and self._seen_sealed.get(segment.path) == (st.st_dev, st.st_ino):
+            return True
         conn = self._connect_segment(segment.path)
         try:
-            return self._sealed_next(conn) is not None
+            sealed = self._sealed_next(conn) is not None
         except sqlite3.Error as e:
             raise self._translate(e, "read", segment.path) from e
         finally:
             conn.close()
+        if sealed and st is not None:
+            self._seen_sealed[segment.path] = (st.st_dev, st.st_ino)
+        return sealed
 
     def _resolve(self, *, remove: bool = True) -> list[Segment]:
         """Every kept segment, oldest first, the active one last.
@@ -1188,6 +1203,7 @@ class Store:
             conn.execute("CREATE TEMP VIEW bases AS " + (
                 " UNION ALL ".join(bases) or "SELECT NULL AS base, NULL AS digest WHERE 0"))
             (self._span_schema,) = conn.execute("PRAGMA s0.schema_version").fetchone()
+            self._span_attached = {segment.path: f"s{i}" for i, segment in enumerate(kept)}
         except sqlite3.Error as e:
             conn.close()
             raise self._translate(e, "read") from e
@@ -1453,11 +1469,16 @@ class Store:
 
     # -- checkpoints ---------------------------------------------------------
 
-    def save_checkpoint(self, seq: int, format: int, state: bytes, *, keep: int) -> None:
+    def save_checkpoint(self, seq: int, format: int, state: bytes, *, keep: int,
+                        spacing: int = 0) -> None:
         """Store *state*, derived from events 1 to *seq*, and keep only the newest *keep*.
 
+        With *spacing*, older ones are kept too: the newest of each run of
+        *spacing* sequence numbers (``seq // spacing``), for the newest
+        *keep* runs, so that frequent checkpoints still leave some far
+        enough back for a reader of the past to start near where it asks.
         One transaction: either the new row is in and the old ones beyond
-        *keep* are gone, or nothing changed.  Raises :class:`ValueError`
+        these are gone, or nothing changed.  Raises :class:`ValueError`
         when there is no event *seq*; does nothing when event *seq* was
         already retired.  When the active segment has grown past
         ``retention.segment_bytes``, the same transaction starts a new
@@ -1482,10 +1503,19 @@ class Store:
                 "INSERT OR REPLACE INTO checkpoints (seq, digest, format, state) "
                 "VALUES (?, ?, ?, ?)", (seq, row[0], format, state),
             )
-            conn.execute(
-                "DELETE FROM checkpoints WHERE seq NOT IN "
-                "(SELECT seq FROM checkpoints ORDER BY seq DESC LIMIT ?)", (keep,),
-            )
+            seqs = [int(s) for (s,) in conn.execute(
+                "SELECT seq FROM checkpoints ORDER BY seq DESC")]
+            kept = set(seqs[:keep])
+            if spacing > 0:
+                runs: dict[int, int] = {}
+                for s in seqs:
+                    runs.setdefault(s // spacing, s)
+                kept.update(sorted(runs.values(), reverse=True)[:keep])
+            doomed = [s for s in seqs if s not in kept]
+            if doomed:
+                marks = ",".join("?" * len(doomed))
+                conn.execute(f"DELETE FROM checkpoints WHERE seq IN ({marks})",  # noqa: S608
+                             doomed)
             if not self.readonly and self.active_size() >= self.retention.segment_bytes:
                 self._roll_over(conn, (seq, bytes(row[0]), format, state))
 
@@ -1619,27 +1649,39 @@ class Store:
         kept = self._resolve(remove=False)
         found: list[SegmentInfo] = []
         with self._lock:
+            # The reading connection has the kept segments attached already:
+            # asked there, a segment costs a few lookups, not a connection.
+            span = self._reading()
+            attached = self._span_attached if span is not self._conn else {}
             for segment in kept:
-                conn = self._conn if segment.path == self._active.path else (
-                    self._connect_segment(segment.path))
+                schema = attached.get(segment.path)
+                if segment.path == self._active.path:
+                    conn, schema = self._conn, "main"
+                elif schema is not None:
+                    conn = span
+                else:
+                    conn, schema = self._connect_segment(segment.path), "main"
                 try:
+                    # Only schema names made here go into the SQL, never input.
                     tables = {n for (n,) in conn.execute(
-                        "SELECT name FROM sqlite_master WHERE type = 'table'")}
+                        f"SELECT name FROM {schema}.sqlite_master WHERE type = 'table'")}  # noqa: S608
                     first = last = None
                     if "events" in tables:
                         # Two subqueries: SQLite looks up a lone min() or max()
                         # in the key's b-tree, but scans the table for both at once.
                         first, last = conn.execute(
-                            "SELECT (SELECT min(seq) FROM events), (SELECT max(seq) FROM events)"
-                        ).fetchone()
+                            f"SELECT (SELECT min(seq) FROM {schema}.events), "  # noqa: S608
+                            f"(SELECT max(seq) FROM {schema}.events)").fetchone()
                     sealed = conn.execute(
-                        "SELECT seq, time FROM sealed").fetchone() if "sealed" in tables else None
-                    covered = conn.execute("SELECT max(seq) FROM checkpoints").fetchone()[0] if (
-                        "checkpoints" in tables) else None
+                        f"SELECT seq, time FROM {schema}.sealed"  # noqa: S608
+                    ).fetchone() if "sealed" in tables else None
+                    covered = conn.execute(
+                        f"SELECT max(seq) FROM {schema}.checkpoints"  # noqa: S608
+                    ).fetchone()[0] if "checkpoints" in tables else None
                 except sqlite3.Error as e:
                     raise self._translate(e, "read", segment.path) from e
                 finally:
-                    if conn is not self._conn:
+                    if conn is not self._conn and conn is not span:
                         conn.close()
                 found.append(SegmentInfo(
                     segment.path, segment.base,
