@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,13 @@ settings.register_profile("ci", max_examples=60, stateful_step_count=50, **_COMM
 settings.register_profile("dev", max_examples=30, stateful_step_count=20, **_COMMON)
 settings.register_profile("long", max_examples=5000, stateful_step_count=50, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# The interrupt tests send SIGINT to this process and to their children.  A shell
+# starts a background job with SIGINT ignored, Python then keeps it ignored, and
+# every child inherits that: the signals would never arrive.  Ctrl-C gets its usual
+# handler here, and an exec resets a handled signal to the default for children.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def journal_state(root: Path) -> State:

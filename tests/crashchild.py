@@ -44,7 +44,6 @@ file on stdin ends the process, so a parent that dies never leaves it behind.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import subprocess
@@ -55,25 +54,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sessiontemp import Lease, Manager, Report, recover
+from sessiontemp import Lease, Manager, recover
 from sessiontemp.steps import STEP_KINDS, StepKind
+from tests.childio import emit, report_json
 
 # A command that holds its inherited descriptors until its stdin reaches end of file.
 WAIT_FOR_EOF = "import sys; sys.stdin.buffer.read()"
-
-
-def emit(message: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
-
-
-def report_json(report: Report) -> dict[str, Any]:
-    return {
-        "removed": [[str(r.path), r.generation, r.reason] for r in report.removed],
-        "skipped": [[str(s.path), s.reason] for s in report.skipped],
-        "dead": list(report.dead),
-        "ran": report.ran,
-    }
 
 
 class Crasher:

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import random
 import signal
@@ -64,25 +63,12 @@ from structlog.testing import capture_logs
 
 from journal import Store, replay
 from journal.errors import ForkedCopy, JournalError, RuleViolation
-from sessiontemp import Lease, Manager, Report, recover
+from sessiontemp import Lease, Manager, recover
 from sessiontemp.handles import Handles
+from tests.childio import emit, report_json
 
 # Long enough for a loaded machine, bounded so that a wedge still ends.
 BUSY_TIMEOUT = 10.0
-
-
-def emit(message: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
-
-
-def report_json(report: Report) -> dict[str, Any]:
-    return {
-        "removed": [[str(r.path), r.generation, r.reason] for r in report.removed],
-        "skipped": [[str(s.path), s.reason] for s in report.skipped],
-        "dead": list(report.dead),
-        "ran": report.ran,
-    }
 
 
 def agrees_with_journal(manager: Manager) -> str:
