@@ -101,6 +101,12 @@ def _in(kinds: Sequence[str]) -> str:
     return _KINDS_IN.format(", ".join(f"'{kind}'" for kind in kinds))
 
 
+def _index_sql() -> list[tuple[str, str]]:
+    """``(name, CREATE INDEX ...)`` for each read index (fixed names and kinds: nothing to bind)."""
+    return [(name, f"CREATE INDEX IF NOT EXISTS {name} ON events ({expression}) "
+                   f"WHERE {_in(kinds)}") for name, expression, kinds in _INDEXES]
+
+
 # fold(records, base) -> the state after *records* (see Store.submit).
 Fold: TypeAlias = Callable[[list[Record], Any], Any]
 
@@ -270,6 +276,10 @@ class Store:
             _OPEN[self._identity] += 1
         try:
             self._open_active()
+            if not self.readonly and not self._active.is_head:
+                # A segment made before rollovers carried them: recovery's
+                # lookups of the few names it finds on disk read by index.
+                self._ensure_indexes()
         except BaseException:
             self.close()
             raise
@@ -407,7 +417,10 @@ class Store:
                 with self._transaction("open"):
                     if not self._has_checkpoints():
                         self._create_checkpoints()
-            self._ensure_indexes()
+            if not sealed:
+                # A sealed head is never written again (a retired one has no
+                # events left): the segment being written gets them instead.
+                self._ensure_indexes()
         except sqlite3.Error as e:
             raise self._translate(e, "open") from e
 
@@ -492,12 +505,9 @@ class Store:
         # full disk) is read without them, by a scan, and the next open tries again.
         with contextlib.suppress(JournalError), self._transaction("open"):
             missing = set(self._missing_indexes())
-            for name, expression, kinds in _INDEXES:
+            for name, sql in _index_sql():
                 if name in missing:
-                    # Fixed names and kinds, no input: nothing to bind.
-                    self._conn.execute(
-                        f"CREATE INDEX IF NOT EXISTS {name} ON events ({expression}) "
-                        f"WHERE {_in(kinds)}")
+                    self._conn.execute(sql)
 
     def _create_checkpoints(self) -> None:
         # digest: the chain digest of event seq, which ties the row to one
@@ -793,7 +803,8 @@ class Store:
                 segments.sync_directory(folder.parent)
             self._step(f"create {path.name}")
             segments.create(path, base=seq, digest=digest, checkpoint=checkpoint,
-                            application_id=APPLICATION_ID, version=SEGMENTED_VERSION)
+                            application_id=APPLICATION_ID, version=SEGMENTED_VERSION,
+                            indexes=[sql for _, sql in _index_sql()])
         except (OSError, sqlite3.Error) as e:
             with contextlib.suppress(OSError):
                 segments.remove_file(path.with_name(f".{path.name}.tmp"))

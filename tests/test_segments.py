@@ -377,6 +377,43 @@ def test_a_process_killed_at_any_step_of_rollover_or_retirement_leaves_a_usable_
     assert kinds >= {"create", "seal", "record", "retire", "vacuum"}, stopped
 
 
+# -- read indexes --------------------------------------------------------------------------
+
+
+def indexes_of(file: Path) -> set[str]:
+    conn = sqlite3.connect(f"file:{file}?mode=ro", uri=True)
+    try:
+        return {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    finally:
+        conn.close()
+
+
+READ_INDEXES = {"events_by_generation", "events_by_manager"}
+
+
+def test_a_segment_is_made_with_the_read_indexes_and_lookups_by_id_find_what_it_holds(
+    path: Path, retired: Store
+) -> None:
+    for name in segment_files(path):
+        assert indexes_of(directory(path) / name) == READ_INDEXES
+    tail = manager_id("tail0")
+    assert tail in retired.manager_ends([tail])
+
+
+def test_an_open_gives_the_read_indexes_to_a_segment_being_written_that_lacks_them(
+    path: Path, retired: Store
+) -> None:
+    retired.close()
+    active = directory(path) / segment_files(path)[-1]
+    conn = sqlite3.connect(active, isolation_level=None)
+    for name in READ_INDEXES:
+        conn.execute(f"DROP INDEX {name}")
+    conn.close()
+    assert indexes_of(active) == set()
+    Store(path).close()
+    assert indexes_of(active) == READ_INDEXES
+
+
 # -- damage --------------------------------------------------------------------------------
 
 
