@@ -1143,11 +1143,12 @@ class Store:
         segments exist, a connection that attaches every kept segment and
         shows them as one ``events`` and one ``checkpoints`` view, so every
         query reads the kept history as if it were one table.  It is built
-        again whenever the segment directory or the head changed.
+        again whenever the segment directory, the head or the kept segments
+        changed.
         """
         folder = segments.directory(self.path)
         try:
-            key: object = (os.stat(folder).st_mtime_ns, os.stat(self.path).st_mtime_ns)
+            stamps = (os.stat(folder).st_mtime_ns, os.stat(self.path).st_mtime_ns)
         except FileNotFoundError:
             if self._span is not None:
                 self._drop_span()
@@ -1155,11 +1156,18 @@ class Store:
         if self._span is not None and self._span.in_transaction:
             # Inside a snapshot: it reads the files as they were when it began.
             return self._span
+        # The kept segments are part of the key: a rollover renames its new
+        # file into the directory before it seals the old one, so a span
+        # built in between leaves the new file out (unsealed predecessor),
+        # and nothing in the directory or the head changes when the seal
+        # commits.  Cheap: a listing, and seals seen are remembered.
+        kept = self._resolve(remove=False)[-MAX_KEPT:]
+        key: object = (stamps, tuple(segment.path for segment in kept))
         if self._span is None or key != self._span_key or self._span_stale():
             # Not closed here: a generator may still be streaming rows from
             # it; it closes once the last cursor on it is collected.
             self._span = None
-            self._span = self._spanning()
+            self._span = self._spanning(kept)
             self._span_key = key
         return self._span
 
@@ -1179,8 +1187,7 @@ class Store:
                 self._span.close()
             self._span = None
 
-    def _spanning(self) -> sqlite3.Connection:
-        kept = self._resolve(remove=False)[-MAX_KEPT:]
+    def _spanning(self, kept: list[Segment]) -> sqlite3.Connection:
         conn = sqlite3.connect("file::memory:", uri=True, isolation_level=None,
                                check_same_thread=False, timeout=self._busy_timeout)
         try:

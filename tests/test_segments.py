@@ -377,6 +377,34 @@ def test_a_process_killed_at_any_step_of_rollover_or_retirement_leaves_a_usable_
     assert kinds >= {"create", "seal", "record", "retire", "vacuum"}, stopped
 
 
+def test_a_reader_that_looked_before_a_seal_committed_reads_the_new_segment_after_it(
+    path: Path,
+) -> None:
+    store = Store(path, retention=Retention(segment_bytes=0, history_bytes=10**9))
+    for round in range(2):
+        store.append(lives(2, f"r{round}-"), time=1_700_000_000.0 + round)
+        checkpoint_now(store)
+    store.append(lives(1, "tail"), time=1_700_000_010.0)
+    last = store.last_seq()
+    store.close()
+    before = directory(path) / segment_files(path)[-2]
+    # Held open throughout, so that its -wal file stays: nothing in the
+    # directory changes when the seal comes back.
+    raw = sqlite3.connect(before, isolation_level=None)
+    (seal,) = raw.execute("SELECT next, seq, time FROM sealed").fetchall()
+    # As between a rollover's rename of the new file and the commit of its seal.
+    raw.execute("DELETE FROM sealed")
+    reader = Store(path, readonly=True)
+    try:
+        assert reader.last_seq() < last
+        raw.execute("INSERT INTO sealed (next, seq, time) VALUES (?, ?, ?)", seal)
+        assert reader.last_seq() == last
+        assert reader.records(after=last - 1).__next__().seq == last
+    finally:
+        reader.close()
+        raw.close()
+
+
 # -- read indexes --------------------------------------------------------------------------
 
 
