@@ -54,7 +54,8 @@ __all__ = ["EVERY", "FORMAT", "KEEP", "ON_OPEN", "Restored", "decode", "due", "e
 # checkpoint of another format is skipped, and the next replay writes a new one.
 # 3: the state holds only live objects (2 held every one ever seen).
 # 4: and named sessions and artifacts.
-FORMAT: Final = 4
+# 5: a session is forgotten with its owner once nothing is kept for a resume.
+FORMAT: Final = 5
 # A checkpoint is due once this many events follow the newest one, and at
 # least a quarter as many as the state holds managers and generations, so
 # that writing checkpoints costs a bounded amount per event however long
@@ -132,15 +133,17 @@ def due(state: State, since: int, *, every: int = EVERY) -> bool:
     return state.seq - since >= max(every, size // 4)
 
 
-def save(store: Store, state: State, *, keep: int = KEEP) -> None:
+def save(store: Store, state: State, *, keep: int = KEEP, roll_over: bool = False) -> None:
     """Write *state* as the checkpoint of its seq, keeping the newest *keep*.
 
     And, older, the newest of each run of EVERY events for the newest
     *keep* runs: recovery writes one every ON_OPEN events, and a reader of
     the past (``explain``, ``state --at``) still finds one at most about
     EVERY events before the point it asks for, over the last KEEP * EVERY.
+    *roll_over*: start a new segment with it whatever the active one's size.
     """
-    store.save_checkpoint(state.seq, FORMAT, encode(state), keep=keep, spacing=EVERY)
+    store.save_checkpoint(state.seq, FORMAT, encode(state), keep=keep, spacing=EVERY,
+                          roll_over=roll_over)
 
 
 def restore(store: Store, *, until: int | None = None) -> Restored:

@@ -24,7 +24,9 @@ live objects, not the length of the history:
 * a generation is dropped when its removal finishes (whatever the outcome,
   "refused: ..." included: nobody will act on it again);
 * a manager is dropped once it has ended (closed or dead) and none of its
-  generations is left; until then it stays, ended, beside them.
+  generations is left; until then it stays, ended, beside them;
+* a named session is dropped with its owner, when nothing is kept for a
+  resume: a later claim of the name starts it afresh, as a first one does.
 
 What that means for the rules: an event naming a forgotten manager or
 generation is refused as naming one the state does not hold ("never opened,
@@ -160,7 +162,8 @@ class GenerationState:
 class SessionState:
     """A named session: who owns it now, and what its last owner left for a resume.
 
-    ``owner`` is the manager that claimed it last (alive or ended).  When
+    ``owner`` is the manager that claimed it last (alive or ended; the state
+    forgets the session with it, see :meth:`Fold.forget_if_done`).  When
     that manager dies, its current generation becomes ``kept`` (from
     ``kept_at``, the time its death was journaled) for ``window`` seconds,
     until a successor adopts it or it is discarded.  ``used_at`` is the time
@@ -206,8 +209,9 @@ class State:
     module's docstring); ``held`` maps each manager or generation id named by
     a record the rules refused (in a tolerant fold) to the seq of the first
     such record, whether or not the state still holds it.  ``sessions``
-    holds every named session by name; ``artifacts`` every artifact not yet
-    removed.  The mappings are never mutated once a state is built; treat
+    holds each named session by name while something of it is left (its
+    owner, or a directory kept for a resume); ``artifacts`` every artifact
+    not yet removed.  The mappings are never mutated once a state is built; treat
     them as read-only.
     """
 
@@ -237,20 +241,44 @@ class History:
 
     managers: dict[str, ManagerState] = attrs.field(factory=dict)
     generations: dict[str, GenerationState] = attrs.field(factory=dict)
+    sessions: dict[str, SessionState] = attrs.field(factory=dict)
 
     def keep_generation(self, final: GenerationState) -> None:
         past = self.generations.get(final.id)
         self.generations[final.id] = final if past is None else resumed(past, final)
 
+    def keep_session(self, final: SessionState) -> None:
+        past = self.sessions.get(final.name)
+        self.sessions[final.name] = final if past is None else reclaimed(past, final)
+
     def whole(self, state: State) -> State:
-        """*state* with what its fold forgot put back: every manager and generation seen."""
+        """*state* with what its fold forgot put back: every manager, generation, session seen."""
         generations = dict(self.generations)
         for gid, generation in state.generations.items():
             past = self.generations.get(gid)
             generations[gid] = generation if past is None else resumed(past, generation)
+        sessions = dict(self.sessions)
+        for name, session in state.sessions.items():
+            earlier = self.sessions.get(name)
+            sessions[name] = session if earlier is None else reclaimed(earlier, session)
         return State(managers={**self.managers, **state.managers}, generations=generations,
-                     seq=state.seq, held=state.held, sessions=state.sessions,
+                     seq=state.seq, held=state.held, sessions=sessions,
                      artifacts=state.artifacts)
+
+
+def reclaimed(past: SessionState, now: SessionState) -> SessionState:
+    """A session forgotten once nothing of it was left, then claimed again, as one story.
+
+    *past* is its last state before the state forgot it; *now* what the state
+    holds of it since.  The result is what a state that never forgets would
+    hold: a claim carries the last use and the adoptions over.
+    """
+    return attrs.evolve(
+        now, used_at=past.used_at if now.used_at is None else now.used_at,
+        adoptions=past.adoptions + now.adoptions,
+        adopted_seq=past.adopted_seq if now.adopted_seq is None else now.adopted_seq,
+        adopted_from=past.adopted_from if now.adopted_seq is None else now.adopted_from,
+    )
 
 
 def resumed(past: GenerationState, now: GenerationState) -> GenerationState:
@@ -423,12 +451,21 @@ class Fold:
         self.forget_if_done(manager)
 
     def forget_if_done(self, manager: ManagerState) -> None:
-        """Forget *manager* once it has ended and none of its generations is left."""
+        """Forget *manager* once it has ended and none of its generations is left.
+
+        The session it owns goes with it: nothing of that is left either (a
+        directory kept for a resume is one of the owner's generations).
+        """
         if manager.ended is None or manager.generations:
             return
         del self.managers[manager.id]
         if self.history is not None:
             self.history.managers[manager.id] = manager
+        name = self.owned.pop(manager.id, None)
+        if name is not None:
+            session = self.sessions.pop(name)
+            if self.history is not None:
+                self.history.keep_session(session)
 
     def owned_generation(self, seq: int, manager_id: str, generation_id: str) -> GenerationState:
         generation = self.generation(seq, generation_id)

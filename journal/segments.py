@@ -36,6 +36,12 @@ run of history up to now); the head is retired by dropping its tables
 found) and vacuuming it, any other segment by unlinking its file.  Before
 any of that, the head's ``retired`` table records up to which event and
 when, which is what ``journal-inspect`` reports as where history starts.
+
+The active segment's events are history too once a checkpoint covers them,
+but they leave only with their segment: a retirement pass that finds the
+active segment past :attr:`Retention.retirement_rollover_bytes` first
+rolls it over at a checkpoint of its own state (the same three steps), so
+that a budget smaller than a segment is kept, not just the sealed part.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ import attrs
 __all__ = [
     "DEFAULT_RETENTION",
     "MAX_KEPT",
+    "ROLL_FLOOR",
     "SCHEMA_SQL",
     "Retention",
     "Segment",
@@ -69,6 +76,10 @@ __all__ = [
 # the sealed ones not yet covered and the retired ones kept as history.
 MAX_KEPT: Final = 10
 _MIB: Final = 1 << 20
+# A retirement pass rolls over no active segment smaller than this, however
+# small the retention: a rollover costs a new file and three syncs, and a
+# root opened often (every Manager open runs a pass) would pay them each time.
+ROLL_FLOOR: Final = 256 << 10
 _NAME: Final = re.compile(r"^(\d{20})\.sqlite3$")
 _SUFFIXES: Final = ("", "-wal", "-shm", "-journal")
 
@@ -88,6 +99,19 @@ class Retention:
     segment_bytes: int = 4 * _MIB
     history_bytes: int = 24 * _MIB
     history_age: float = 30 * 86400.0
+
+    @property
+    def retirement_rollover_bytes(self) -> int | float:
+        """From this size on, a retirement pass rolls the active segment over.
+
+        The events of the active segment that its checkpoint covers are
+        history like the rest, but a segment leaves only whole and only once
+        sealed: a pass that finds it larger than the history budget keeps
+        (or past ``segment_bytes``, where a checkpoint would roll it over)
+        seals it at a checkpoint of its own, so that it can be retired.
+        Never below :data:`ROLL_FLOOR`.
+        """
+        return max(ROLL_FLOOR, min(self.segment_bytes, self.history_bytes))
 
     def __attrs_post_init__(self) -> None:
         for name in ("segment_bytes", "history_bytes", "history_age"):

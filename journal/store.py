@@ -824,6 +824,14 @@ class Store:
         """Bytes on disk of the active segment (with its -wal)."""
         return segments.size_of(self._active.path)
 
+    def rollover_due(self) -> bool:
+        """Whether a retirement pass should seal the active segment at a checkpoint first.
+
+        See :attr:`Retention.retirement_rollover_bytes`.
+        """
+        return not self.readonly and self.active_size() >= (
+            self.retention.retirement_rollover_bytes)
+
     # -- writing -------------------------------------------------------------
 
     def append(
@@ -1488,7 +1496,7 @@ class Store:
     # -- checkpoints ---------------------------------------------------------
 
     def save_checkpoint(self, seq: int, format: int, state: bytes, *, keep: int,
-                        spacing: int = 0) -> None:
+                        spacing: int = 0, roll_over: bool = False) -> None:
         """Store *state*, derived from events 1 to *seq*, and keep only the newest *keep*.
 
         With *spacing*, older ones are kept too: the newest of each run of
@@ -1500,7 +1508,8 @@ class Store:
         when there is no event *seq*; does nothing when event *seq* was
         already retired.  When the active segment has grown past
         ``retention.segment_bytes``, the same transaction starts a new
-        segment with this checkpoint as its first content and seals the old.
+        segment with this checkpoint as its first content and seals the old;
+        *roll_over* does so whatever its size.
         """
         with self._transaction("write a checkpoint to") as conn:
             row = conn.execute("SELECT digest FROM events WHERE seq = ?", (seq,)).fetchone()
@@ -1534,7 +1543,9 @@ class Store:
                 marks = ",".join("?" * len(doomed))
                 conn.execute(f"DELETE FROM checkpoints WHERE seq IN ({marks})",  # noqa: S608
                              doomed)
-            if not self.readonly and self.active_size() >= self.retention.segment_bytes:
+            if not self.readonly and (
+                roll_over or self.active_size() >= self.retention.segment_bytes
+            ):
                 self._roll_over(conn, (seq, bytes(row[0]), format, state))
 
     def checkpoints(self, *, until: int | None = None) -> list[tuple[int, int, bool]]:
@@ -1664,9 +1675,12 @@ class Store:
 
     def segments(self) -> list[SegmentInfo]:
         """Every kept segment of the journal, oldest first, the active one last."""
-        kept = self._resolve(remove=False)
         found: list[SegmentInfo] = []
         with self._lock:
+            # Under the lock: telling which segments are sealed reads through
+            # the store's own connection, which an append in another thread
+            # (a maintenance runs beside its manager) may be using.
+            kept = self._resolve(remove=False)
             # The reading connection has the kept segments attached already:
             # asked there, a segment costs a few lookups, not a connection.
             span = self._reading()
@@ -1764,6 +1778,10 @@ class Store:
             if (retired_bytes > self.retention.history_bytes or too_old
                     or len(kept) - len(doomed) > MAX_KEPT):
                 doomed.append(segment)
+        if not kept[0].has_events:
+            # A pass killed between dropping the head's tables and its vacuum
+            # left their pages in the file: finish it.
+            self._vacuum_head(only_if_free=True)
         if not doomed:
             return []
         doomed.sort(key=lambda s: s.base)
@@ -1813,6 +1831,22 @@ class Store:
                     with contextlib.suppress(sqlite3.Error):
                         conn.execute("ROLLBACK")
                     raise
+        except sqlite3.Error as e:
+            raise self._translate(e, "retire history in") from e
+        finally:
+            conn.close()
+        self._vacuum_head(only_if_free=False)
+
+    def _vacuum_head(self, *, only_if_free: bool) -> None:
+        """VACUUM the head, whose tables are dropped; if *only_if_free*, only when pages are free.
+
+        Free pages are what a vacuum cut short (a kill) left behind.
+        """
+        conn = self._connect(self._busy_timeout)
+        try:
+            with self._lock:
+                if only_if_free and not conn.execute("PRAGMA freelist_count").fetchone()[0]:
+                    return
                 self._step(f"vacuum {self.path.name}")
                 conn.execute("VACUUM")
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()

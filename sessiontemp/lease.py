@@ -40,20 +40,28 @@ class Lease:
     """
 
     def __init__(
-        self, manager: Manager, generation: str, lease: str, path: Path, fd: int, *,
+        self, manager: Manager, generation: str, lease: str, path: str, fd: int, *,
         label: str = "",
     ) -> None:
         self.manager = manager
         self.generation = generation
         self.id = lease
-        self.path = path
+        # A string until asked for as a Path: pathlib interns every component
+        # it parses, and a manager that never reads it should not grow the
+        # interpreter's table of interned names with each generation's.
+        self._path = path
         self.label = label
         self._fd: int | None = fd
         self._lock = threading.Lock()
 
+    @functools.cached_property
+    def path(self) -> Path:
+        """The leased directory."""
+        return Path(self._path)
+
     def __repr__(self) -> str:
         state = "released" if self.released else "held"
-        return f"<Lease {self.id} on {self.path} ({state})>"
+        return f"<Lease {self.id} on {self._path} ({state})>"
 
     @property
     def released(self) -> bool:
@@ -62,7 +70,7 @@ class Lease:
 
     def env(self) -> dict[str, str]:
         """The variables that point a command's temporary files at this lease's directory."""
-        return dict.fromkeys(_TEMP_VARIABLES, os.fspath(self.path))
+        return dict.fromkeys(_TEMP_VARIABLES, self._path)
 
     def popen(
         self, args: str | Sequence[str | os.PathLike[str]], **kwargs: Any

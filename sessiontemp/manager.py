@@ -279,7 +279,7 @@ class Manager:
             self.resumed = True
             logger.info("session.resumed", manager=self.id, session=claim.name,
                         generation=found.generation.id, previous=found.owner.id,
-                        path=str(self.root / generation_name(found.generation.id)),
+                        path=os.path.join(self.root, generation_name(found.generation.id)),
                         seq=self._state.seq)
 
     def _take_over(self, generation: GenerationState) -> int | None:
@@ -515,10 +515,13 @@ class Manager:
             raise
         if made is not None:
             self._handles.generations[generation] = made[1]
-            # Its ready event came just before the lease's, in one commit.
+            # Its ready event came just before the lease's, in one commit.  Paths
+            # logged as strings: pathlib interns each component it parses, and
+            # the interpreter's table of interned names would grow with the
+            # generations' names.
             logger.info("generation.created", manager=self.id, generation=generation,
-                        path=str(self.root / name), seq=self._state.seq - 1)
-        held = Lease(self, generation, lease, self.root / name, fd, label=label)
+                        path=os.path.join(self.root, name), seq=self._state.seq - 1)
+        held = Lease(self, generation, lease, os.path.join(self.root, name), fd, label=label)
         self._handles.leases[lease] = held
         if debugging():
             logger.debug("lease.acquired", manager=self.id, generation=generation, lease=lease,
@@ -540,7 +543,8 @@ class Manager:
         logger.warning("generation.vanished", manager=self.id, generation=generation,
                        reason=str(error))
         raise self._unavailable(
-            f"{self.root / generation_name(generation)} could not be locked ({error.strerror})",
+            f"{os.path.join(self.root, generation_name(generation))} could not be locked "
+            f"({error.strerror})",
             "It was retired; try again",
         ) from error
 
@@ -910,7 +914,7 @@ class Manager:
                     self._handles.generations[generation] = held
         log = logger.info if result.outcome in ("removed", "absent") else logger.warning
         log(f"generation.{result.outcome}", manager=self.id, generation=generation,
-            path=str(self.root / generation_name(generation)), seq=self._state.seq,
+            path=os.path.join(self.root, generation_name(generation)), seq=self._state.seq,
             reason=result.detail or reason)
 
     # -- guards --------------------------------------------------------------------

@@ -285,13 +285,17 @@ class _Pass:
         self.state = restored.state
         self.checkpointed = restored.state.seq
 
-    def write_checkpoint(self, *, every: int = checkpoint.EVERY) -> None:
-        """Write a checkpoint of the state just replayed, if enough events follow the last."""
-        if not checkpoint.due(self.state, self.checkpointed, every=every):
+    def write_checkpoint(self, *, every: int = checkpoint.EVERY, roll_over: bool = False
+                         ) -> None:
+        """Write a checkpoint of the state just replayed, if enough events follow the last.
+
+        *roll_over* writes one whatever follows, and starts a new segment with it.
+        """
+        if not roll_over and not checkpoint.due(self.state, self.checkpointed, every=every):
             return
         self.steps.before("checkpoint", f"event {self.state.seq}")
         try:
-            checkpoint.save(self.store, self.state)
+            checkpoint.save(self.store, self.state, roll_over=roll_over)
         except JournalError as e:
             # Only speed is lost: the next pass replays a little further.
             logger.warning("checkpoint.failed", path=str(self.store.path),
@@ -307,6 +311,10 @@ class _Pass:
 
     def retire(self) -> None:
         """Delete the retired journal segments the retention rule no longer keeps."""
+        if self.state.seq and self.store.rollover_due():
+            # The active segment's events leave only whole, once a checkpoint
+            # in a newer segment covers them: seal it at one of this state.
+            self.write_checkpoint(roll_over=True)
         try:
             removed = self.store.retire(now=self.clock())
         except (JournalError, OSError) as e:

@@ -64,7 +64,11 @@ from journal.events import (
     RemovalStarted,
     Retained,
     Rotated,
+    SessionAdopted,
+    SessionClaimed,
+    SessionDiscarded,
 )
+from journal.reducer import Fold
 from tests.faults import STORE_FAILURES, StoreFailure
 
 __all__ = [
@@ -96,6 +100,7 @@ __all__ = [
     "manager_ids",
     "records",
     "scaled",
+    "session_histories",
     "snapshot_of",
     "store_failures",
     "times",
@@ -729,6 +734,102 @@ def legal_records(*, max_steps: int = 40, max_live: int = 3) -> st.SearchStrateg
     return lifecycles(max_steps=max_steps, max_live=max_live).map(
         lambda lc: list(lc.records)
     )
+
+
+# -- named sessions ---------------------------------------------------------------------
+
+_SESSION_NAMES: Final = ("chat", "repl")
+
+
+def session_histories(*, max_steps: int = 40) -> st.SearchStrategy[list[Record]]:
+    """The records of a random legal history of named sessions.
+
+    Owners claim a name (after a recovery discarded what a dead owner left,
+    or adopting it), lease, rotate, close or die; recoveries remove what is
+    due.  Each step is chosen among those the reducer's own state allows
+    at that point (the state is what decides here, not a model): what this
+    exercises is sessions being kept, adopted, discarded and forgotten, and
+    then claimed again under the same name.
+    """
+
+    @st.composite
+    def build(draw: st.DrawFn) -> list[Record]:
+        records: list[Record] = []
+        fold = Fold()
+        counter = itertools.count()
+        start = draw(times())
+        recovery = hex_id("recovery")
+
+        def emit(*events: Event) -> None:
+            for event in events:
+                record = Record(len(records) + 1, start + len(records) + 1, event)
+                fold.step(record)
+                records.append(record)
+
+        for _ in range(draw(st.integers(0, max_steps))):
+            live = sorted(m.id for m in fold.managers.values() if m.ended is None)
+            steps = ["open"] if len(live) < 3 else []
+            steps += ["lease", "rotate", "end"] if live else []
+            if any(g.retired and not g.leases and g.removal is None
+                   for g in fold.generations.values()):
+                steps.append("remove")
+            held = sorted((g.id, lease) for g in fold.generations.values() for lease in g.leases)
+            if held:
+                steps.append("unlease")
+            step = draw(st.sampled_from(steps), label="step")
+            n = next(counter)
+            if step == "open":
+                manager = manager_id(f"open{n}")
+                emit(ManagerOpened(manager, 1000 + n))
+                owned = {s.name for s in fold.sessions.values()
+                         if fold.managers.get(s.owner) is not None
+                         and fold.managers[s.owner].ended is None}
+                free = [name for name in _SESSION_NAMES if name not in owned]
+                name = draw(st.sampled_from([None, *free]), label="session")
+                session = None if name is None else fold.sessions.get(name)
+                kept = None if session is None else session.kept
+                resume = draw(st.booleans(), label="resume") if kept is not None else False
+                if name is not None and kept is not None and not resume:
+                    emit(SessionDiscarded(name, recovery, "started afresh"))
+                if name is not None:
+                    emit(SessionClaimed(manager, name, 60_000))
+                if name is not None and kept is not None and resume and session is not None:
+                    emit(SessionAdopted(manager, name, kept, session.owner))
+                emit(Retained(manager))
+            elif step == "lease":
+                manager = draw(st.sampled_from(live), label="manager")
+                m = fold.managers[manager]
+                if m.sealed or m.owners == 0:
+                    continue
+                if m.current is None:
+                    generation = generation_id(f"gen{n}")
+                    emit(GenerationCreated(manager, generation),
+                         GenerationReady(manager, generation, 1, n))
+                emit(LeaseAcquired(manager, fold.managers[manager].current or "", hex_id(f"l{n}")))
+            elif step == "rotate":
+                emit(Rotated(draw(st.sampled_from(live), label="manager")))
+            elif step == "unlease":
+                generation, lease = draw(st.sampled_from(held), label="lease")
+                g = fold.generations[generation]
+                if g.manager is None or fold.managers[g.manager].ended is not None:
+                    continue
+                emit(LeaseReleased(g.manager, generation, lease))
+            elif step == "end":
+                manager = draw(st.sampled_from(live), label="manager")
+                died = draw(st.booleans(), label="died")
+                emit(ManagerDied(manager, recovery) if died else ManagerClosed(manager))
+            else:
+                resumable = {s.kept for s in fold.sessions.values()}
+                due = sorted(g.id for g in fold.generations.values()
+                             if g.retired and not g.leases and g.removal is None
+                             and g.id not in resumable)
+                if due:
+                    generation = draw(st.sampled_from(due), label="generation")
+                    emit(RemovalStarted(generation, recovery, "retired and no lease left"),
+                         RemovalFinished(generation, recovery, "removed"))
+        return records
+
+    return build()
 
 
 # -- reducer states ---------------------------------------------------------------------

@@ -51,6 +51,7 @@ from tests.strategies import (
     live_part,
     manager_id,
     scaled,
+    session_histories,
     snapshot_of,
 )
 
@@ -210,7 +211,8 @@ def test_a_checkpoint_is_due_after_every_events_or_a_quarter_of_the_states_size(
 
 
 @scaled(0.25)
-@given(records=legal_records(max_steps=30), data=st.data())
+@given(records=st.one_of(legal_records(max_steps=30), session_histories(max_steps=30)),
+       data=st.data())
 def test_restoring_and_replaying_the_rest_equals_a_replay_from_the_first_event_at_every_seq(
     tmp_path_factory: pytest.TempPathFactory, records: list[Record], data: st.DataObject
 ) -> None:

@@ -131,3 +131,25 @@ def test_fsck_reports_an_artifact_whose_file_is_gone(
     made["artifact"].path.unlink()
     report = inspect.fsck(root)
     assert [(f.check, f.path) for f in report.findings] == [("lost", made["artifact"].path)]
+
+
+def test_state_lists_a_session_whose_owner_closed_though_the_live_state_forgot_it(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    for _ in range(2):
+        with Manager(root, session="done") as manager:
+            assert not manager.resumed
+            manager.retain()
+            with manager.acquire():
+                pass
+            manager.release()
+    journal = root / "journal.sqlite3"
+    # Both owners closed and their directories are gone: nothing of it is left.
+    assert "done" not in inspect.state_at(journal, live=True).state.sessions
+    with Manager(root) as manager:
+        assert "done" not in manager.state.sessions
+    told = inspect.state_at(journal).state.sessions["done"]
+    assert told.used_at is not None
+    assert "done" in run_inspect("--root", root, "state").stdout
+    assert inspect_json("--root", root, "summary")["sessions"]["claims"] == 2

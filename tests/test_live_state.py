@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
 from journal import State, Store, checkpoint, replay
 from sessiontemp import Manager, recover
+from sessiontemp.root import GENERATION_PREFIX
 
 
 def size(state: State) -> int:
@@ -42,6 +47,51 @@ def test_a_managers_state_holds_as_much_after_many_rotations_as_after_a_few(root
         assert after_many == after_few
         assert set(manager.state.managers) == {manager.id}
         assert len(manager.state.generations) == 1
+
+
+def interned_while(work: Callable[[], None]) -> list[str]:
+    """Every string ``sys.intern`` was called on from Python code while *work* ran.
+
+    *work* runs in a thread of its own, profiled from its first line (a
+    manager's operations run inline on a thread other than the main one).
+    """
+    seen: list[str] = []
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event == "c_call" and arg is sys.intern:
+            # The caller's frame names what it interns (pathlib: ``rel``).
+            seen.extend(v for v in frame.f_locals.values() if isinstance(v, str))
+
+    def run() -> None:
+        sys.setprofile(profile)
+        try:
+            work()
+        finally:
+            sys.setprofile(None)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    return seen
+
+
+def test_rotating_and_leasing_interns_no_generation_name(root: Path) -> None:
+    """pathlib interns each component it parses: the interned table would grow per generation."""
+    with Manager(root) as manager:
+        manager.retain()
+
+        def cycles() -> None:
+            for _ in range(3):
+                manager.rotate()
+                with manager.acquire() as lease:
+                    lease.env()
+
+        interned = interned_while(cycles)
+        assert not [name for name in interned if GENERATION_PREFIX in name]
+        # Read, the lease's path is a Path like any other (and is interned then).
+        with manager.acquire() as lease:
+            assert lease.path == Path(lease.env()["TMPDIR"])
+            assert lease.path.parent == root
 
 
 def journal_state(root: Path) -> State:

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,9 +29,9 @@ from hypothesis import strategies as st
 
 from journal import EMPTY, JournalCorrupt, Record, Retention, State, Store, checkpoint, replay
 from journal.events import Event, ManagerClosed, ManagerOpened, Released, Retained, Rotated
-from journal.segments import directory
-from sessiontemp import Manager
-from tests.strategies import legal_records, manager_id, scaled
+from journal.segments import ROLL_FLOOR, directory, size_of
+from sessiontemp import Manager, recover
+from tests.strategies import legal_records, manager_id, scaled, session_histories
 
 JOURNAL = "journal.sqlite3"
 # Every checkpoint starts a new segment; nothing retired is kept.
@@ -96,7 +98,8 @@ def retired(path: Path) -> Iterator[Store]:
 
 
 @scaled(0.1)
-@given(records=legal_records(max_steps=30), data=st.data())
+@given(records=st.one_of(legal_records(max_steps=30), session_histories(max_steps=30)),
+       data=st.data())
 def test_retired_segments_and_the_kept_history_replay_to_what_a_full_replay_gives(
     tmp_path_factory: pytest.TempPathFactory, records: list[Record], data: st.DataObject
 ) -> None:
@@ -263,6 +266,150 @@ def test_a_manager_that_lives_long_checkpoints_and_rolls_over_as_it_appends(
     try:
         assert store.verify() == []
         assert store.history().first is not None
+    finally:
+        store.close()
+
+
+# -- a retirement pass rolls over the active segment ------------------------------------
+
+
+def history_root(tmp_path: Path, managers: int) -> Path:
+    """A root whose journal holds *managers* ended lives after its own, all in the head."""
+    root = tmp_path / "root"
+    Manager(root).close()
+    store = Store(root / JOURNAL)
+    try:
+        store.append(lives(managers, "h"), time=1.0)
+    finally:
+        store.close()
+    return root
+
+
+def journal_bytes(root: Path) -> int:
+    files = [root / JOURNAL, *(directory(root / JOURNAL) / n
+                               for n in segment_files(root / JOURNAL))]
+    return sum(size_of(f) for f in files)
+
+
+def test_a_pass_keeping_no_history_seals_the_active_segment_and_retires_it_whole(
+    tmp_path: Path,
+) -> None:
+    """The events since the last rollover are history too: none outlives a pass keeping none."""
+    root = history_root(tmp_path, 800)
+    assert journal_bytes(root) > ROLL_FLOOR
+    whole = journal_state_of(root)
+    recover(root, retention=Retention(history_bytes=0))
+    store = Store(root / JOURNAL, readonly=True)
+    try:
+        # Everything before the pass's own checkpoint left, the head first.
+        assert store.history().retired_until >= whole.seq
+        assert store.extent()[2] <= 5
+        assert store.verify() == []
+        assert kept_state(store).managers == whole.managers
+    finally:
+        store.close()
+    assert journal_bytes(root) < ROLL_FLOOR
+    with Manager(root) as manager:
+        manager.retain()
+        with manager.acquire():
+            pass
+
+
+def test_a_pass_keeping_history_or_under_the_floor_leaves_the_active_segment_be(
+    tmp_path: Path,
+) -> None:
+    big = history_root(tmp_path / "big", 800)
+    recover(big, retention=Retention(history_bytes=1 << 30))
+    small = history_root(tmp_path / "small", 20)
+    recover(small, retention=Retention(history_bytes=0))
+    for root in (big, small):
+        assert segment_files(root / JOURNAL) == []
+        store = Store(root / JOURNAL, readonly=True)
+        try:
+            assert store.history().retired_until == 0
+        finally:
+            store.close()
+
+
+def journal_state_of(root: Path) -> State:
+    store = Store(root / JOURNAL, readonly=True)
+    try:
+        return replay(store.records())
+    finally:
+        store.close()
+
+
+PASS_CRASHER = textwrap.dedent("""
+    import os, signal, sys
+    from journal import Retention
+    from sessiontemp import recover
+    root, k = sys.argv[1], int(sys.argv[2])
+    seen = []
+    def hook(kind, detail):
+        seen.append(detail)
+        print(detail, flush=True)
+        if len(seen) == k:
+            os.kill(os.getpid(), signal.SIGKILL)
+    recover(root, retention=Retention(history_bytes=0), step_hook=hook)
+""")
+
+
+def test_a_pass_killed_at_any_step_of_its_rollover_leaves_a_usable_journal(
+    tmp_path: Path,
+) -> None:
+    template = history_root(tmp_path / "template", 800)
+    whole = journal_state_of(template)
+    k, stopped = 0, []
+    while True:
+        k += 1
+        root = tmp_path / f"k{k}"
+        shutil.copytree(template, root)
+        result = subprocess.run([sys.executable, "-c", PASS_CRASHER, str(root), str(k)],
+                                cwd=HERE, capture_output=True, text=True, timeout=120)
+        if result.returncode == 0:
+            break
+        assert result.returncode == -signal.SIGKILL, result.stderr
+        stopped.append(result.stdout.splitlines()[-1])
+        recover(root, retention=Retention(history_bytes=0))
+        store = Store(root / JOURNAL, readonly=True)
+        try:
+            assert store.verify() == []
+            assert kept_state(store).managers == whole.managers
+            assert store.history().retired_until >= whole.seq
+        finally:
+            store.close()
+        assert not [n for n in segment_files(root / JOURNAL) if n.endswith(".tmp")]
+        assert journal_bytes(root) < ROLL_FLOOR
+    kinds = {detail.split()[0] for detail in stopped}
+    assert kinds >= {"event", "create", "seal", "record", "vacuum"}, stopped
+
+
+# -- threads -------------------------------------------------------------------------------
+
+
+def test_listing_segments_never_reads_through_the_connection_another_thread_holds(
+    path: Path,
+) -> None:
+    """A maintenance lists segments while its manager appends: one connection, one at a time."""
+    store = Store(path, retention=EAGER)
+    try:
+        store.append(lives(2, "a"), time=1.0)
+        # Sealed, and not yet moved on from: the store's own connection is the
+        # one that can tell whether the segment before the newest is sealed.
+        checkpoint.save(store, replay(store.records()), roll_over=True)
+        assert segment_files(path)
+        meanwhile: list[str] = []
+        conn = store._conn
+        listed: list[object] = []
+        lister = threading.Thread(target=lambda: listed.append(store.segments()))
+        with store._lock:  # as an append in another thread holds it
+            conn.set_trace_callback(meanwhile.append)
+            lister.start()
+            lister.join(0.5)
+            conn.set_trace_callback(None)
+        lister.join()
+        assert meanwhile == []
+        assert listed
     finally:
         store.close()
 

@@ -31,14 +31,23 @@ from journal.events import (
     ManagerClosed,
     ManagerDied,
     ManagerOpened,
+    RemovalFinished,
+    RemovalStarted,
     Retained,
     SessionAdopted,
     SessionClaimed,
     SessionDiscarded,
 )
-from journal.reducer import Fold, State, kept_for_resume
+from journal.reducer import Fold, History, State, kept_for_resume
 from sessiontemp.root import Root
-from sessiontemp.sessions import SESSIONS_DIR, SessionLock, check_name, lock_name
+from sessiontemp.sessions import (
+    SESSIONS_DIR,
+    Resumable,
+    SessionLock,
+    check_name,
+    lock_name,
+    resumable,
+)
 from tests.strategies import NAMED_FIELD_VALUES, generation_id, hex_id, manager_id
 
 TIMEOUT = 20.0
@@ -340,10 +349,72 @@ def test_a_checkpoint_holds_sessions_and_artifacts_as_the_replay_has_them() -> N
     state = fold(*owner_with_a_directory(), ArtifactKept(M1, hex_id("a"), "r.txt", "0" * 64, 5),
                  ManagerDied(M1, RECOVERY), ManagerOpened(M2, 12),
                  SessionClaimed(M2, "chat", WINDOW_MS), SessionAdopted(M2, "chat", G1, M1),
-                 ManagerOpened(M3, 13), SessionClaimed(M3, "other", 0), ManagerClosed(M3))
+                 ManagerOpened(M3, 13), SessionClaimed(M3, "other", 0))
     restored = checkpoint.decode(checkpoint.encode(state))
     assert restored == state
     assert restored.sessions["chat"].adoptions == 1
     assert restored.artifacts[hex_id("a")].size == 5
     # A fold resumed from it knows who owns what.
     assert Fold(restored).owned == {M2: "chat", M3: "other"}
+
+
+# -- forgetting what is finished --------------------------------------------------------------
+
+
+def removed(generation: str) -> list[Event]:
+    return [RemovalStarted(generation, RECOVERY, "retired and no lease left"),
+            RemovalFinished(generation, RECOVERY, "removed")]
+
+
+def test_a_session_is_forgotten_once_its_owner_closed_and_its_directories_are_removed() -> None:
+    closed = [*owner_with_a_directory(), ManagerClosed(M1)]
+    # The closed owner's directory is still being removed: the session stays.
+    assert fold(*closed).sessions["chat"].owner == M1
+    state = fold(*closed, *removed(G1))
+    assert state.sessions == {}
+    assert Fold(state).owned == {}
+    # An owner that closes with nothing left takes its session along at once.
+    assert fold(ManagerOpened(M2, 12), SessionClaimed(M2, "other", 0),
+                ManagerClosed(M2)).sessions == {}
+
+
+def test_a_dead_owners_session_stays_while_its_directory_is_kept_and_goes_with_the_directory(
+) -> None:
+    died = [*owner_with_a_directory(), ManagerDied(M1, RECOVERY)]
+    assert fold(*died).sessions["chat"].kept == G1
+    discarded = [*died, SessionDiscarded("chat", RECOVERY, "window passed")]
+    assert fold(*discarded).sessions["chat"].discarded_reason == "window passed"
+    assert fold(*discarded, *removed(G1)).sessions == {}
+
+
+def test_an_adopted_session_stays_with_its_new_owner_while_the_old_one_is_forgotten() -> None:
+    state = fold(*owner_with_a_directory(), ManagerDied(M1, RECOVERY),
+                 ManagerOpened(M2, 12), SessionClaimed(M2, "chat", WINDOW_MS),
+                 SessionAdopted(M2, "chat", G1, M1))
+    assert M1 not in state.managers
+    assert state.sessions["chat"].owner == M2
+
+
+def test_a_forgotten_session_claimed_again_starts_afresh_and_its_history_tells_it_as_one(
+) -> None:
+    first = [*owner_with_a_directory(), ManagerDied(M1, RECOVERY),
+             ManagerOpened(M2, 12), SessionClaimed(M2, "chat", WINDOW_MS),
+             SessionAdopted(M2, "chat", G1, M1), Retained(M2),
+             LeaseAcquired(M2, G1, hex_id("lease2")), ManagerClosed(M2), *removed(G1)]
+    again = [*first, ManagerOpened(M3, 13), SessionClaimed(M3, "chat", 0)]
+    records = [Record(seq, 1000.0 + seq, event) for seq, event in enumerate(again, 1)]
+    state = replay(records)
+    session = state.sessions["chat"]
+    assert (session.owner, session.adoptions, session.used_at, session.adopted_from) == (
+        M3, 0, None, None)
+    # A claim of a name nothing is left of resumes nothing.
+    assert resumable(state, "chat") == Resumable(session, state.managers[M3], None)
+    # The history (journal-inspect state) tells what a fold that never forgets would.
+    history = History()
+    whole = history.whole(replay(records, history=history))
+    told = whole.sessions["chat"]
+    assert (told.owner, told.adoptions, told.adopted_from, told.used_at) == (
+        M3, 1, M1, 1000.0 + first.index(LeaseAcquired(M2, G1, hex_id("lease2"))) + 1)
+    partial = History()
+    assert partial.whole(replay(records[:len(first)], history=partial)).sessions[
+        "chat"].owner == M2
