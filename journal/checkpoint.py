@@ -126,7 +126,8 @@ def due(state: State, since: int, *, every: int = EVERY) -> bool:
 def save(store: Store, state: State, *, keep: int = KEEP, roll_over: bool = False) -> None:
     """Write *state* as the checkpoint of its seq, keeping only the newest *keep*.
 
-    *roll_over*: start a new segment with it whatever the active one's size.
+    *roll_over*: start a new segment with it once the active one is past
+    what a retirement pass lets it hold (:meth:`Store.rollover_due`).
     """
     store.save_checkpoint(state.seq, FORMAT, encode(state), keep=keep, roll_over=roll_over)
 

@@ -331,6 +331,23 @@ def test_a_pass_keeping_history_or_under_the_floor_leaves_the_active_segment_be(
             store.close()
 
 
+def test_a_wal_file_that_once_grew_does_not_make_every_pass_roll_over(tmp_path: Path) -> None:
+    """What counts is what the segment holds, not the size its -wal file once reached."""
+    root = history_root(tmp_path, 800)
+    recover(root, retention=Retention(history_bytes=0))
+    # Open throughout, as a live manager's is: the -wal file stays as large as it grew.
+    store = Store(root / JOURNAL)
+    try:
+        for i in range(150):  # one commit each: the -wal file grows, the history barely
+            store.append(lives(1, f"w{i}"), time=2.0)
+        [active] = segment_files(root / JOURNAL)
+        assert size_of(directory(root / JOURNAL) / active) > ROLL_FLOOR
+        recover(root, retention=Retention(history_bytes=0))
+        assert segment_files(root / JOURNAL) == [active]
+    finally:
+        store.close()
+
+
 def journal_state_of(root: Path) -> State:
     store = Store(root / JOURNAL, readonly=True)
     try:
