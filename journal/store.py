@@ -1173,7 +1173,7 @@ class Store:
                 self._span.close()
             self._span = None
 
-    def _spanning(self) -> sqlite3.Connection:
+    def _spanning(self, *, again: bool = True) -> sqlite3.Connection:
         kept = self._resolve(remove=False)[-MAX_KEPT:]
         conn = sqlite3.connect("file::memory:", uri=True, isolation_level=None,
                                check_same_thread=False, timeout=self._busy_timeout)
@@ -1181,6 +1181,10 @@ class Store:
             mode = "ro&immutable=1" if self.immutable else "ro"
             events, checkpoints, bases = [], [], []
             for i, segment in enumerate(kept):
+                if not segment.path.exists() and again and segment is not kept[-1]:
+                    # Retired by another process since the listing: list again.
+                    conn.close()
+                    return self._spanning(again=False)
                 if not segment.path.exists():
                     raise JournalCorrupt(segment.path, "is missing", self._segment_fix(
                         segment.path))

@@ -431,6 +431,34 @@ def test_listing_segments_never_reads_through_the_connection_another_thread_hold
         store.close()
 
 
+def test_a_reader_whose_listing_another_process_retired_meanwhile_lists_again(
+    path: Path,
+) -> None:
+    store = Store(path, retention=Retention(segment_bytes=0, history_bytes=1 << 30))
+    try:
+        for round in range(3):
+            store.append(lives(2, f"r{round}-"), time=1.0)
+            checkpoint_now(store)
+        store.append(lives(1, "tail"), time=2.0)
+        # The listing a reader made just before a retirer in another process
+        # removed the oldest segments.
+        listing = store._resolve(remove=False)
+        retirer = Store(path, retention=EAGER)
+        try:
+            assert retirer.retire(now=2e9)
+        finally:
+            retirer.close()
+        listings = [listing]
+        resolve = store._resolve
+        store._resolve = lambda *, remove=True: (  # type: ignore[method-assign]
+            listings.pop() if listings else resolve(remove=remove))
+        store._drop_span()
+        assert store.last_seq() == 35
+        assert store.history().retired_until == 30
+    finally:
+        store.close()
+
+
 # -- several processes ---------------------------------------------------------------------
 
 APPENDER = textwrap.dedent("""
