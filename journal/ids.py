@@ -9,6 +9,7 @@ path is built from it.
 from __future__ import annotations
 
 import base64
+import os
 import re
 import secrets
 import uuid
@@ -65,7 +66,8 @@ def new_generation() -> str:
 
 
 def new_lease() -> str:
-    return secrets.token_hex(8)
+    # secrets.token_hex(8), without its three Python calls: one per lease.
+    return os.urandom(8).hex()
 
 
 def new_artifact() -> str:

@@ -14,9 +14,9 @@ reads top to bottom: check the state, append (the reducer decides inside
 the transaction, so nothing it would refuse is ever committed), apply,
 act on the file system.  Whatever fails or interrupts an operation, the
 manager's state is the journal's: an operation called from the main
-thread runs whole in a worker thread (:mod:`sessiontemp.shield`), and a
-failure between two steps leaves work that the next operation, or the next
-recovery, finishes.
+thread runs with every signal handler deferred until it has finished
+(:mod:`sessiontemp.shield`), and a failure between two steps leaves work
+that the next operation, or the next recovery, finishes.
 """
 
 from __future__ import annotations
@@ -107,6 +107,14 @@ def _fold(records: list[Record], state: State) -> State:
     return replay(records, state)
 
 
+def _synced(events: tuple[Event, ...], full: bool) -> bool:
+    """Whether *events* are synced before their append returns (see _WRITE_AHEAD)."""
+    for event in events:
+        if isinstance(event, _WRITE_AHEAD) or (full and not isinstance(event, RemovalFinished)):
+            return True
+    return False
+
+
 class Manager:
     """A session's private temporary directories, journaled under *root*.
 
@@ -190,6 +198,8 @@ class Manager:
         # This manager as the state last held it (see _track_me): the state
         # forgets it once it has ended and has nothing left to remove.
         self._ended: ManagerState | None = None
+        # The generation leases were last handed out on: its name and path.
+        self._named: tuple[str | None, str, str] = (None, "", "")
         self.recovery = recovery.Report(ran=False)
         self._handles = shielded(
             lambda: self._open(root, stale_after, busy_timeout, claim, window),
@@ -425,7 +435,7 @@ class Manager:
             raise ValueError(f"a lease label holds at most {MAX_LABEL} characters, not "
                              f"{len(label)}; shorten it")
         self._refuse_forked()
-        return shielded(lambda: self._acquire(label), lambda lease: lease.release())
+        return shielded(functools.partial(self._acquire, label), Lease.release)
 
     def _acquire(self, label: str) -> Lease:
         lease, pending = self._acquire_locked(label)
@@ -445,9 +455,9 @@ class Manager:
 
     def _acquire_locked(self, label: str) -> tuple[Lease, Pending | None]:
         with self._mutex:
-            if self.closed:
-                raise self._unavailable(f"manager {self.id} is closed", "Open a new Manager")
             me = self._me
+            if self._handles.closed or me.ended is not None:
+                raise self._unavailable(f"manager {self.id} is closed", "Open a new Manager")
             if me.sealed:
                 raise self._unavailable(f"manager {self.id} is sealed: its last owner released "
                                         "it", "Open a new Manager for a new session")
@@ -487,7 +497,13 @@ class Manager:
             generation = made[0]
         else:
             generation = current
-        name = generation_name(generation)
+        named = self._named
+        if named[0] != generation:
+            # Built once per generation, not per lease; a string, which
+            # pathlib's interning of each name it parses never sees.
+            name = generation_name(generation)
+            named = self._named = (generation, name, os.path.join(self.root, name))
+        name = named[1]
         lease = ids.new_lease()
         try:
             self._steps.before("lock", name)
@@ -521,7 +537,7 @@ class Manager:
             # generations' names.
             logger.info("generation.created", manager=self.id, generation=generation,
                         path=os.path.join(self.root, name), seq=self._state.seq - 1)
-        held = Lease(self, generation, lease, os.path.join(self.root, name), fd, label=label)
+        held = Lease(self, generation, lease, named[2], fd, label=label)
         self._handles.leases[lease] = held
         if debugging():
             logger.debug("lease.acquired", manager=self.id, generation=generation, lease=lease,
@@ -603,7 +619,7 @@ class Manager:
         def released() -> None:
             lease._drop_lock()
             self._handles.leases.pop(lease.id, None)
-            if self.closed:
+            if self._handles.closed:
                 return
             if debugging():
                 logger.debug("lease.released", manager=self.id, generation=lease.generation,
@@ -770,13 +786,14 @@ class Manager:
         it returns; a caller holding ``_mutex`` may wait outside it, so that
         other threads' appends join the same commit.
         """
-        self._steps.before("journal", ",".join(e.kind for e in events))
+        if self._steps.hook is not None:
+            # Only then: the detail is built for the hook alone.
+            self._steps.before("journal", ",".join(e.kind for e in events))
         store = self._handles.store
         assert store is not None
         if store.epoch != self._epoch:
             self._resync(store)
-        durable = any(isinstance(e, _WRITE_AHEAD) for e in events) or (
-            self.durability == "full" and not all(isinstance(e, RemovalFinished) for e in events))
+        durable = _synced(events, self.durability == "full")
         try:
             pending = store.submit(events, time=self._clock(), durable=durable, fold=_fold,
                                    base=self._state)
@@ -858,6 +875,17 @@ class Manager:
         """
         state = self._state
         me = self._me
+        on = me.current
+        if on is not None and len(me.generations) == 1 and me.ended is None:
+            live = state.generations[on]
+            held = self._handles.generations
+            if (live.ready and not live.retired and live.removal is None
+                    and (not held or (len(held) == 1 and on in held))):
+                # The case of every lease on a live generation: the one
+                # generation is current and ready, so nothing is due, and the
+                # one lock held is its own (taken once its creation was
+                # committed, so it is not retired there either).
+                return None
         unfinished = None
         if me.ended is None and me.current is not None and not state.generations[
             me.current
@@ -922,7 +950,7 @@ class Manager:
     def _holds(self, lease: Lease) -> bool:
         """Whether the journal still has *lease* held by this open manager."""
         generation = self._state.generations.get(lease.generation)
-        return not self.closed and generation is not None and lease.id in generation.leases
+        return generation is not None and lease.id in generation.leases and not self.closed
 
     def _keep_alive(self) -> None:
         """Put the liveness lock file back if something deleted it meanwhile."""

@@ -101,9 +101,9 @@ def run_command(
         raise BadInput("run_command", "was called from another thread than the main one",
                        "Call it from the main thread: it takes over SIGCHLD while it runs")
     watched = {*FORWARDED, signal.SIGCHLD}
-    # Blocked from the start, not only once the command runs: the manager's
-    # worker thread starts meanwhile and inherits the mask, so the kernel
-    # cannot hand it a signal that sigwaitinfo in this thread would miss.
+    # Blocked from the start, not only once the command runs: a thread the
+    # manager starts meanwhile (its journal's maintenance) inherits the mask,
+    # so the kernel cannot hand it a signal that sigwaitinfo here would miss.
     previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
     # An ignored SIGCHLD would make the kernel reap the command itself, and
     # its exit status would be lost.

@@ -14,12 +14,15 @@ Modes:
     PATH`` with the recovery report, or with ``{"error": ...}``.  ROOT is
     unused.
 
-``storm ROOT --interrupts N``
+``storm ROOT --interrupts N [--from-outside]``
     Opens a manager (``{"manager", "pid"}``), then loops acquire / write a
     file / rotate every other round / release, catching KeyboardInterrupt,
     while a thread of this process sends it SIGINT every 5 to 50 ms, N
     times.  Then it checks that the manager still works and agrees with the
-    journal and answers with the counts.  It then waits for ``close``.
+    journal and the disk, and answers with the counts.  It then waits for
+    ``close``.  With ``--from-outside`` nothing here sends: another process
+    does (SIGINT, and SIGTERM, whose handler here raises :class:`Terminated`
+    as an application's may), then says ``calm N`` once it sent N.
 
 ``fork ROOT --exit {block,sys.exit,os._exit}``
     Forks inside ``with Manager(ROOT)`` and ``with manager.acquire()``.  The
@@ -38,7 +41,9 @@ Modes:
 
 ``--planted`` runs a deliberately broken variant, for the tests to show
 that they catch it: in ``storm`` mode, operations run unshielded in the
-main thread, where an interrupt cuts them anywhere; in ``fork`` mode, the
+main thread, where an interrupt cuts them anywhere (with ``--from-outside``:
+only SIGINT's handler is deferred, as if the shield knew no other); in
+``fork`` mode, the
 forked child's copies are not disarmed (so the child journals, unlocks
 and unlinks for its parent); in ``close`` mode, a close that could not
 journal unlinks the liveness lock file anyway.
@@ -63,8 +68,9 @@ from structlog.testing import capture_logs
 
 from journal import Store, replay
 from journal.errors import ForkedCopy, JournalError, RuleViolation
-from sessiontemp import Lease, Manager, recover
+from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Lease, Manager, recover
 from sessiontemp.handles import Handles
+from sessiontemp.root import generation_name
 from tests.childio import emit, report_json
 
 # Long enough for a loaded machine, bounded so that a wedge still ends.
@@ -144,10 +150,40 @@ class Sender(threading.Thread):
             self.done.set()
 
 
+class Terminated(BaseException):
+    """What this process's SIGTERM handler raises, as an application's handler may."""
+
+
+def terminate(signum: int, frame: object) -> None:
+    raise Terminated(signum)
+
+
+# What a signal raises here: the loop catches these and carries on.
+INTERRUPTS = (KeyboardInterrupt, Terminated)
+
+
+class Listener(threading.Thread):
+    """Waits for ``calm N`` on stdin: another process sent N signals and stopped."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.sent = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        try:
+            for words in commands():
+                if words[0] == "calm":
+                    self.sent = int(words[1])
+                    return
+        finally:
+            self.done.set()
+
+
 class Storm:
     """The loop a notebook kernel or a REPL runs: Ctrl-C is caught, and work goes on."""
 
-    def __init__(self, manager: Manager, sender: Sender) -> None:
+    def __init__(self, manager: Manager, sender: Sender | Listener) -> None:
         self.manager = manager
         self.sender = sender
         self.rounds = 0
@@ -166,7 +202,7 @@ class Storm:
                 self.manager.rotate()
         self.rounds += 1
 
-    def count(self, interrupt: KeyboardInterrupt) -> None:
+    def count(self, interrupt: BaseException) -> None:
         self.caught += 1
         if any(frame.filename.endswith(os.path.join("sessiontemp", "shield.py"))
                for frame in traceback.extract_tb(interrupt.__traceback__)):
@@ -176,29 +212,33 @@ class Storm:
         while not self.sender.done.is_set():
             try:
                 self.one_round()
-            except KeyboardInterrupt as interrupt:
+            except INTERRUPTS as interrupt:
                 self.count(interrupt)
             except Exception as e:
                 if len(self.failures) < 5:
                     self.failures.append(repr(e))
 
-    def run(self) -> None:
+    def run(self, hello: dict[str, Any] | None = None) -> None:
+        """Loop until the storm is over; *hello*, if any, is said once inside the handlers."""
         # An interrupt can land inside the loop's own handler, and then in
         # the one around it: each level catches what the one inside let out.
         while not self.sender.done.is_set():
             try:
                 try:
+                    if hello is not None:
+                        emit(hello)
+                        hello = None
                     self.loop()
-                except KeyboardInterrupt:
+                except INTERRUPTS:
                     self.escaped += 1
-            except KeyboardInterrupt:
+            except INTERRUPTS:
                 self.escaped += 1
         self.sender.join()
         # The last signal may still be on its way to the main thread.
         for _ in range(3):
             try:
                 time.sleep(0.05)
-            except KeyboardInterrupt:
+            except INTERRUPTS:
                 self.escaped += 1
 
 
@@ -212,18 +252,42 @@ def plant_interruptible_operations() -> None:
     sessiontemp.manager.shielded = inline  # type: ignore[attr-defined]
 
 
-def storm(root: Path, interrupts: int, seed: int) -> int:
+def plant_sigint_only_shield() -> None:
+    """A shield that knows SIGINT alone: an application's SIGTERM handler cuts operations."""
+    import sessiontemp.shield
+
+    sessiontemp.shield._SIGNALS = (int(signal.SIGINT),)  # type: ignore[misc]
+
+
+def disk_agrees(manager: Manager) -> str:
+    """"agrees" when the root holds exactly the generation directories the manager's state names."""
+    expected = {generation_name(g.id) for g in manager.state.generations.values()
+                if g.manager == manager.id and g.removal is None}
+    found = {n for n in os.listdir(manager.root)
+             if n.startswith((GENERATION_PREFIX, TRASH_PREFIX))}
+    return "agrees" if found == expected else f"differs: {sorted(found ^ expected)}"
+
+
+def storm(root: Path, interrupts: int, seed: int, from_outside: bool) -> int:
     # Python installs its KeyboardInterrupt handler only when SIGINT was not
     # ignored at start; a parent that ignores it (a test run's other tests
     # may) would pass that on, and no interrupt would ever be raised here.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    if from_outside:
+        signal.signal(signal.SIGTERM, terminate)
     manager = Manager(root, busy_timeout=BUSY_TIMEOUT)
     manager.retain()
-    emit({"manager": manager.id, "pid": os.getpid()})
-    sender = Sender(interrupts, seed)
+    hello = {"manager": manager.id, "pid": os.getpid()}
+    sender: Sender | Listener = Listener() if from_outside else Sender(interrupts, seed)
     run = Storm(manager, sender)
-    sender.start()
-    run.run()
+    if from_outside:
+        # Said where an interrupt is caught: the signals start once it is read.
+        sender.start()
+        run.run(hello)
+    else:
+        emit(hello)
+        sender.start()
+        run.run()
     # Afterwards, without any interrupt: it must simply work.
     works = True
     error = ""
@@ -238,7 +302,7 @@ def storm(root: Path, interrupts: int, seed: int) -> int:
     emit({"sent": sender.sent, "caught": run.caught, "deferred": run.deferred,
           "escaped": run.escaped, "rounds": run.rounds, "failures": run.failures,
           "works": works, "error": error, "closed": manager.closed,
-          "journal": agrees_with_journal(manager)})
+          "journal": agrees_with_journal(manager), "disk": disk_agrees(manager)})
     for words in commands():
         if words[0] == "close":
             manager.close()
@@ -406,6 +470,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--exit", choices=("block", "sys.exit", "os._exit"), default="block")
     parser.add_argument("--busy-timeout", type=float, default=BUSY_TIMEOUT)
+    parser.add_argument("--from-outside", action="store_true",
+                        help="storm: the signals come from another process")
     parser.add_argument("--planted", action="store_true",
                         help="run the deliberately broken variant of the mode")
     args = parser.parse_args(argv)
@@ -413,8 +479,11 @@ def main(argv: list[str]) -> int:
         return neighbour()
     if args.mode == "storm":
         if args.planted:
-            plant_interruptible_operations()
-        return storm(args.root, args.interrupts, args.seed)
+            if args.from_outside:
+                plant_sigint_only_shield()
+            else:
+                plant_interruptible_operations()
+        return storm(args.root, args.interrupts, args.seed, args.from_outside)
     if args.mode == "fork":
         if args.planted:
             plant_fork_unsafety()

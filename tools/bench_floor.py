@@ -7,8 +7,9 @@ the acquire and the release must each be durable before the call returns,
 so its floor is two bare single-row SQLite commits (WAL, ``synchronous=FULL``,
 rows of the same size, no trigger or read: :class:`benchlib.BareCommits`)
 on the same disk.  Each round runs, in turn: the floor; the cycle from the
-main thread (handed to the manager's worker thread, as an ordinary caller
-gets it); the cycle from another thread (run inline); and, when the
+main thread (inside the shield, which defers signal handlers around each
+operation, as an ordinary caller gets it); the cycle from another thread
+(run as it is, no shield); and, when the
 Manager has a relaxed durability mode, the same two in that mode.  Ratios
 are of the medians over N rounds, all from the one loop.
 

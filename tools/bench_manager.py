@@ -7,10 +7,11 @@ between rows are meaningful on a shared, noisy machine.  The root defaults
 to a fresh directory under the system temporary directory (the disk matters:
 every journal append is an fdatasync).
 
-Two overheads of fault tolerance are measured beside them: the hand-off of
-a main-thread operation to the worker thread (``sessiontemp/shield.py``),
-as a warm acquire + release from the main thread against the same from
-another thread (where it runs inline), alternating round by round; and the
+Two overheads of fault tolerance are measured beside them: the shield
+around a main-thread operation (``sessiontemp/shield.py``: signal handlers
+deferred while it runs), as a warm acquire + release from the main thread
+against the same from another thread (where it runs as it is), alternating
+round by round; and the
 ``/proc`` scan (``processes.users``) a removal runs for a generation whose
 recorded commands have all exited, with the machine's process count and
 with *--extra-processes* more sleeping processes started for the purpose.
@@ -101,9 +102,9 @@ def _count(root: Path) -> int:
         store.close()
 
 
-def handoff(root: Path, rounds: int) -> list[tuple[str, float]]:
-    """Warm acquire + release from the main thread (handed to the worker) and from another."""
-    manager = Manager(root / "handoff")
+def shield_cost(root: Path, rounds: int) -> list[tuple[str, float]]:
+    """Warm acquire + release from the main thread (shielded) and from another (not)."""
+    manager = Manager(root / "shield")
     manager.retain()
     manager.acquire().release()
     jobs: queue.Queue[bool] = queue.Queue()
@@ -127,10 +128,10 @@ def handoff(root: Path, rounds: int) -> list[tuple[str, float]]:
         manager.release()
         manager.close()
     bare = [median_us(1, lambda: shielded(lambda: None)) for _ in range(rounds)]
-    return [("acquire + release from the main thread (run in the worker thread)",
+    return [("acquire + release from the main thread (shielded)",
              statistics.median(main_thread)),
             ("acquire + release from another thread (run inline)", statistics.median(inline)),
-            ("the hand-off alone: `shielded(no-op)` from the main thread",
+            ("the shield alone: `shielded(no-op)` from the main thread",
              statistics.median(bare))]
 
 
@@ -164,7 +165,7 @@ def main() -> None:
         args.rounds, args.extra_processes = 20, 20
     with tempfile.TemporaryDirectory(dir=args.root) as scratch:
         rows = run(Path(scratch), args.rounds)
-        overheads = handoff(Path(scratch), args.rounds)
+        overheads = shield_cost(Path(scratch), args.rounds)
     overheads += scan(max(args.rounds // 10, 20), args.extra_processes)
     print(f"Command: python tools/bench_manager.py --rounds {args.rounds} "
           f"--extra-processes {args.extra_processes}  (Python {sys.version.split()[0]})\n")

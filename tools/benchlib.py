@@ -132,9 +132,9 @@ def median_ms(samples: Sequence[float]) -> float:
 class Worker:
     """One long-lived thread that runs what it is handed and times it there.
 
-    A Manager operation called from the main thread runs in its worker
-    thread (``sessiontemp/shield.py``); from any other thread it runs
-    inline.  Handing work to this thread measures the inline path.
+    A Manager operation called from the main thread runs with its signal
+    handlers deferred (``sessiontemp/shield.py``); from any other thread it
+    runs as it is.  Handing work to this thread measures that plain path.
     """
 
     def __init__(self) -> None:

@@ -9,7 +9,9 @@ without the profiler; then runs N more cycles under ``cProfile`` and prints
 the functions with the most time of their own, per cycle, and the same time
 grouped by where the code lives.  The profiler roughly doubles the cost of
 Python code (not of the fsync), so read its figures as shares.  The time in
-``sqlite3`` calls includes the commits' fdatasync.
+``sqlite3`` calls includes the commits' fdatasync.  Last, N cycles from the
+main thread under the profiler too: the Python calls a cycle makes there
+and inline, whose difference is the shield's (``sessiontemp/shield.py``).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def main() -> None:
     args = benchlib.arguments(__doc__, options)
     cycles = 50 if args.quick else args.cycles
     profile = cProfile.Profile()
+    main_thread = cProfile.Profile()
     with benchlib.scratch(args.root) as scratch:
         floor = benchlib.BareCommits(scratch / "floor.sqlite3", benchlib.lease_cycle_rows())
         worker = benchlib.Worker()
@@ -85,6 +88,7 @@ def main() -> None:
                     cycle()
 
             worker.run(lambda: profile.runcall(profiled))
+            main_thread.runcall(profiled)
         finally:
             manager.release()
             manager.close()
@@ -92,6 +96,8 @@ def main() -> None:
             floor.close()
     cycle_ms, floor_ms = (benchlib.median_ms(samples[k]) for k in ("cycle", "floor"))
     stats: dict[tuple[str, int, str], Any] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    main_stats: dict[tuple[str, int, str], Any] = pstats.Stats(  # type: ignore[attr-defined]
+        main_thread).stats
     total = sum(own for _, _, own, _, _ in stats.values())
     print(f"Command: python tools/profile_cycle.py --cycles {cycles}"
           f"{' --quick' if args.quick else ''}\n{benchlib.environment(args.root)}\n")
@@ -109,6 +115,12 @@ def main() -> None:
                    [(name, f"{own / cycles * 1e6:.1f}", f"{own / total:.0%}")
                     for name, own in sorted(groups.items(), key=lambda kv: -kv[1])],
                    numeric=(1, 2))
+    calls = {name: sum(n for _, n, _, _, _ in table.values()) / cycles
+             for name, table in (("inline", stats), ("main thread", main_stats))}
+    benchlib.table(("Python calls per warm cycle (cProfile)", "calls"),
+                   [("from another thread (inline)", f"{calls['inline']:.0f}"),
+                    ("from the main thread (the shield around both operations)",
+                     f"{calls['main thread']:.0f}")], numeric=(1,))
     top = sorted(stats.items(), key=lambda kv: -kv[1][2])[:args.top]
     benchlib.table(("function (own time)", "calls per cycle", "us per cycle", "share"),
                    [(f"`{short(key)}`", f"{calls / cycles:.1f}", f"{own / cycles * 1e6:.1f}",
