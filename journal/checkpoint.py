@@ -140,7 +140,8 @@ def save(store: Store, state: State, *, keep: int = KEEP, roll_over: bool = Fals
     *keep* runs: recovery writes one every ON_OPEN events, and a reader of
     the past (``explain``, ``state --at``) still finds one at most about
     EVERY events before the point it asks for, over the last KEEP * EVERY.
-    *roll_over*: start a new segment with it whatever the active one's size.
+    *roll_over*: start a new segment with it once the active one is past
+    what a retirement pass lets it hold (:meth:`Store.rollover_due`).
     """
     store.save_checkpoint(state.seq, FORMAT, encode(state), keep=keep, spacing=EVERY,
                           roll_over=roll_over)

@@ -821,16 +821,28 @@ class Store:
             conn.execute(f"PRAGMA user_version={SEGMENTED_VERSION}")
 
     def active_size(self) -> int:
-        """Bytes on disk of the active segment (with its -wal)."""
-        return segments.size_of(self._active.path)
+        """Bytes the active segment's database holds, what is still in its -wal included.
+
+        Not the files' sizes: a -wal file keeps the largest size it ever
+        reached, however little it holds since (the caller holds _lock).
+        """
+        (pages,) = self._conn.execute("PRAGMA page_count").fetchone()
+        (size,) = self._conn.execute("PRAGMA page_size").fetchone()
+        return int(pages) * int(size)
 
     def rollover_due(self) -> bool:
         """Whether a retirement pass should seal the active segment at a checkpoint first.
 
-        See :attr:`Retention.retirement_rollover_bytes`.
+        See :attr:`Retention.retirement_rollover_bytes`; checked again by
+        :meth:`save_checkpoint` inside its transaction.
         """
-        return not self.readonly and self.active_size() >= (
-            self.retention.retirement_rollover_bytes)
+        if self.readonly:
+            return False
+        with self._lock:
+            try:
+                return self.active_size() >= self.retention.retirement_rollover_bytes
+            except sqlite3.Error as e:
+                raise self._translate(e, "read") from e
 
     # -- writing -------------------------------------------------------------
 
@@ -1195,13 +1207,17 @@ class Store:
                 self._span.close()
             self._span = None
 
-    def _spanning(self, kept: list[Segment]) -> sqlite3.Connection:
+    def _spanning(self, kept: list[Segment], *, again: bool = True) -> sqlite3.Connection:
         conn = sqlite3.connect("file::memory:", uri=True, isolation_level=None,
                                check_same_thread=False, timeout=self._busy_timeout)
         try:
             mode = "ro&immutable=1" if self.immutable else "ro"
             events, checkpoints, bases = [], [], []
             for i, segment in enumerate(kept):
+                if not segment.path.exists() and again and segment is not kept[-1]:
+                    # Retired by another process since the listing: list again.
+                    conn.close()
+                    return self._spanning(self._resolve(remove=False)[-MAX_KEPT:], again=False)
                 if not segment.path.exists():
                     raise JournalCorrupt(segment.path, "is missing", self._segment_fix(
                         segment.path))
@@ -1509,7 +1525,7 @@ class Store:
         already retired.  When the active segment has grown past
         ``retention.segment_bytes``, the same transaction starts a new
         segment with this checkpoint as its first content and seals the old;
-        *roll_over* does so whatever its size.
+        *roll_over* does so from ``retention.retirement_rollover_bytes`` on.
         """
         with self._transaction("write a checkpoint to") as conn:
             row = conn.execute("SELECT digest FROM events WHERE seq = ?", (seq,)).fetchone()
@@ -1543,9 +1559,10 @@ class Store:
                 marks = ",".join("?" * len(doomed))
                 conn.execute(f"DELETE FROM checkpoints WHERE seq IN ({marks})",  # noqa: S608
                              doomed)
-            if not self.readonly and (
-                roll_over or self.active_size() >= self.retention.segment_bytes
-            ):
+            limit: float = self.retention.segment_bytes
+            if roll_over:
+                limit = min(limit, self.retention.retirement_rollover_bytes)
+            if not self.readonly and self.active_size() >= limit:
                 self._roll_over(conn, (seq, bytes(row[0]), format, state))
 
     def checkpoints(self, *, until: int | None = None) -> list[tuple[int, int, bool]]:

@@ -331,6 +331,23 @@ def test_a_pass_keeping_history_or_under_the_floor_leaves_the_active_segment_be(
             store.close()
 
 
+def test_a_wal_file_that_once_grew_does_not_make_every_pass_roll_over(tmp_path: Path) -> None:
+    """What counts is what the segment holds, not the size its -wal file once reached."""
+    root = history_root(tmp_path, 800)
+    recover(root, retention=Retention(history_bytes=0))
+    # Open throughout, as a live manager's is: the -wal file stays as large as it grew.
+    store = Store(root / JOURNAL)
+    try:
+        for i in range(150):  # one commit each: the -wal file grows, the history barely
+            store.append(lives(1, f"w{i}"), time=2.0)
+        [active] = segment_files(root / JOURNAL)
+        assert size_of(directory(root / JOURNAL) / active) > ROLL_FLOOR
+        recover(root, retention=Retention(history_bytes=0))
+        assert segment_files(root / JOURNAL) == [active]
+    finally:
+        store.close()
+
+
 def journal_state_of(root: Path) -> State:
     store = Store(root / JOURNAL, readonly=True)
     try:
@@ -410,6 +427,34 @@ def test_listing_segments_never_reads_through_the_connection_another_thread_hold
         lister.join()
         assert meanwhile == []
         assert listed
+    finally:
+        store.close()
+
+
+def test_a_reader_whose_listing_another_process_retired_meanwhile_lists_again(
+    path: Path,
+) -> None:
+    store = Store(path, retention=Retention(segment_bytes=0, history_bytes=1 << 30))
+    try:
+        for round in range(3):
+            store.append(lives(2, f"r{round}-"), time=1.0)
+            checkpoint_now(store)
+        store.append(lives(1, "tail"), time=2.0)
+        # The listing a reader made just before a retirer in another process
+        # removed the oldest segments.
+        listing = store._resolve(remove=False)
+        retirer = Store(path, retention=EAGER)
+        try:
+            assert retirer.retire(now=2e9)
+        finally:
+            retirer.close()
+        listings = [listing]
+        resolve = store._resolve
+        store._resolve = lambda *, remove=True: (  # type: ignore[method-assign]
+            listings.pop() if listings else resolve(remove=remove))
+        store._drop_span()
+        assert store.last_seq() == 35
+        assert store.history().retired_until == 30
     finally:
         store.close()
 
