@@ -50,6 +50,7 @@ import contextlib
 import os
 import re
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -208,6 +209,7 @@ def create(
     checkpoint: tuple[int, bytes, int, bytes] | None,
     application_id: int,
     version: int,
+    indexes: Sequence[str] = (),
 ) -> None:
     """Make the segment file *path* durable, holding only its schema and *checkpoint*.
 
@@ -225,6 +227,9 @@ def create(
         for sql in SCHEMA_SQL:
             conn.execute(sql.format(base=int(base)))
         for sql in SEGMENT_SQL:
+            conn.execute(sql)
+        # The store's read indexes, made while the file is empty.
+        for sql in indexes:
             conn.execute(sql)
         conn.execute("INSERT INTO segment (base, digest) VALUES (?, ?)", (base, digest))
         if checkpoint is not None:

@@ -112,6 +112,12 @@ def _any_kind(kinds: Sequence[str]) -> str:
     return "(" + " OR ".join(f"kind = '{kind}'" for kind in kinds) + ")"
 
 
+def _index_sql() -> list[tuple[str, str]]:
+    """``(name, CREATE INDEX ...)`` for each read index (fixed names and kinds: nothing to bind)."""
+    return [(name, f"CREATE INDEX IF NOT EXISTS {name} ON events ({expression}) "
+                   f"WHERE {_any_kind(kinds)}") for name, expression, kinds in _INDEXES]
+
+
 # fold(records, base) -> the state after *records* (see Store.submit).
 Fold: TypeAlias = Callable[[list[Record], Any], Any]
 
@@ -246,10 +252,14 @@ class Store:
         self._span: sqlite3.Connection | None = None
         self._span_key: object = None
         self._span_schema = 0
+        # The schema name each kept segment is attached under there.
+        self._span_attached: dict[Path, str] = {}
         # Whether the connection's segment has a sealed table; if not, the
         # schema cookie it was last looked for at.
         self._seal_table = False
         self._seal_schema = -1
+        # Segment files seen sealed, by path, with their (device, inode).
+        self._seen_sealed: dict[Path, tuple[int, int]] = {}
         # Called with the last seq after each append when maintenance is due
         # (see :meth:`maintenance_due`); set by whoever can write checkpoints.
         self.maintenance: Callable[[int], None] | None = None
@@ -297,6 +307,10 @@ class Store:
             _OPEN[self._identity] += 1
         try:
             self._open_active()
+            if not self.readonly and not self._active.is_head:
+                # A segment made before rollovers carried them: recovery's
+                # lookups of the few names it finds on disk read by index.
+                self._ensure_indexes()
         except BaseException:
             self.close()
             raise
@@ -434,7 +448,10 @@ class Store:
                 with self._transaction("open"):
                     if not self._has_checkpoints():
                         self._create_checkpoints()
-            self._ensure_indexes(active=not sealed)
+            if not sealed:
+                # A sealed head is never written again (a retired one has no
+                # events left): the segment being written gets them instead.
+                self._ensure_indexes()
         except sqlite3.Error as e:
             raise self._translate(e, "open") from e
 
@@ -529,12 +546,11 @@ class Store:
             return
         with contextlib.suppress(JournalError), self._transaction("open"):
             missing = set(self._missing_indexes(active=active))
-            for name, expression, kinds in _INDEXES:
+            for name, sql in _index_sql():
                 if name in missing:
-                    # Fixed names and kinds, no input: nothing to bind.
+                    # An index of the older condition goes first.
                     self._conn.execute(f"DROP INDEX IF EXISTS {name}")
-                    self._conn.execute(
-                        f"CREATE INDEX {name} ON events ({expression}) WHERE {_any_kind(kinds)}")
+                    self._conn.execute(sql)
             if "sealed" in missing:
                 # After the indexes: a new file's first pages stay as they were.
                 self._conn.execute(_SEALED_TABLE)
@@ -645,13 +661,24 @@ class Store:
     def _is_sealed(self, segment: Segment) -> bool:
         if segment.path == self._active.path:
             return self._sealed_next(self._conn) is not None
+        try:
+            st = os.stat(segment.path)
+        except OSError:
+            st = None
+        # A seal is never taken back: a file seen sealed is not connected
+        # to again (one connection less per read of the segment list).
+        if st is not None and self._seen_sealed.get(segment.path) == (st.st_dev, st.st_ino):
+            return True
         conn = self._connect_segment(segment.path)
         try:
-            return self._sealed_next(conn) is not None
+            sealed = self._sealed_next(conn) is not None
         except sqlite3.Error as e:
             raise self._translate(e, "read", segment.path) from e
         finally:
             conn.close()
+        if sealed and st is not None:
+            self._seen_sealed[segment.path] = (st.st_dev, st.st_ino)
+        return sealed
 
     def _resolve(self, *, remove: bool = True) -> list[Segment]:
         """Every kept segment, oldest first, the active one last.
@@ -844,7 +871,8 @@ class Store:
                 segments.sync_directory(folder.parent)
             self._step(f"create {path.name}")
             segments.create(path, base=seq, digest=digest, checkpoint=checkpoint,
-                            application_id=APPLICATION_ID, version=SEGMENTED_VERSION)
+                            application_id=APPLICATION_ID, version=SEGMENTED_VERSION,
+                            indexes=[sql for _, sql in _index_sql()])
         except (OSError, sqlite3.Error) as e:
             with contextlib.suppress(OSError):
                 segments.remove_file(path.with_name(f".{path.name}.tmp"))
@@ -861,16 +889,28 @@ class Store:
             conn.execute(f"PRAGMA user_version={SEGMENTED_VERSION}")
 
     def active_size(self) -> int:
-        """Bytes on disk of the active segment (with its -wal)."""
-        return segments.size_of(self._active.path)
+        """Bytes the active segment's database holds, what is still in its -wal included.
+
+        Not the files' sizes: a -wal file keeps the largest size it ever
+        reached, however little it holds since (the caller holds _lock).
+        """
+        (pages,) = self._conn.execute("PRAGMA page_count").fetchone()
+        (size,) = self._conn.execute("PRAGMA page_size").fetchone()
+        return int(pages) * int(size)
 
     def rollover_due(self) -> bool:
         """Whether a retirement pass should seal the active segment at a checkpoint first.
 
-        See :attr:`Retention.retirement_rollover_bytes`.
+        See :attr:`Retention.retirement_rollover_bytes`; checked again by
+        :meth:`save_checkpoint` inside its transaction.
         """
-        return not self.readonly and self.active_size() >= (
-            self.retention.retirement_rollover_bytes)
+        if self.readonly:
+            return False
+        with self._lock:
+            try:
+                return self.active_size() >= self.retention.retirement_rollover_bytes
+            except sqlite3.Error as e:
+                raise self._translate(e, "read") from e
 
     # -- writing -------------------------------------------------------------
 
@@ -1301,11 +1341,12 @@ class Store:
         segments exist, a connection that attaches every kept segment and
         shows them as one ``events`` and one ``checkpoints`` view, so every
         query reads the kept history as if it were one table.  It is built
-        again whenever the segment directory or the head changed.
+        again whenever the segment directory, the head or the kept segments
+        changed.
         """
         folder = segments.directory(self.path)
         try:
-            key: object = (os.stat(folder).st_mtime_ns, os.stat(self.path).st_mtime_ns)
+            stamps = (os.stat(folder).st_mtime_ns, os.stat(self.path).st_mtime_ns)
         except FileNotFoundError:
             if self._span is not None:
                 self._drop_span()
@@ -1313,11 +1354,18 @@ class Store:
         if self._span is not None and self._span.in_transaction:
             # Inside a snapshot: it reads the files as they were when it began.
             return self._span
+        # The kept segments are part of the key: a rollover renames its new
+        # file into the directory before it seals the old one, so a span
+        # built in between leaves the new file out (unsealed predecessor),
+        # and nothing in the directory or the head changes when the seal
+        # commits.  Cheap: a listing, and seals seen are remembered.
+        kept = self._resolve(remove=False)[-MAX_KEPT:]
+        key: object = (stamps, tuple(segment.path for segment in kept))
         if self._span is None or key != self._span_key or self._span_stale():
             # Not closed here: a generator may still be streaming rows from
             # it; it closes once the last cursor on it is collected.
             self._span = None
-            self._span = self._spanning()
+            self._span = self._spanning(kept)
             self._span_key = key
         return self._span
 
@@ -1337,14 +1385,17 @@ class Store:
                 self._span.close()
             self._span = None
 
-    def _spanning(self) -> sqlite3.Connection:
-        kept = self._resolve(remove=False)[-MAX_KEPT:]
+    def _spanning(self, kept: list[Segment], *, again: bool = True) -> sqlite3.Connection:
         conn = sqlite3.connect("file::memory:", uri=True, isolation_level=None,
                                check_same_thread=False, timeout=self._busy_timeout)
         try:
             mode = "ro&immutable=1" if self.immutable else "ro"
             events, checkpoints, bases = [], [], []
             for i, segment in enumerate(kept):
+                if not segment.path.exists() and again and segment is not kept[-1]:
+                    # Retired by another process since the listing: list again.
+                    conn.close()
+                    return self._spanning(self._resolve(remove=False)[-MAX_KEPT:], again=False)
                 if not segment.path.exists():
                     raise JournalCorrupt(segment.path, "is missing", self._segment_fix(
                         segment.path))
@@ -1372,6 +1423,7 @@ class Store:
             conn.execute("CREATE TEMP VIEW bases AS " + (
                 " UNION ALL ".join(bases) or "SELECT NULL AS base, NULL AS digest WHERE 0"))
             (self._span_schema,) = conn.execute("PRAGMA s0.schema_version").fetchone()
+            self._span_attached = {segment.path: f"s{i}" for i, segment in enumerate(kept)}
         except sqlite3.Error as e:
             conn.close()
             raise self._translate(e, "read") from e
@@ -1640,16 +1692,20 @@ class Store:
     # -- checkpoints ---------------------------------------------------------
 
     def save_checkpoint(self, seq: int, format: int, state: bytes, *, keep: int,
-                        roll_over: bool = False) -> None:
+                        spacing: int = 0, roll_over: bool = False) -> None:
         """Store *state*, derived from events 1 to *seq*, and keep only the newest *keep*.
 
+        With *spacing*, older ones are kept too: the newest of each run of
+        *spacing* sequence numbers (``seq // spacing``), for the newest
+        *keep* runs, so that frequent checkpoints still leave some far
+        enough back for a reader of the past to start near where it asks.
         One transaction: either the new row is in and the old ones beyond
-        *keep* are gone, or nothing changed.  Raises :class:`ValueError`
+        these are gone, or nothing changed.  Raises :class:`ValueError`
         when there is no event *seq*; does nothing when event *seq* was
         already retired.  When the active segment has grown past
         ``retention.segment_bytes``, the same transaction starts a new
         segment with this checkpoint as its first content and seals the old;
-        *roll_over* does so whatever its size.
+        *roll_over* does so from ``retention.retirement_rollover_bytes`` on.
         """
         with self._transaction("write a checkpoint to") as conn:
             row = conn.execute("SELECT digest FROM events WHERE seq = ?", (seq,)).fetchone()
@@ -1670,13 +1726,23 @@ class Store:
                 "INSERT OR REPLACE INTO checkpoints (seq, digest, format, state) "
                 "VALUES (?, ?, ?, ?)", (seq, row[0], format, state),
             )
-            conn.execute(
-                "DELETE FROM checkpoints WHERE seq NOT IN "
-                "(SELECT seq FROM checkpoints ORDER BY seq DESC LIMIT ?)", (keep,),
-            )
-            if not self.readonly and (
-                roll_over or self.active_size() >= self.retention.segment_bytes
-            ):
+            seqs = [int(s) for (s,) in conn.execute(
+                "SELECT seq FROM checkpoints ORDER BY seq DESC")]
+            kept = set(seqs[:keep])
+            if spacing > 0:
+                runs: dict[int, int] = {}
+                for s in seqs:
+                    runs.setdefault(s // spacing, s)
+                kept.update(sorted(runs.values(), reverse=True)[:keep])
+            doomed = [s for s in seqs if s not in kept]
+            if doomed:
+                marks = ",".join("?" * len(doomed))
+                conn.execute(f"DELETE FROM checkpoints WHERE seq IN ({marks})",  # noqa: S608
+                             doomed)
+            limit: float = self.retention.segment_bytes
+            if roll_over:
+                limit = min(limit, self.retention.retirement_rollover_bytes)
+            if not self.readonly and self.active_size() >= limit:
                 self._roll_over(conn, (seq, bytes(row[0]), format, state))
 
     def checkpoints(self, *, until: int | None = None) -> list[tuple[int, int, bool]]:
@@ -1732,10 +1798,14 @@ class Store:
         """The sequence number of the newest committed event, 0 when empty."""
         with self._lock:
             try:
-                row = self._reading().execute("SELECT max(seq) FROM events").fetchone()
+                # Not max(seq): over the view of several segments SQLite
+                # answers an aggregate by reading every row of every segment,
+                # while an ORDER BY on the key merges their last rows.
+                row = self._reading().execute(
+                    "SELECT seq FROM events ORDER BY seq DESC LIMIT 1").fetchone()
             except sqlite3.Error as e:
                 raise self._translate(e, "read") from e
-        return int(row[0] or 0)
+        return 0 if row is None else int(row[0])
 
     def verify(self) -> list[str]:
         """Check SQLite's integrity, the sequence and the digest chain; return the problems."""
@@ -1808,24 +1878,39 @@ class Store:
             # the store's own connection, which an append in another thread
             # (a maintenance runs beside its manager) may be using.
             kept = self._resolve(remove=False)
+            # The reading connection has the kept segments attached already:
+            # asked there, a segment costs a few lookups, not a connection.
+            span = self._reading()
+            attached = self._span_attached if span is not self._conn else {}
             for segment in kept:
-                conn = self._conn if segment.path == self._active.path else (
-                    self._connect_segment(segment.path))
+                schema = attached.get(segment.path)
+                if segment.path == self._active.path:
+                    conn, schema = self._conn, "main"
+                elif schema is not None:
+                    conn = span
+                else:
+                    conn, schema = self._connect_segment(segment.path), "main"
                 try:
+                    # Only schema names made here go into the SQL, never input.
                     tables = {n for (n,) in conn.execute(
-                        "SELECT name FROM sqlite_master WHERE type = 'table'")}
+                        f"SELECT name FROM {schema}.sqlite_master WHERE type = 'table'")}  # noqa: S608
                     first = last = None
                     if "events" in tables:
+                        # Two subqueries: SQLite looks up a lone min() or max()
+                        # in the key's b-tree, but scans the table for both at once.
                         first, last = conn.execute(
-                            "SELECT min(seq), max(seq) FROM events").fetchone()
+                            f"SELECT (SELECT min(seq) FROM {schema}.events), "  # noqa: S608
+                            f"(SELECT max(seq) FROM {schema}.events)").fetchone()
                     sealed = conn.execute(
-                        "SELECT seq, time FROM sealed").fetchone() if "sealed" in tables else None
-                    covered = conn.execute("SELECT max(seq) FROM checkpoints").fetchone()[0] if (
-                        "checkpoints" in tables) else None
+                        f"SELECT seq, time FROM {schema}.sealed"  # noqa: S608
+                    ).fetchone() if "sealed" in tables else None
+                    covered = conn.execute(
+                        f"SELECT max(seq) FROM {schema}.checkpoints"  # noqa: S608
+                    ).fetchone()[0] if "checkpoints" in tables else None
                 except sqlite3.Error as e:
                     raise self._translate(e, "read", segment.path) from e
                 finally:
-                    if conn is not self._conn:
+                    if conn is not self._conn and conn is not span:
                         conn.close()
                 found.append(SegmentInfo(
                     segment.path, segment.base,

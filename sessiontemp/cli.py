@@ -162,7 +162,8 @@ def cmd_events(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_state(args: argparse.Namespace, out: TextIO) -> int:
     where = inspect.locate(args.path, args.root)
     at = None if args.at is None else inspect.parse_moment(args.at)
-    result = inspect.state_at(where.journal, at, progress=_progress(args, "replaying"))
+    result = inspect.state_at(where.journal, at, progress=_progress(args, "replaying"),
+                              live=args.live)
     if args.json:
         _emit(inspect.as_json(result), out)
         return 0
@@ -331,6 +332,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="keep printing events as other processes append them")
     state = add("state", cmd_state, "the full derived state right after an event or moment")
     state.add_argument("--at", help="a sequence number or a time (default: the end)")
+    state.add_argument("--live", action="store_true",
+                       help="only what is alive or owes work, replayed from the newest "
+                            "checkpoint at or before that point (finished history needs a "
+                            "replay from event 1)")
     explain = add("explain", cmd_explain, "one directory's life story in plain sentences")
     explain.add_argument("target", metavar="PATH|GENERATION")
     add("verify", cmd_verify, "every structural check and the reducer's invariants")

@@ -248,7 +248,9 @@ class _Pass:
     def run(self) -> Report:
         self.restore()
         self.refresh()
-        self.write_checkpoint()
+        # Sooner than a long-lived appender's maintenance: what this pass
+        # replayed, the next open need not.
+        self.write_checkpoint(every=checkpoint.ON_OPEN)
         self.retire()
         self.bury_dead_managers()
         self.settle_sessions()
@@ -287,7 +289,8 @@ class _Pass:
                          ) -> None:
         """Write a checkpoint of the state just replayed, if enough events follow the last.
 
-        *roll_over* writes one whatever follows, and starts a new segment with it.
+        *roll_over* writes one whatever follows, and starts a new segment with it
+        if the active one is still past what retirement lets it hold.
         """
         if not roll_over and not checkpoint.due(self.state, self.checkpointed, every=every):
             return

@@ -272,6 +272,20 @@ def test_only_the_newest_checkpoints_are_kept(store: Store) -> None:
     assert [seq for seq, _, _ in store.checkpoints()] == [20, 19, 18]
 
 
+def test_older_checkpoints_are_thinned_to_the_newest_of_each_run_of_spacing_events(
+    store: Store,
+) -> None:
+    store.append(closed_lives(20), time=1.0)  # events 1 to 100
+    state = checkpoint.encode(state_at(store, 1))
+    for seq in range(3, 101, 4):
+        store.save_checkpoint(seq, checkpoint.FORMAT, state, keep=3, spacing=20)
+    # The newest three, and the newest of each of the newest three runs of
+    # 20 (seqs 80-99, 60-79, 40-59; 100 is alone in its run and among the three).
+    assert [seq for seq, _, _ in store.checkpoints()] == [99, 95, 91, 79, 59]
+    store.save_checkpoint(100, checkpoint.FORMAT, state, keep=3, spacing=20)
+    assert [seq for seq, _, _ in store.checkpoints()] == [100, 99, 95, 79]
+
+
 def test_saving_a_checkpoint_of_an_event_not_in_the_journal_is_refused(store: Store) -> None:
     store.append(closed_lives(1), time=1.0)
     with pytest.raises(ValueError, match="holds no event 9 to checkpoint"):
@@ -401,7 +415,7 @@ def test_a_manager_open_writes_a_checkpoint_once_enough_events_follow_the_last(
     root: Path,
 ) -> None:
     Manager(root).close()
-    fill(root, closed_lives(checkpoint.EVERY // 5))
+    fill(root, closed_lives(checkpoint.ON_OPEN // 5))
     assert checkpoint_seqs(root) == []
 
     first = Manager(root)
@@ -418,6 +432,28 @@ def test_a_manager_open_writes_a_checkpoint_once_enough_events_follow_the_last(
 
     Manager(root).close()
     assert checkpoint_seqs(root) == written, "not due again after a handful of events"
+
+
+def test_an_open_replays_at_most_a_bounded_tail_whatever_the_maintenance_interval(
+    root: Path,
+) -> None:
+    # A long-lived appender checkpoints every EVERY events; an open that
+    # finds fewer than ON_OPEN after the newest checkpoint replays them and
+    # writes none, one that finds more leaves one for the next open.
+    Manager(root).close()
+    fill(root, closed_lives(checkpoint.ON_OPEN // 5 - 2))
+    Manager(root).close()
+    assert checkpoint_seqs(root) == []
+    fill(root, closed_lives(4))
+    Manager(root).close()
+    (written,) = checkpoint_seqs(root)
+    assert checkpoint.ON_OPEN <= written < checkpoint.EVERY
+    store = Store(root / JOURNAL, readonly=True)
+    try:
+        assert checkpoint.restore(store).state == state_at(store, written)
+        assert store.last_seq() - written < checkpoint.ON_OPEN
+    finally:
+        store.close()
 
 
 CHILD = textwrap.dedent("""

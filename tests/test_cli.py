@@ -302,6 +302,21 @@ def test_state_at_a_sequence_number_is_the_state_right_after_that_event(
     assert "generations" in inspect("--root", root, "state", "--at", "2").stdout
 
 
+def test_state_live_lists_only_what_is_alive_or_owes_work(
+    used_root: tuple[Path, dict[str, Any]],
+) -> None:
+    root, ids = used_root
+    end = inspect_json("--root", root, "state")
+    live = inspect_json("--root", root, "state", "--live")
+    assert_documented("state", live)
+    assert live["seq"] == end["seq"]
+    assert ids["closed"] in end["managers"]
+    assert ids["closed"] not in live["managers"]
+    assert live["generations"][ids["held"]] == end["generations"][ids["held"]]
+    assert inspect_json("--root", root, "state", "--live", "--at", "2")["managers"] == (
+        inspect_json("--root", root, "state", "--at", "2")["managers"])
+
+
 def test_state_at_a_time_before_the_first_event_is_empty(
     used_root: tuple[Path, dict[str, Any]],
 ) -> None:

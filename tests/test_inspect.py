@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from journal import reducer
+from journal import checkpoint, reducer
 from journal.events import Record
 from journal.reducer import GenerationState, History, ManagerState, State, replay
 from journal.store import Store
@@ -93,19 +93,30 @@ def test_summary_without_a_full_replay_counts_what_a_full_replay_finds(
 
 
 @_SETTINGS
-@given(records=legal_records(max_steps=30))
-def test_a_legal_history_verifies_clean_and_its_state_at_the_end_is_the_replay(
-    scratch: Path, records: list[Record],
+@given(records=legal_records(max_steps=30), data=st.data())
+def test_a_legal_history_verifies_clean_and_its_state_at_any_point_is_the_replay(
+    scratch: Path, records: list[Record], data: st.DataObject,
 ) -> None:
+    # Whatever checkpoints the journal holds (recovery writes them at any
+    # point), the live state starts from the newest at or before the point
+    # asked for and the whole one from event 1: both equal a replay.
     path = scratch / f"j{next(counter)}.sqlite3"
     write_journal(path, records)
+    marks = data.draw(st.sets(st.integers(1, len(records)), max_size=3),
+                      label="checkpoints") if records else set()
+    store = Store(path)
+    try:
+        for seq in sorted(marks):
+            checkpoint.save(store, replay(records[:seq]), keep=10)
+    finally:
+        store.close()
     assert inspect.verify(path).problems == ()
     assert inspect.state_at(path).state == whole(records)
     assert inspect.state_at(path, live=True).state == replay(records)
-    if records:
-        middle = len(records) // 2
-        assert inspect.state_at(path, middle).state == whole(records[:middle])
-        assert inspect.state_at(path, middle, live=True).state == replay(records[:middle])
+    points = data.draw(st.lists(st.integers(0, len(records)), max_size=3), label="points")
+    for seq in points:
+        assert inspect.state_at(path, seq).state == whole(records[:seq])
+        assert inspect.state_at(path, seq, live=True).state == replay(records[:seq])
 
 
 def test_rows_are_the_same_however_they_are_batched_and_bounded(tmp_path: Path) -> None:

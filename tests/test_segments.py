@@ -331,6 +331,23 @@ def test_a_pass_keeping_history_or_under_the_floor_leaves_the_active_segment_be(
             store.close()
 
 
+def test_a_wal_file_that_once_grew_does_not_make_every_pass_roll_over(tmp_path: Path) -> None:
+    """What counts is what the segment holds, not the size its -wal file once reached."""
+    root = history_root(tmp_path, 800)
+    recover(root, retention=Retention(history_bytes=0))
+    # Open throughout, as a live manager's is: the -wal file stays as large as it grew.
+    store = Store(root / JOURNAL)
+    try:
+        for i in range(150):  # one commit each: the -wal file grows, the history barely
+            store.append(lives(1, f"w{i}"), time=2.0)
+        [active] = segment_files(root / JOURNAL)
+        assert size_of(directory(root / JOURNAL) / active) > ROLL_FLOOR
+        recover(root, retention=Retention(history_bytes=0))
+        assert segment_files(root / JOURNAL) == [active]
+    finally:
+        store.close()
+
+
 def journal_state_of(root: Path) -> State:
     store = Store(root / JOURNAL, readonly=True)
     try:
@@ -410,6 +427,34 @@ def test_listing_segments_never_reads_through_the_connection_another_thread_hold
         lister.join()
         assert meanwhile == []
         assert listed
+    finally:
+        store.close()
+
+
+def test_a_reader_whose_listing_another_process_retired_meanwhile_lists_again(
+    path: Path,
+) -> None:
+    store = Store(path, retention=Retention(segment_bytes=0, history_bytes=1 << 30))
+    try:
+        for round in range(3):
+            store.append(lives(2, f"r{round}-"), time=1.0)
+            checkpoint_now(store)
+        store.append(lives(1, "tail"), time=2.0)
+        # The listing a reader made just before a retirer in another process
+        # removed the oldest segments.
+        listing = store._resolve(remove=False)
+        retirer = Store(path, retention=EAGER)
+        try:
+            assert retirer.retire(now=2e9)
+        finally:
+            retirer.close()
+        listings = [listing]
+        resolve = store._resolve
+        store._resolve = lambda *, remove=True: (  # type: ignore[method-assign]
+            listings.pop() if listings else resolve(remove=remove))
+        store._drop_span()
+        assert store.last_seq() == 35
+        assert store.history().retired_until == 30
     finally:
         store.close()
 
@@ -522,6 +567,71 @@ def test_a_process_killed_at_any_step_of_rollover_or_retirement_leaves_a_usable_
             store.close()
     kinds = {detail.split()[0] for detail in stopped}
     assert kinds >= {"create", "seal", "record", "retire", "vacuum"}, stopped
+
+
+def test_a_reader_that_looked_before_a_seal_committed_reads_the_new_segment_after_it(
+    path: Path,
+) -> None:
+    store = Store(path, retention=Retention(segment_bytes=0, history_bytes=10**9))
+    for round in range(2):
+        store.append(lives(2, f"r{round}-"), time=1_700_000_000.0 + round)
+        checkpoint_now(store)
+    store.append(lives(1, "tail"), time=1_700_000_010.0)
+    last = store.last_seq()
+    store.close()
+    before = directory(path) / segment_files(path)[-2]
+    # Held open throughout, so that its -wal file stays: nothing in the
+    # directory changes when the seal comes back.
+    raw = sqlite3.connect(before, isolation_level=None)
+    (seal,) = raw.execute("SELECT next, seq, time FROM sealed").fetchall()
+    # As between a rollover's rename of the new file and the commit of its seal.
+    raw.execute("DELETE FROM sealed")
+    reader = Store(path, readonly=True)
+    try:
+        assert reader.last_seq() < last
+        raw.execute("INSERT INTO sealed (next, seq, time) VALUES (?, ?, ?)", seal)
+        assert reader.last_seq() == last
+        assert reader.records(after=last - 1).__next__().seq == last
+    finally:
+        reader.close()
+        raw.close()
+
+
+# -- read indexes --------------------------------------------------------------------------
+
+
+def indexes_of(file: Path) -> set[str]:
+    conn = sqlite3.connect(f"file:{file}?mode=ro", uri=True)
+    try:
+        return {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    finally:
+        conn.close()
+
+
+READ_INDEXES = {"events_by_generation", "events_by_manager"}
+
+
+def test_a_segment_is_made_with_the_read_indexes_and_lookups_by_id_find_what_it_holds(
+    path: Path, retired: Store
+) -> None:
+    for name in segment_files(path):
+        assert indexes_of(directory(path) / name) == READ_INDEXES
+    tail = manager_id("tail0")
+    assert tail in retired.manager_ends([tail])
+
+
+def test_an_open_gives_the_read_indexes_to_a_segment_being_written_that_lacks_them(
+    path: Path, retired: Store
+) -> None:
+    retired.close()
+    active = directory(path) / segment_files(path)[-1]
+    conn = sqlite3.connect(active, isolation_level=None)
+    for name in READ_INDEXES:
+        conn.execute(f"DROP INDEX {name}")
+    conn.close()
+    assert indexes_of(active) == set()
+    Store(path).close()
+    assert indexes_of(active) == READ_INDEXES
 
 
 # -- damage --------------------------------------------------------------------------------
