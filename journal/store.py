@@ -663,13 +663,22 @@ class Store:
             return self._sealed_next(self._conn) is not None
         try:
             st = os.stat(segment.path)
+        except FileNotFoundError:
+            # Listed, then gone: another process retired it meanwhile, and
+            # only a sealed segment is ever retired.
+            return True
         except OSError:
             st = None
         # A seal is never taken back: a file seen sealed is not connected
         # to again (one connection less per read of the segment list).
         if st is not None and self._seen_sealed.get(segment.path) == (st.st_dev, st.st_ino):
             return True
-        conn = self._connect_segment(segment.path)
+        try:
+            conn = self._connect_segment(segment.path)
+        except JournalError:
+            if not os.path.exists(segment.path):
+                return True
+            raise
         try:
             sealed = self._sealed_next(conn) is not None
         except sqlite3.Error as e:
@@ -716,19 +725,20 @@ class Store:
 
     def _open_active(self) -> None:
         """Move the connection from the head to the active segment, if that is another."""
-        kept = self._resolve()
-        active = kept[-1]
-        if active.path != self._active.path:
-            self._connect_active(active)
-        else:
+        active = self._resolve()[-1]
+        while True:
             try:
-                following = self._sealed_next(self._conn)
-            except sqlite3.Error as e:
-                raise self._translate(e, "open", active.path) from e
-            if following is not None:
-                raise self._missing(active.path, following)
-            if self._active_id is None:
-                self._active_id = self._identity
+                self._connect_newest(active)
+                break
+            except JournalCorrupt:
+                # Another process may have rolled over past the segment listed
+                # as newest, and retired it, between the listing and the look
+                # inside it: the seal then names a file already gone.  A stale
+                # listing shows in a new one; the same one means it is damage.
+                newest = self._resolve()[-1]
+                if newest.path == active.path:
+                    raise
+                active = newest
         if not self.readonly and segments.temporaries(self.path):
             # Left by a rollover that crashed before its rename; one that is
             # running holds this write lock while its file exists.
@@ -756,6 +766,19 @@ class Store:
         return JournalCorrupt(path, f"is sealed, but the segment that follows it, {lost}, "
                               "is missing", self._segment_fix(lost))
 
+    def _connect_newest(self, active: Segment) -> None:
+        if active.path != self._active.path:
+            self._connect_active(active)
+            return
+        try:
+            following = self._sealed_next(self._conn)
+        except sqlite3.Error as e:
+            raise self._translate(e, "open", active.path) from e
+        if following is not None:
+            raise self._missing(active.path, following)
+        if self._active_id is None:
+            self._active_id = self._identity
+
     def _connect_active(self, active: Segment) -> None:
         conn = self._connect_segment(active.path)
         try:
@@ -780,6 +803,15 @@ class Store:
         except BaseException:
             conn.close()
             raise
+        with contextlib.suppress(sqlite3.Error):
+            # The segment left behind is sealed: only read from now on.  Pages
+            # of it still in its -wal would make every process that first
+            # opens it rebuild the WAL's index from them (about a millisecond
+            # a MB, on every open that reads across segments); moved into the
+            # database file, they are read directly.  Best effort, and not
+            # waiting for readers: what is left stays readable through the -wal.
+            self._conn.execute("PRAGMA busy_timeout = 0")
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         with contextlib.suppress(sqlite3.Error):
             self._conn.close()
         self._conn = conn

@@ -348,6 +348,22 @@ def test_a_wal_file_that_once_grew_does_not_make_every_pass_roll_over(tmp_path: 
         store.close()
 
 
+def test_a_segment_left_behind_sealed_keeps_nothing_in_its_wal(path: Path) -> None:
+    """Its pages move into the database file: a process that first reads it has no log to index."""
+    store = Store(path, retention=Retention(segment_bytes=0, history_bytes=1 << 30))
+    try:
+        for round in range(2):
+            store.append(lives(40, f"s{round}-"), time=1.0)
+            checkpoint_now(store)
+        store.append(lives(1, "next-"), time=1.0)  # moves on to the newest segment
+        first, *_ = segment_files(path)
+        wal = directory(path) / f"{first}-wal"
+        assert not wal.exists() or wal.stat().st_size == 0
+        assert store.verify() == []
+    finally:
+        store.close()
+
+
 def journal_state_of(root: Path) -> State:
     store = Store(root / JOURNAL, readonly=True)
     try:
