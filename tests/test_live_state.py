@@ -28,6 +28,14 @@ def size(state: State) -> int:
             + sum(len(g.leases) + len(g.commands) for g in state.generations.values()))
 
 
+def closed_after_rotations(root: Path) -> tuple[Path, str]:
+    """The journal of a manager on *root* that rotated 3 times and closed, and its id."""
+    with Manager(root) as manager:
+        manager.retain()
+        rotated(manager, 3)
+    return root / "journal.sqlite3", manager.id
+
+
 def rotated(manager: Manager, times: int) -> int:
     """Run *times* cold cycles (rotate, acquire, release) on *manager*; its state's size after."""
     for _ in range(times):
@@ -149,20 +157,17 @@ def indexes(path: Path) -> set[str]:
 def test_a_journal_without_the_read_indexes_gains_them_on_open_and_answers_the_same(
     root: Path,
 ) -> None:
-    with Manager(root) as manager:
-        manager.retain()
-        rotated(manager, 3)
-    path = root / "journal.sqlite3"
+    path, manager_id = closed_after_rotations(root)
     assert indexes(path) == {"events_by_generation", "events_by_manager"}
     store = Store(path, readonly=True)
     try:
         generations = {json.loads(payload)["generation"] for _, _, _, payload
                        in store.rows_where(kinds=["generation.created"])}
         indexed = list(store.generation_rows(generations))
-        ends = store.manager_ends([manager.id, "0" * 32])
+        ends = store.manager_ends([manager_id, "0" * 32])
     finally:
         store.close()
-    assert set(ends) == {manager.id}
+    assert set(ends) == {manager_id}
     conn = sqlite3.connect(path)
     conn.execute("DROP INDEX events_by_generation")
     conn.execute("DROP INDEX events_by_manager")
@@ -171,7 +176,7 @@ def test_a_journal_without_the_read_indexes_gains_them_on_open_and_answers_the_s
     try:
         # Read-only: nothing is added, and the same rows come by a scan.
         assert list(store.generation_rows(generations)) == indexed
-        assert store.manager_ends([manager.id, "0" * 32]) == ends
+        assert store.manager_ends([manager_id, "0" * 32]) == ends
     finally:
         store.close()
     assert indexes(path) == set()
@@ -240,10 +245,7 @@ def test_an_append_evaluates_the_read_indexes_condition_without_a_temporary_tabl
 def test_indexes_of_an_older_journal_are_rebuilt_on_open_and_reads_use_either(
     root: Path,
 ) -> None:
-    with Manager(root) as manager:
-        manager.retain()
-        rotated(manager, 3)
-    path = root / "journal.sqlite3"
+    path, manager_id = closed_after_rotations(root)
     current = index_sql(path)
     conn = sqlite3.connect(path)
     try:
@@ -262,12 +264,12 @@ def test_indexes_of_an_older_journal_are_rebuilt_on_open_and_reads_use_either(
     for readonly in (True, False):
         store = Store(path, readonly=readonly)
         try:
-            answers.append(indexed_reads(store, manager.id))
+            answers.append(indexed_reads(store, manager_id))
         finally:
             store.close()
         # Read-only changes nothing; a writer's open rebuilds them as today's.
         assert index_sql(path) == (older if readonly else current)
     assert answers[0] == answers[1]
     rows, ends = answers[0]
-    assert set(ends) == {manager.id}
+    assert set(ends) == {manager_id}
     assert len(rows) == 3 * 4  # three generations: created, ready, removal started, finished

@@ -68,6 +68,15 @@ def checkpoint_now(store: Store) -> State:
     return state
 
 
+def rolled_over(path: Path, *, rounds: int, managers: int) -> Store:
+    """A store keeping all history, after *rounds* of *managers* lives and a rollover each."""
+    store = Store(path, retention=Retention(segment_bytes=0, history_bytes=1 << 30))
+    for round in range(rounds):
+        store.append(lives(managers, f"r{round}-"), time=1.0)
+        checkpoint_now(store)
+    return store
+
+
 def kept_state(store: Store) -> State:
     """The state a replay of what is kept gives: from the newest checkpoint on."""
     start = checkpoint.restore(store)
@@ -350,11 +359,8 @@ def test_a_wal_file_that_once_grew_does_not_make_every_pass_roll_over(tmp_path: 
 
 def test_a_segment_left_behind_sealed_keeps_nothing_in_its_wal(path: Path) -> None:
     """Its pages move into the database file: a process that first reads it has no log to index."""
-    store = Store(path, retention=Retention(segment_bytes=0, history_bytes=1 << 30))
+    store = rolled_over(path, rounds=2, managers=40)
     try:
-        for round in range(2):
-            store.append(lives(40, f"s{round}-"), time=1.0)
-            checkpoint_now(store)
         store.append(lives(1, "next-"), time=1.0)  # moves on to the newest segment
         first, *_ = segment_files(path)
         wal = directory(path) / f"{first}-wal"
@@ -372,18 +378,22 @@ def journal_state_of(root: Path) -> State:
         store.close()
 
 
-PASS_CRASHER = textwrap.dedent("""
+# A child's step hook: it prints each step's detail and dies by SIGKILL at the k-th.
+KILL_AT_STEP = textwrap.dedent("""
     import os, signal, sys
-    from journal import Retention
-    from sessiontemp import recover
-    root, k = sys.argv[1], int(sys.argv[2])
+    k = int(sys.argv[2])
     seen = []
     def hook(kind, detail):
         seen.append(detail)
         print(detail, flush=True)
         if len(seen) == k:
             os.kill(os.getpid(), signal.SIGKILL)
-    recover(root, retention=Retention(history_bytes=0), step_hook=hook)
+""")
+
+PASS_CRASHER = KILL_AT_STEP + textwrap.dedent("""
+    from journal import Retention
+    from sessiontemp import recover
+    recover(sys.argv[1], retention=Retention(history_bytes=0), step_hook=hook)
 """)
 
 
@@ -450,11 +460,8 @@ def test_listing_segments_never_reads_through_the_connection_another_thread_hold
 def test_a_reader_whose_listing_another_process_retired_meanwhile_lists_again(
     path: Path,
 ) -> None:
-    store = Store(path, retention=Retention(segment_bytes=0, history_bytes=1 << 30))
+    store = rolled_over(path, rounds=3, managers=2)
     try:
-        for round in range(3):
-            store.append(lives(2, f"r{round}-"), time=1.0)
-            checkpoint_now(store)
         store.append(lives(1, "tail"), time=2.0)
         # The listing a reader made just before a retirer in another process
         # removed the oldest segments.
@@ -530,17 +537,10 @@ def test_two_processes_appending_through_rollovers_lose_nothing_and_keep_the_cha
 
 # -- crashes -------------------------------------------------------------------------------
 
-CRASHER = textwrap.dedent("""
-    import os, signal, sys
+CRASHER = KILL_AT_STEP + textwrap.dedent("""
     from journal import Retention, Store, checkpoint, replay
     from tests.test_segments import lives
-    path, k = sys.argv[1], int(sys.argv[2])
-    seen = []
-    def hook(kind, detail):
-        seen.append(detail)
-        print(detail, flush=True)
-        if len(seen) == k:
-            os.kill(os.getpid(), signal.SIGKILL)
+    path = sys.argv[1]
     store = Store(path, retention=Retention(segment_bytes=0, history_bytes=0), step_hook=hook)
     for i in range(3):
         store.append(lives(2, f"c{i}-"), time=1.0)
@@ -687,13 +687,7 @@ def test_a_segment_that_is_not_a_database_is_named_with_the_reason_and_the_fix(
 def test_opening_checks_only_the_active_segment_and_verify_finds_damage_in_history(
     path: Path,
 ) -> None:
-    store = Store(path, retention=Retention(segment_bytes=0, history_bytes=1 << 30))
-    try:
-        for round in range(2):
-            store.append(lives(40, f"r{round}-"), time=1.0)
-            checkpoint_now(store)
-    finally:
-        store.close()
+    rolled_over(path, rounds=2, managers=40).close()
     sealed = directory(path) / segment_files(path)[0]
     with sqlite3.connect(sealed) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
