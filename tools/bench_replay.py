@@ -33,6 +33,7 @@ Prints a Markdown table for BENCHMARKS.md.
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -42,7 +43,7 @@ from pathlib import Path
 
 from benchlib import lifetimes
 
-from journal import checkpoint
+from journal import checkpoint, segments
 from journal.events import (
     Event,
     GenerationCreated,
@@ -206,15 +207,17 @@ def main(argv: list[str]) -> int:
                          median_s(max(1, args.runs // 2), lambda: inspect.verify(path))))
         final = inspect.state_at(path).state
         with tempfile.TemporaryDirectory() as spare:
-            copy = Path(spare) / "journal.sqlite3"
-            copy.write_bytes(path.read_bytes())
-            rows.append(("write one checkpoint of the final state", 0,
-                         median_s(args.runs, lambda: save_once(copy, final))))
-            # A root holding this journal: the recovery pass of each open
-            # restores the checkpoint and replays the rest.
+            # A root holding a copy of this journal, its segments included:
+            # checkpoints are written into the copy, then the recovery pass
+            # of each open restores the newest and replays the rest.
             root = Path(spare) / "root"
             root.mkdir(mode=0o700)
-            copy.rename(root / "journal.sqlite3")
+            copy = root / "journal.sqlite3"
+            shutil.copyfile(path, copy)
+            if segments.directory(path).is_dir():
+                shutil.copytree(segments.directory(path), segments.directory(copy))
+            rows.append(("write one checkpoint of the final state", 0,
+                         median_s(args.runs, lambda: save_once(copy, final))))
             rows.append(("Manager open + close on a root holding this journal", events,
                          median_s(args.runs, lambda: open_manager(root))))
         print(f"journal: {events:,} events, {size / 1e6:.1f} MB, checkpoints at "
