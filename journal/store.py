@@ -2016,7 +2016,7 @@ class Store:
         doomed.sort(key=lambda s: s.base)
         upto = doomed[-1].last
         self._step(f"record retirement up to event {upto}")
-        self._write_head("INSERT INTO retired (seq, time) VALUES (?, ?)", (upto, now))
+        self._write_head(("INSERT INTO retired (seq, time) VALUES (?, ?)", (upto, now)))
         removed = []
         for segment in doomed:
             self._step(f"retire {segment.path.name}")
@@ -2028,13 +2028,17 @@ class Store:
         segments.sync_directory(segments.directory(self.path))
         return removed
 
-    def _write_head(self, sql: str, params: tuple[object, ...]) -> None:
-        conn = self._conn if self._active.is_head else self._connect(self._busy_timeout)
+    def _write_head(self, *statements: tuple[str, tuple[object, ...]],
+                    fresh: bool = False) -> None:
+        """Run *statements* in one write transaction on the head (*fresh*: its own connection)."""
+        conn = self._conn if self._active.is_head and not fresh else self._connect(
+            self._busy_timeout)
         try:
             with self._lock:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    conn.execute(sql, params)
+                    for sql, params in statements:
+                        conn.execute(sql, params)
                     conn.execute("COMMIT")
                 except BaseException:
                     with contextlib.suppress(sqlite3.Error):
@@ -2048,22 +2052,8 @@ class Store:
 
     def _retire_head(self) -> None:
         """Drop the head's events and checkpoints; it keeps only how to find the rest."""
-        conn = self._connect(self._busy_timeout)
-        try:
-            with self._lock:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    for table in ("events", "checkpoints"):
-                        conn.execute(f"DROP TABLE IF EXISTS {table}")
-                    conn.execute("COMMIT")
-                except BaseException:
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
-                    raise
-        except sqlite3.Error as e:
-            raise self._translate(e, "retire history in") from e
-        finally:
-            conn.close()
+        self._write_head(("DROP TABLE IF EXISTS events", ()),
+                         ("DROP TABLE IF EXISTS checkpoints", ()), fresh=True)
         self._vacuum_head(only_if_free=False)
 
     def _vacuum_head(self, *, only_if_free: bool) -> None:
