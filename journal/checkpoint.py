@@ -149,8 +149,18 @@ def save(store: Store, state: State, *, keep: int = KEEP, roll_over: bool = Fals
 
 def restore(store: Store, *, until: int | None = None) -> Restored:
     """The newest usable checkpoint at or before *until* (None: the end of the journal)."""
+    # The active segment's own checkpoints first: they are the newest, and
+    # reading them opens no other segment.  Only when none of them is
+    # usable are they all asked for, and what is skipped told from there.
+    found = _newest(store, until, recent=True)
+    if found.checkpoint is not None or not store.rolled_over:
+        return found
+    return _newest(store, until, recent=False)
+
+
+def _newest(store: Store, until: int | None, *, recent: bool) -> Restored:
     skipped: list[tuple[int, str]] = []
-    for seq, format, chained in store.checkpoints(until=until):
+    for seq, format, chained in store.checkpoints(until=until, recent=recent):
         if format != FORMAT:
             skipped.append((seq, f"is of format {format}, which this version does not read"))
             continue

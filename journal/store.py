@@ -100,6 +100,38 @@ _OPEN_LOCK: Final = threading.Lock()
 # Connections inherited through fork(), kept referenced so that they are
 # never closed (see Store.forget).
 _FORKED: Final[list[sqlite3.Connection]] = []
+# What this process has read of segment files that were sealed, by path and
+# the file's (device, inode, size, mtime): a sealed segment is never written
+# again, so whether it is sealed and what it holds (its events, seal and
+# checkpoints) stay as read for as long as the file does.  Shared by every
+# store of the process: each Manager open is a store of its own, and
+# without it would connect to every kept segment again.  The file's size
+# and mtime are in the key so that a path whose file was replaced (never
+# done to a segment, but a journal can be moved aside) is read afresh.
+_Identity: TypeAlias = tuple[int, int, int, int]
+_SEALED: Final[dict[Path, _Identity]] = {}
+# (first, last, sealed, covered, has_events) of a segment: see SegmentInfo.
+_Facts: TypeAlias = tuple[int | None, int | None, float | None, int | None, bool]
+_FACTS: Final[dict[tuple[Path, _Identity], _Facts]] = {}
+# Retired heads found with no free page left, by path: one only ever has
+# rows added (to its retired table) from then on, so it never needs the
+# vacuum a killed retirement leaves undone (see Store.retire).
+_VACUUMED: Final[dict[Path, _Identity]] = {}
+_SEALED_LOCK: Final = threading.Lock()
+# Bounds the two caches of a process that opens many journals.
+_SEALED_MAX: Final = 4096
+
+
+def _identity(st: os.stat_result) -> _Identity:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _remember(cache: dict[Any, Any], key: object, value: object) -> None:
+    with _SEALED_LOCK:
+        if len(cache) >= _SEALED_MAX:
+            # Only a cost: whatever was forgotten is read again.
+            cache.clear()
+        cache[key] = value
 
 
 def _any_kind(kinds: Sequence[str]) -> str:
@@ -258,8 +290,6 @@ class Store:
         # schema cookie it was last looked for at.
         self._seal_table = False
         self._seal_schema = -1
-        # Segment files seen sealed, by path, with their (device, inode).
-        self._seen_sealed: dict[Path, tuple[int, int]] = {}
         # Called with the last seq after each append when maintenance is due
         # (see :meth:`maintenance_due`); set by whoever can write checkpoints.
         self.maintenance: Callable[[int], None] | None = None
@@ -669,9 +699,10 @@ class Store:
             return True
         except OSError:
             st = None
-        # A seal is never taken back: a file seen sealed is not connected
-        # to again (one connection less per read of the segment list).
-        if st is not None and self._seen_sealed.get(segment.path) == (st.st_dev, st.st_ino):
+        # A seal is never taken back: a file seen sealed (by any store of
+        # this process) is not connected to again (one connection less per
+        # open, and per read of the segment list).
+        if st is not None and _SEALED.get(segment.path) == _identity(st):
             return True
         try:
             conn = self._connect_segment(segment.path)
@@ -686,7 +717,7 @@ class Store:
         finally:
             conn.close()
         if sealed and st is not None:
-            self._seen_sealed[segment.path] = (st.st_dev, st.st_ino)
+            _remember(_SEALED, segment.path, _identity(st))
         return sealed
 
     def _resolve(self, *, remove: bool = True) -> list[Segment]:
@@ -812,8 +843,9 @@ class Store:
             # waiting for readers: what is left stays readable through the -wal.
             self._conn.execute("PRAGMA busy_timeout = 0")
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        with contextlib.suppress(sqlite3.Error):
-            self._conn.close()
+        # Not closed here: a read may still be streaming rows from it (reads
+        # of the active segment go through this connection); it closes once
+        # the last cursor on it is collected, at once when there is none.
         self._conn = conn
         # A segment's connection starts fully synchronous.
         self._synced = True
@@ -1374,7 +1406,8 @@ class Store:
         shows them as one ``events`` and one ``checkpoints`` view, so every
         query reads the kept history as if it were one table.  It is built
         again whenever the segment directory, the head or the kept segments
-        changed.
+        changed, and only when a read needs more than the active segment
+        (see :meth:`_reading_after`).
         """
         folder = segments.directory(self.path)
         try:
@@ -1400,6 +1433,27 @@ class Store:
             self._span = self._spanning(kept)
             self._span_key = key
         return self._span
+
+    def _reading_after(self, after: int) -> sqlite3.Connection:
+        """A connection that holds every event after *after* (the caller holds _lock).
+
+        The store's own connection when its segment, the active one, holds
+        them all: it is not sealed and its events start at or before the
+        one after *after*.  That is all an open's recovery reads (the newest
+        checkpoint and the events after it), so an open attaches no sealed
+        segment for it; anything older goes through :meth:`_reading`.  Not
+        sealed when looked at: a seal committed after that only stops the
+        read where the segment ends, as a read made just before the seal.
+        """
+        # A journal that never rolled over reads its head as it always did.
+        if (not self._active.is_head and after >= self._active.base
+                and not (self._span is not None and self._span.in_transaction)):
+            try:
+                if self._seal() is None:
+                    return self._conn
+            except sqlite3.Error as e:
+                raise self._translate(e, "read") from e
+        return self._reading()
 
     def _span_stale(self) -> bool:
         # A retirement drops the head's tables; the head's mtime changes
@@ -1477,7 +1531,7 @@ class Store:
         if until is not None:
             sql += " AND seq <= ?"
             params = (after, until)
-        yield from self._stream(sql + " ORDER BY seq", params, batch)
+        yield from self._stream(sql + " ORDER BY seq", params, batch, after=after)
 
     def records(
         self, *, after: int = 0, until: int | None = None, tolerant: bool = False
@@ -1666,12 +1720,16 @@ class Store:
         return self._stream(sql, tuple(params), batch)
 
     def _stream(
-        self, sql: str, params: tuple[object, ...], batch: int
+        self, sql: str, params: tuple[object, ...], batch: int, *, after: int | None = None
     ) -> Generator[Any, None, None]:
-        """Rows of *sql*, fetched *batch* at a time from one read snapshot, errors translated."""
+        """Rows of *sql*, fetched *batch* at a time from one read snapshot, errors translated.
+
+        *after*: *sql* reads only events after this one (see :meth:`_reading_after`).
+        """
         with self._lock:
             try:
-                cursor = self._reading().execute(sql, params)
+                conn = self._reading() if after is None else self._reading_after(after)
+                cursor = conn.execute(sql, params)
             except sqlite3.Error as e:
                 raise self._translate(e, "read") from e
         try:
@@ -1777,14 +1835,30 @@ class Store:
             if not self.readonly and self.active_size() >= limit:
                 self._roll_over(conn, (seq, bytes(row[0]), format, state))
 
-    def checkpoints(self, *, until: int | None = None) -> list[tuple[int, int, bool]]:
+    @property
+    def rolled_over(self) -> bool:
+        """Whether the journal has rolled over: its active segment is not the head."""
+        return not self._active.is_head
+
+    def checkpoints(self, *, until: int | None = None, recent: bool = False
+                    ) -> list[tuple[int, int, bool]]:
         """``(seq, format, chained)`` of each checkpoint at or before *until*, newest first.
 
         ``chained`` is False when the checkpoint's digest is not that of
         event *seq* here: it was derived from another history (a journal
         moved aside and started afresh, or rows copied between files).
         A journal without the table (an older one opened read-only) has none.
+
+        *recent*: only those the active segment holds from its base on,
+        read from it alone (no other segment is opened), and none when
+        another segment holds events after the base asked for.  No older
+        segment holds a newer checkpoint than these (its events end at the
+        base), so the newest usable among them is the newest usable of all;
+        when none is usable, ask again without *recent*.  A journal that
+        never rolled over answers as without it.
         """
+        if recent and self.rolled_over:
+            return self._recent_checkpoints(until)
         sql = ("SELECT c.seq, c.format, e.digest IS c.digest FROM checkpoints c "
                "LEFT JOIN events e ON e.seq = c.seq")
         params: tuple[int, ...] = ()
@@ -1813,13 +1887,44 @@ class Store:
                 raise self._translate(e, "read") from e
         return [(int(seq), int(format), bool(chained)) for seq, format, chained in rows]
 
+    def _recent_checkpoints(self, until: int | None) -> list[tuple[int, int, bool]]:
+        """What :meth:`checkpoints` gives with *recent*, on a journal that rolled over."""
+        with self._lock:
+            base, digest = self._base
+            if until is not None and until < base:
+                return []
+            try:
+                conn = self._reading_after(base)
+                if conn is not self._conn:
+                    return []
+                # The checkpoint at the base (a rollover's first content) is
+                # tied to the last event of the segment before: the digest
+                # this one records for it stands in.
+                rows = conn.execute(
+                    "SELECT c.seq, c.format, e.digest IS c.digest "
+                    "OR (c.seq = ? AND c.digest = ?) FROM checkpoints c "
+                    "LEFT JOIN events e ON e.seq = c.seq WHERE c.seq >= ? AND c.seq <= ? "
+                    "ORDER BY c.seq DESC",
+                    (base, digest, base, until if until is not None else 2**63 - 1)).fetchall()
+            except sqlite3.Error as e:
+                raise self._translate(e, "read") from e
+        return [(int(seq), int(format), bool(chained)) for seq, format, chained in rows]
+
     def checkpoint_state(self, seq: int) -> bytes:
         """The state bytes of the checkpoint at *seq*; KeyError when there is none."""
+        sql = "SELECT state FROM checkpoints WHERE seq = ?"
         with self._lock:
             try:
-                row = self._reading().execute(
-                    "SELECT state FROM checkpoints WHERE seq = ?", (seq,)
-                ).fetchone()
+                row = None
+                if seq >= self._active.base:
+                    # Where checkpoints(recent=True) found it, when it did.
+                    conn = self._reading_after(self._active.base)
+                    row = conn.execute(sql, (seq,)).fetchone()
+                    if row is None and conn is self._conn:
+                        conn = self._reading()
+                        row = conn.execute(sql, (seq,)).fetchone()
+                else:
+                    row = self._reading().execute(sql, (seq,)).fetchone()
             except sqlite3.Error as e:
                 raise self._translate(e, "read") from e
         if row is None:
@@ -1833,10 +1938,14 @@ class Store:
                 # Not max(seq): over the view of several segments SQLite
                 # answers an aggregate by reading every row of every segment,
                 # while an ORDER BY on the key merges their last rows.
-                row = self._reading().execute(
+                conn = self._reading_after(self._active.base)
+                row = conn.execute(
                     "SELECT seq FROM events ORDER BY seq DESC LIMIT 1").fetchone()
             except sqlite3.Error as e:
                 raise self._translate(e, "read") from e
+            if row is None and conn is self._conn:
+                # The active segment holds no event yet: the last is the one before it.
+                return self._active.base
         return 0 if row is None else int(row[0])
 
     def verify(self) -> list[str]:
@@ -1910,48 +2019,92 @@ class Store:
             # the store's own connection, which an append in another thread
             # (a maintenance runs beside its manager) may be using.
             kept = self._resolve(remove=False)
-            # The reading connection has the kept segments attached already:
-            # asked there, a segment costs a few lookups, not a connection.
-            span = self._reading()
-            attached = self._span_attached if span is not self._conn else {}
+            # What a sealed segment holds never changes: read once by this
+            # process, it is not read again (every open's retirement pass
+            # asks), and no segment is attached for it.
+            known: dict[Path, _Facts] = {}
+            identities: dict[Path, _Identity] = {}
             for segment in kept:
-                schema = attached.get(segment.path)
                 if segment.path == self._active.path:
-                    conn, schema = self._conn, "main"
-                elif schema is not None:
-                    conn = span
-                else:
-                    conn, schema = self._connect_segment(segment.path), "main"
-                try:
-                    # Only schema names made here go into the SQL, never input.
-                    tables = {n for (n,) in conn.execute(
-                        f"SELECT name FROM {schema}.sqlite_master WHERE type = 'table'")}  # noqa: S608
-                    first = last = None
-                    if "events" in tables:
-                        # Two subqueries: SQLite looks up a lone min() or max()
-                        # in the key's b-tree, but scans the table for both at once.
-                        first, last = conn.execute(
-                            f"SELECT (SELECT min(seq) FROM {schema}.events), "  # noqa: S608
-                            f"(SELECT max(seq) FROM {schema}.events)").fetchone()
-                    sealed = conn.execute(
-                        f"SELECT seq, time FROM {schema}.sealed"  # noqa: S608
-                    ).fetchone() if "sealed" in tables else None
-                    covered = conn.execute(
-                        f"SELECT max(seq) FROM {schema}.checkpoints"  # noqa: S608
-                    ).fetchone()[0] if "checkpoints" in tables else None
-                except sqlite3.Error as e:
-                    raise self._translate(e, "read", segment.path) from e
-                finally:
-                    if conn is not self._conn and conn is not span:
-                        conn.close()
+                    continue
+                with contextlib.suppress(OSError):
+                    identities[segment.path] = _identity(os.stat(segment.path))
+                    facts = _FACTS.get((segment.path, identities[segment.path]))
+                    if facts is not None:
+                        known[segment.path] = facts
+            span: sqlite3.Connection | None = None
+            unknown = [segment for segment in kept
+                       if segment.path not in known and segment.path != self._active.path]
+            if len(unknown) > 2:
+                # The reading connection has the kept segments attached already:
+                # asked there, a segment costs a few lookups, not a connection.
+                # For one or two (a head not yet retired, a segment just
+                # sealed) a connection of their own costs less than attaching all.
+                span = self._reading()
+            attached = self._span_attached if span is not None and span is not self._conn else {}
+            for segment in kept:
+                facts = known.get(segment.path)
+                if facts is None:
+                    facts = self._segment_facts(segment, span, attached)
+                    identity = identities.get(segment.path)
+                    if identity is not None and self._final(segment, facts):
+                        _remember(_FACTS, (segment.path, identity), facts)
+                first, last, sealed, covered, has_events = facts
                 found.append(SegmentInfo(
-                    segment.path, segment.base,
-                    None if first is None else int(first),
-                    segment.base if last is None else int(last),
-                    None if sealed is None else float(sealed[1]),
-                    None if covered is None else int(covered),
-                    segments.size_of(segment.path), "events" in tables))
+                    segment.path, segment.base, first,
+                    segment.base if last is None else last, sealed, covered,
+                    segments.size_of(segment.path), has_events))
         return found
+
+    def _final(self, segment: Segment,
+               facts: _Facts) -> bool:
+        """Whether *facts*, read from *segment*, hold for as long as its file does.
+
+        Those of a segment found sealed before the rest was read: nothing is
+        written to it after its seal.  The head is the exception: retirement
+        drops its tables in place, so only a head already retired qualifies.
+        """
+        _first, _last, sealed, _covered, has_events = facts
+        return (segment.path != self._active.path and sealed is not None
+                and (not segment.is_head or not has_events))
+
+    def _segment_facts(
+        self, segment: Segment, span: sqlite3.Connection | None, attached: dict[Path, str]
+    ) -> _Facts:
+        """What *segment* holds, read from it (the caller holds _lock)."""
+        schema = attached.get(segment.path)
+        if segment.path == self._active.path:
+            conn, schema = self._conn, "main"
+        elif schema is not None and span is not None:
+            conn = span
+        else:
+            conn, schema = self._connect_segment(segment.path), "main"
+        try:
+            # Only schema names made here go into the SQL, never input.
+            tables = {n for (n,) in conn.execute(
+                f"SELECT name FROM {schema}.sqlite_master WHERE type = 'table'")}  # noqa: S608
+            # The seal first: what is read after a seal was seen is final.
+            sealed = conn.execute(
+                f"SELECT seq, time FROM {schema}.sealed"  # noqa: S608
+            ).fetchone() if "sealed" in tables else None
+            first = last = None
+            if "events" in tables:
+                # Two subqueries: SQLite looks up a lone min() or max()
+                # in the key's b-tree, but scans the table for both at once.
+                first, last = conn.execute(
+                    f"SELECT (SELECT min(seq) FROM {schema}.events), "  # noqa: S608
+                    f"(SELECT max(seq) FROM {schema}.events)").fetchone()
+            covered = conn.execute(
+                f"SELECT max(seq) FROM {schema}.checkpoints"  # noqa: S608
+            ).fetchone()[0] if "checkpoints" in tables else None
+        except sqlite3.Error as e:
+            raise self._translate(e, "read", segment.path) from e
+        finally:
+            if conn is not self._conn and conn is not span:
+                conn.close()
+        return (None if first is None else int(first), None if last is None else int(last),
+                None if sealed is None else float(sealed[1]),
+                None if covered is None else int(covered), "events" in tables)
 
     def history(self) -> History:
         """Where the kept history starts, and up to which event and when older was retired."""
@@ -2061,10 +2214,18 @@ class Store:
 
         Free pages are what a vacuum cut short (a kill) left behind.
         """
+        try:
+            identity = _identity(os.stat(self.path))
+        except OSError:
+            identity = None
+        if only_if_free and identity is not None and _VACUUMED.get(self.path) == identity:
+            return
         conn = self._connect(self._busy_timeout)
         try:
             with self._lock:
                 if only_if_free and not conn.execute("PRAGMA freelist_count").fetchone()[0]:
+                    if identity is not None:
+                        _remember(_VACUUMED, self.path, identity)
                     return
                 self._step(f"vacuum {self.path.name}")
                 conn.execute("VACUUM")

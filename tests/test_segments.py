@@ -757,3 +757,87 @@ def test_a_retention_that_is_not_a_number_of_at_least_zero_is_refused_naming_the
 ) -> None:
     with pytest.raises(ValueError, match=f"Retention.{field} must be a number >= 0"):
         Retention(**{field: value})  # type: ignore[arg-type]
+
+
+# -- what an open reads --------------------------------------------------------------------
+
+
+def test_the_newest_checkpoint_and_the_events_after_it_are_read_from_the_active_segment_alone(
+    path: Path,
+) -> None:
+    rolled_over(path, rounds=3, managers=2).close()
+    store = Store(path)
+    try:
+        start = checkpoint.restore(store)
+        state = replay(store.records(after=start.state.seq), start.state)
+        assert start.checkpoint == 30
+        assert store.last_seq() == 30
+        # No sealed segment was attached for it.
+        assert store._span is None
+        # Older history is still there for whoever asks: attached then.
+        assert state == replay(store.records())
+        assert store._span is not None
+        assert [r.seq for r in store.records(after=5, until=7)] == [6, 7]
+        assert checkpoint.restore(store, until=15).checkpoint == 10
+    finally:
+        store.close()
+
+
+def test_an_unusable_checkpoint_in_the_active_segment_sends_the_restore_to_older_segments(
+    path: Path,
+) -> None:
+    rolled_over(path, rounds=3, managers=2).close()
+    active = directory(path) / segment_files(path)[-1]
+    raw = sqlite3.connect(active, isolation_level=None)
+    try:
+        raw.execute("UPDATE checkpoints SET state = x'00'")
+    finally:
+        raw.close()
+    store = Store(path)
+    try:
+        start = checkpoint.restore(store)
+        assert start.checkpoint == 20
+        assert [seq for seq, _ in start.skipped] == [30]
+        assert replay(store.records(after=20), start.state) == replay(store.records())
+    finally:
+        store.close()
+
+
+def test_a_read_streaming_from_the_active_segment_carries_on_past_the_stores_own_rollover(
+    path: Path,
+) -> None:
+    store = Store(path, retention=EAGER)
+    try:
+        store.append(lives(4, "a"), time=1.0)
+        rows = store.rows(after=0, batch=2)
+        assert next(rows)[0] == 1
+        # The store moves on to a new segment while the read is under way.
+        checkpoint_now(store)
+        assert segment_files(path)
+        assert [row[0] for row in rows] == list(range(2, 21))
+    finally:
+        store.close()
+
+
+def test_a_second_open_of_a_rolled_over_root_attaches_no_sealed_segment(tmp_path: Path) -> None:
+    retention = Retention(segment_bytes=0, history_bytes=1 << 30)
+    for _ in range(3):
+        with Manager(tmp_path, retention=retention) as manager:
+            manager.retain()
+            manager.acquire().release()
+            manager.release()
+        recover(tmp_path, retention=retention)
+        store = Store(tmp_path / JOURNAL, retention=retention)
+        try:
+            checkpoint.save(store, kept_state(store))
+        finally:
+            store.close()
+    assert len(segment_files(tmp_path / JOURNAL)) >= 3
+    with Manager(tmp_path, retention=retention):
+        pass
+    # What the first open read of the sealed segments holds for the next one.
+    with Manager(tmp_path, retention=retention) as manager:
+        opened = manager._handles.store
+        assert opened is not None
+        assert opened._span is None
+        assert manager.state == replay(opened.records())
