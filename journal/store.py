@@ -671,8 +671,12 @@ class Store:
         """A connection to an existing segment file, never creating one."""
         mode = "ro&immutable=1" if self.immutable else "ro" if self.readonly else "rw"
         uri = "file:" + quote(os.fsencode(os.path.abspath(path))) + "?mode=" + mode
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
-                               timeout=self._busy_timeout)
+        try:
+            # Raises at once for a file gone (mode=rw opens it here).
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None,
+                                   check_same_thread=False, timeout=self._busy_timeout)
+        except sqlite3.Error as e:
+            raise self._translate(e, "open", path) from e
         try:
             (app_id,) = conn.execute("PRAGMA application_id").fetchone()
             if int(app_id) != APPLICATION_ID:
@@ -2013,51 +2017,61 @@ class Store:
 
     def segments(self) -> list[SegmentInfo]:
         """Every kept segment of the journal, oldest first, the active one last."""
-        found: list[SegmentInfo] = []
         with self._lock:
             # Under the lock: telling which segments are sealed reads through
             # the store's own connection, which an append in another thread
             # (a maintenance runs beside its manager) may be using.
-            kept = self._resolve(remove=False)
-            # What a sealed segment holds never changes: read once by this
-            # process, it is not read again (every open's retirement pass
-            # asks), and no segment is attached for it.
-            known: dict[Path, _Facts] = {}
-            identities: dict[Path, _Identity] = {}
-            for segment in kept:
-                if segment.path == self._active.path:
-                    continue
-                with contextlib.suppress(OSError):
-                    identities[segment.path] = _identity(os.stat(segment.path))
-                    facts = _FACTS.get((segment.path, identities[segment.path]))
-                    if facts is not None:
-                        known[segment.path] = facts
-            span: sqlite3.Connection | None = None
-            unknown = [segment for segment in kept
-                       if segment.path not in known and segment.path != self._active.path]
-            if len(unknown) > 2:
-                # The reading connection has the kept segments attached already:
-                # asked there, a segment costs a few lookups, not a connection.
-                # For one or two (a head not yet retired, a segment just
-                # sealed) a connection of their own costs less than attaching all.
-                span = self._reading()
-            attached = self._span_attached if span is not None and span is not self._conn else {}
-            for segment in kept:
-                facts = known.get(segment.path)
-                if facts is None:
+            return self._segments()
+
+    def _segments(self, *, again: bool = True) -> list[SegmentInfo]:
+        """:meth:`segments`, under _lock; *again*: list again once if a listed file went."""
+        found: list[SegmentInfo] = []
+        kept = self._resolve(remove=False)
+        # What a sealed segment holds never changes: read once by this
+        # process, it is not read again (every open's retirement pass
+        # asks), and no segment is attached for it.
+        known: dict[Path, _Facts] = {}
+        identities: dict[Path, _Identity] = {}
+        for segment in kept:
+            if segment.path == self._active.path:
+                continue
+            with contextlib.suppress(OSError):
+                identities[segment.path] = _identity(os.stat(segment.path))
+                facts = _FACTS.get((segment.path, identities[segment.path]))
+                if facts is not None:
+                    known[segment.path] = facts
+        span: sqlite3.Connection | None = None
+        unknown = [segment for segment in kept
+                   if segment.path not in known and segment.path != self._active.path]
+        if len(unknown) > 2:
+            # The reading connection has the kept segments attached already:
+            # asked there, a segment costs a few lookups, not a connection.
+            # For one or two (a head not yet retired, a segment just
+            # sealed) a connection of their own costs less than attaching all.
+            span = self._reading()
+        attached = self._span_attached if span is not None and span is not self._conn else {}
+        for segment in kept:
+            facts = known.get(segment.path)
+            if facts is None:
+                try:
                     facts = self._segment_facts(segment, span, attached)
-                    identity = identities.get(segment.path)
-                    if identity is not None and self._final(segment, facts):
-                        _remember(_FACTS, (segment.path, identity), facts)
-                first, last, sealed, covered, has_events = facts
-                found.append(SegmentInfo(
-                    segment.path, segment.base, first,
-                    segment.base if last is None else last, sealed, covered,
-                    segments.size_of(segment.path), has_events))
+                except JournalError:
+                    if (not again or segment.path == self._active.path
+                            or os.path.exists(segment.path)):
+                        raise
+                    # Retired by another process since the listing: list again.
+                    return self._segments(again=False)
+                identity = identities.get(segment.path)
+                if identity is not None and self._final(segment, facts):
+                    _remember(_FACTS, (segment.path, identity), facts)
+            first, last, sealed, covered, has_events = facts
+            found.append(SegmentInfo(
+                segment.path, segment.base, first,
+                segment.base if last is None else last, sealed, covered,
+                segments.size_of(segment.path), has_events))
         return found
 
-    def _final(self, segment: Segment,
-               facts: _Facts) -> bool:
+    def _final(self, segment: Segment, facts: _Facts) -> bool:
         """Whether *facts*, read from *segment*, hold for as long as its file does.
 
         Those of a segment found sealed before the rest was read: nothing is

@@ -28,6 +28,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from journal import EMPTY, JournalCorrupt, Record, Retention, State, Store, checkpoint, replay
+from journal import store as store_module
 from journal.events import Event, ManagerClosed, ManagerOpened, Released, Retained, Rotated
 from journal.segments import ROLL_FLOOR, directory, size_of
 from sessiontemp import Manager, recover
@@ -841,3 +842,29 @@ def test_a_second_open_of_a_rolled_over_root_attaches_no_sealed_segment(tmp_path
         assert opened is not None
         assert opened._span is None
         assert manager.state == replay(opened.records())
+
+
+def test_segments_listed_before_another_process_retired_some_are_listed_again(
+    path: Path,
+) -> None:
+    store = rolled_over(path, rounds=2, managers=2)
+    try:
+        store.append(lives(1, "tail"), time=2.0)
+        listing = store._resolve(remove=False)
+        retirer = Store(path, retention=EAGER)
+        try:
+            assert retirer.retire(now=2e9)
+        finally:
+            retirer.close()
+        # Nothing remembered of them: the segments are read, and one is gone.
+        store_module._FACTS.clear()
+        listings = [listing]
+        resolve = store._resolve
+        store._resolve = lambda *, remove=True: (  # type: ignore[method-assign]
+            listings.pop() if listings else resolve(remove=remove))
+        kept = store.segments()
+        assert [s.path for s in kept] == [s.path for s in resolve(remove=False)]
+        assert not kept[0].has_events
+        assert kept[-1].first == 21
+    finally:
+        store.close()
