@@ -568,7 +568,7 @@ class Store:
         append) is built again with today's (readers use either), and an
         empty ``sealed`` table is added where there is none: with it, an
         append alone checks the seal inside its own INSERT (see
-        :meth:`_write_batch`).  Only speed is at stake: a file that cannot
+        :meth:`_write_alone`).  Only speed is at stake: a file that cannot
         take them now (a full disk) is read by a scan and appended to as
         before, and the next open tries again.
         """
@@ -889,23 +889,6 @@ class Store:
             self._conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
             self._synced = durable
 
-    def _insert_alone(self, row: tuple[int, float, str, str, bytes], durable: bool) -> bool:
-        """Commit *row* as a transaction of its own; False, with nothing written, if sealed.
-
-        Only on a file known to have a ``sealed`` table: the INSERT checks
-        it, so either it sees the seal or the rollover waits for it.  A
-        head retired since then has no events table any more, but still
-        its seal.
-        """
-        self._synchronous(durable)
-        try:
-            cursor = self._conn.execute(_INSERT_UNSEALED, row)
-        except sqlite3.OperationalError:
-            if self._sealed_next(self._conn) is None:
-                raise
-            return False
-        return cursor.rowcount == 1
-
     def _still_there(self) -> bool:
         try:
             st = os.stat(self._active.path)
@@ -1095,6 +1078,9 @@ class Store:
                 self._commit_batch(batch, pending)
             finally:
                 self._hand_over(batch)
+            if pending.done:
+                # Settled by the batch it just led (done is set in this thread).
+                break
         if pending.error is not None:
             raise pending.error
         assert pending.records is not None
@@ -1137,10 +1123,91 @@ class Store:
 
         The one place events are written: one transaction, one sync at most.
         """
+        tail = self._known_tail
+        if len(batch) == 1 and tail is not None and self._seal_table and self._ready:
+            p = batch[0]
+            if len(p.rows) == 1 and p.decide is None and (p.fold is None or (
+                    p.guessed == tail[0] + 1 and p.base is self.tip)):
+                try:
+                    if self._write_alone(p, tail):
+                        return
+                except _StaleTail:
+                    tail = None
         try:
-            self._write_batch(batch, own, self._known_tail)
+            self._write_batch(batch, own, tail)
         except _StaleTail:
             self._write_batch(batch, own, None)
+
+    def _write_alone(self, p: Pending, tail: tuple[int, bytes]) -> bool:
+        """Commit *p*, one event that nothing can refuse once written, as one INSERT.
+
+        The warm path of every lease: a transaction of its own (SQLite's
+        autocommit), with the seal checked in the statement, so it writes
+        nothing into a sealed file; False then, with nothing written, for
+        :meth:`_write_batch` to move on to the active segment.  Only on a
+        file known to have a ``sealed`` table, so either the INSERT sees
+        the seal or the rollover waits for it (a head retired since has no
+        events table any more, but still its seal).  Raises _StaleTail, with
+        nothing written, when *tail* is not the last event.
+        """
+        kind, payload = p.rows[0]
+        seq = tail[0] + 1
+        digest = chain(tail[1], seq, p.time, kind, payload)
+        committing = False
+        try:
+            with self._lock:
+                if self.broken is not None:
+                    raise JournalError(self.path, f"could not append to it: {self.broken}",
+                                       "Close the manager and open a new one")
+                conn = self._conn
+                try:
+                    if p.durable != self._synced:
+                        self._synchronous(p.durable)
+                    # From here on the statement commits, and may fail after that.
+                    committing = True
+                    try:
+                        cursor = conn.execute(_INSERT_UNSEALED,
+                                              (seq, p.time, kind, payload, digest))
+                    except sqlite3.IntegrityError:
+                        raise _StaleTail from None
+                    except sqlite3.OperationalError:
+                        if self._sealed_next(conn) is None:
+                            raise
+                        written = False
+                    else:
+                        written = cursor.rowcount == 1
+                except sqlite3.Error as e:
+                    raise self._translate(e, "append to") from e
+        except _StaleTail:
+            raise
+        except BaseException as e:
+            # Once the INSERT was tried, what failed may have come after the
+            # record was durable: the journal is asked which it was.
+            if not committing or not self._landed(seq, digest):
+                self._failed([p], p, e)
+                return True
+            if not isinstance(e, Exception):
+                # Committed, then interrupted: the record stands, and the
+                # interruption still reaches the caller of this thread.
+                p.error = e
+        else:
+            if not written:
+                return False
+        guess = p.guess
+        p.records = guess if guess is not None else [Record(seq, p.time, p.events[0])]
+        self._known_tail = (seq, digest)
+        if p.fold is not None:
+            self.tip = self.durable_tip = p.speculative
+        else:
+            self.durable_tip = self.tip
+        if self.maintenance is not None:
+            self._maintain_if_due(seq)
+        if guess is None:
+            with self._queued:
+                # Queued appends guessed their numbers from the last batch's;
+                # the next ones start from what this one committed.
+                self._next_seq = seq + 1 + sum(len(q.events) for q in self._queue)
+        return True
 
     def _write_batch(self, batch: list[Pending], own: Pending,
                      tail: tuple[int, bytes] | None) -> None:
@@ -1163,98 +1230,69 @@ class Store:
                     raise JournalError(self.path, f"could not append to it: {self.broken}",
                                        "Close the manager and open a new one")
                 try:
-                    written = False
-                    if alone and tail is not None and self._seal_table and self._ready:
-                        p = batch[0]
-                        if len(p.rows) == 1 and p.decide is None and (p.fold is None or (
-                                p.guessed == tail[0] + 1 and p.base is tip)):
-                            # Nothing can refuse it once written: one INSERT
-                            # is the whole transaction.  `last` first: the
-                            # statement commits, and may fail after that.
-                            kind, payload = p.rows[0]
-                            seq = tail[0] + 1
-                            digest = chain(tail[1], seq, p.time, kind, payload)
-                            p.records = p.guess if p.guess is not None else [
-                                Record(seq, p.time, p.events[0])]
-                            if p.fold is not None:
-                                tip = p.speculative
-                            exact = p.guess is not None
-                            last = (seq, digest)
-                            try:
-                                written = self._insert_alone(
-                                    (seq, p.time, kind, payload, digest), p.durable)
-                            except sqlite3.IntegrityError:
-                                p.records = last = None
-                                raise _StaleTail from None
-                            if not written:
-                                # Sealed meanwhile: the transaction below
-                                # moves on to the active segment.
-                                p.records = last = None
-                                tip = self.tip
-                    if not written:
-                        try:
-                            # Inside: an interruption right after BEGIN must not
-                            # leave the transaction (and the write lock) open.
-                            self._begin(any(p.durable for p in batch))
-                            conn = self._conn
-                            seq, digest = self._tail(conn) if tail is None else tail
-                            for p in batch:
-                                mark = (seq, digest)
-                                guessed = p.guessed == seq + 1
-                                fold = p.fold
-                                # Folded ahead on what was committed before it:
-                                # nothing is left that could refuse it.
-                                reuse = fold is None or (guessed and p.base is tip)
-                                # A savepoint only where something may yet refuse
-                                # this append alone: its decide, or its fold run again.
-                                undo = not alone and (p.decide is not None or not reuse)
-                                if undo:
-                                    conn.execute("SAVEPOINT one_append")
-                                for kind, payload in p.rows:
-                                    seq += 1
-                                    digest = chain(digest, seq, p.time, kind, payload)
-                                    try:
-                                        conn.execute(_INSERT, (seq, p.time, kind, payload, digest))
-                                    except sqlite3.IntegrityError:
-                                        if tail is None or seq != tail[0] + 1:
-                                            raise
-                                        raise _StaleTail from None
-                                if p.guess is not None and guessed:
-                                    records = p.guess
-                                else:
-                                    exact = False
-                                    records = [Record(mark[0] + 1 + i, p.time, event)
-                                               for i, event in enumerate(p.events)]
-                                folded = p.speculative
-                                if not reuse or p.decide is not None:
-                                    try:
-                                        if not reuse:
-                                            assert fold is not None
-                                            self.epoch += 1
-                                            folded = fold(records, tip)
-                                        if p.decide is not None:
-                                            p.decide(records)
-                                    except Exception as e:
-                                        if alone:
-                                            raise
-                                        conn.execute("ROLLBACK TO one_append")
-                                        conn.execute("RELEASE one_append")
-                                        seq, digest = mark
-                                        p.error = e
-                                        exact = False
-                                        continue
-                                if undo:
+                    try:
+                        # Inside: an interruption right after BEGIN must not
+                        # leave the transaction (and the write lock) open.
+                        self._begin(any(p.durable for p in batch))
+                        conn = self._conn
+                        seq, digest = self._tail(conn) if tail is None else tail
+                        for p in batch:
+                            mark = (seq, digest)
+                            guessed = p.guessed == seq + 1
+                            fold = p.fold
+                            # Folded ahead on what was committed before it:
+                            # nothing is left that could refuse it.
+                            reuse = fold is None or (guessed and p.base is tip)
+                            # A savepoint only where something may yet refuse
+                            # this append alone: its decide, or its fold run again.
+                            undo = not alone and (p.decide is not None or not reuse)
+                            if undo:
+                                conn.execute("SAVEPOINT one_append")
+                            for kind, payload in p.rows:
+                                seq += 1
+                                digest = chain(digest, seq, p.time, kind, payload)
+                                try:
+                                    conn.execute(_INSERT, (seq, p.time, kind, payload, digest))
+                                except sqlite3.IntegrityError:
+                                    if tail is None or seq != tail[0] + 1:
+                                        raise
+                                    raise _StaleTail from None
+                            if p.guess is not None and guessed:
+                                records = p.guess
+                            else:
+                                exact = False
+                                records = [Record(mark[0] + 1 + i, p.time, event)
+                                           for i, event in enumerate(p.events)]
+                            folded = p.speculative
+                            if not reuse or p.decide is not None:
+                                try:
+                                    if not reuse:
+                                        assert fold is not None
+                                        self.epoch += 1
+                                        folded = fold(records, tip)
+                                    if p.decide is not None:
+                                        p.decide(records)
+                                except Exception as e:
+                                    if alone:
+                                        raise
+                                    conn.execute("ROLLBACK TO one_append")
                                     conn.execute("RELEASE one_append")
-                                if fold is not None:
-                                    tip = folded
-                                p.records = records
-                            # From here on only COMMIT is left, whose failure may
-                            # or may not have made the records durable.
-                            last = (seq, digest)
-                            conn.execute("COMMIT")
-                        except BaseException:
-                            self._abort()
-                            raise
+                                    seq, digest = mark
+                                    p.error = e
+                                    exact = False
+                                    continue
+                            if undo:
+                                conn.execute("RELEASE one_append")
+                            if fold is not None:
+                                tip = folded
+                            p.records = records
+                        # From here on only COMMIT is left, whose failure may
+                        # or may not have made the records durable.
+                        last = (seq, digest)
+                        conn.execute("COMMIT")
+                    except BaseException:
+                        self._abort()
+                        raise
                 except sqlite3.Error as e:
                     raise self._translate(e, "append to") from e
         except _StaleTail:
