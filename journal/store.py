@@ -68,6 +68,7 @@ SEGMENTED_VERSION: Final = 2
 APPLICATION_ID: Final = 0x53544D50
 _GENESIS: Final = bytes(16)
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+_blake2b: Final = hashlib.blake2b
 # The kinds of the records that tell a generation's life apart from its
 # leases, and of those that open and end a manager: what the two expression
 # indexes below cover.  Partial indexes: a lease's acquire and release (most
@@ -201,9 +202,8 @@ def _wake(pending: Pending) -> None:
 
 def chain(previous: bytes, seq: int, time: float, kind: str, payload: str) -> bytes:
     """The digest of one record, linking it to the digest of the one before."""
-    h = hashlib.blake2b(previous, digest_size=16)
-    h.update(f"{seq}\x1f{time!r}\x1f{kind}\x1f{payload}".encode())
-    return h.digest()
+    return _blake2b(previous + f"{seq}\x1f{time!r}\x1f{kind}\x1f{payload}".encode(),
+                    digest_size=16).digest()
 
 
 @attrs.frozen
@@ -1025,7 +1025,8 @@ class Store:
         folded; a failed transaction puts it back to :attr:`durable_tip`.
         """
         events = list(events)
-        rows = [encode(event) for event in events]
+        # One event is what nearly every append holds.
+        rows = [encode(events[0])] if len(events) == 1 else [encode(e) for e in events]
         # The digest covers the time as SQLite gives it back: a float, and
         # never -0.0, which a REAL column returns as 0.0.
         time = float(time) + 0.0
@@ -1035,7 +1036,8 @@ class Store:
                 if self._next_seq is None:
                     self._next_seq = self.last_seq() + 1
                 first = self._next_seq
-                guess = [Record(first + i, time, e) for i, e in enumerate(events)]
+                guess = [Record(first, time, events[0])] if len(events) == 1 else [
+                    Record(first + i, time, e) for i, e in enumerate(events)]
                 pending.speculative = fold(guess, base)
                 pending.guess = guess
                 pending.guessed = first

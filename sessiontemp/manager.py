@@ -43,6 +43,7 @@ from journal.errors import (
     UnsafeRoot,
 )
 from journal.events import (
+    KINDS,
     ArtifactKept,
     CommandStarted,
     Event,
@@ -52,7 +53,6 @@ from journal.events import (
     LeaseReleased,
     ManagerClosed,
     ManagerOpened,
-    Record,
     Released,
     RemovalFinished,
     RemovalStarted,
@@ -103,16 +103,14 @@ def _disarm_copies() -> None:
 os.register_at_fork(after_in_child=_disarm_copies)
 
 
-def _fold(records: list[Record], state: State) -> State:
-    return replay(records, state)
-
-
-def _synced(events: tuple[Event, ...], full: bool) -> bool:
-    """Whether *events* are synced before their append returns (see _WRITE_AHEAD)."""
-    for event in events:
-        if isinstance(event, _WRITE_AHEAD) or (full and not isinstance(event, RemovalFinished)):
-            return True
-    return False
+# Whether an append of one event of each kind is synced before it returns (see
+# _WRITE_AHEAD), in full durability and in relaxed: looked up by the event's
+# class (events are final classes), one dict lookup on every append.
+_SYNCED: Final[dict[Durability, dict[type, bool]]] = {
+    "full": {cls: issubclass(cls, _WRITE_AHEAD) or cls is not RemovalFinished
+             for cls in KINDS.values()},
+    "relaxed": {cls: issubclass(cls, _WRITE_AHEAD) for cls in KINDS.values()},
+}
 
 
 class Manager:
@@ -793,9 +791,11 @@ class Manager:
         assert store is not None
         if store.epoch != self._epoch:
             self._resync(store)
-        durable = _synced(events, self.durability == "full")
+        synced = _SYNCED[self.durability]
+        durable = synced[type(events[0])] if len(events) == 1 else any(
+            synced[type(event)] for event in events)
         try:
-            pending = store.submit(events, time=self._clock(), durable=durable, fold=_fold,
+            pending = store.submit(events, time=self._clock(), durable=durable, fold=replay,
                                    base=self._state)
         except JournalError:
             if store.broken is not None:
