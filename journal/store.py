@@ -101,25 +101,28 @@ _OPEN_LOCK: Final = threading.Lock()
 # Connections inherited through fork(), kept referenced so that they are
 # never closed (see Store.forget).
 _FORKED: Final[list[sqlite3.Connection]] = []
-# What this process has read of segment files that were sealed, by path and
-# the file's (device, inode, size, mtime): a sealed segment is never written
-# again, so whether it is sealed and what it holds (its events, seal and
-# checkpoints) stay as read for as long as the file does.  Shared by every
-# store of the process: each Manager open is a store of its own, and
-# without it would connect to every kept segment again.  The file's size
-# and mtime are in the key so that a path whose file was replaced (never
-# done to a segment, but a journal can be moved aside) is read afresh.
+# What this process has read of segment files that were sealed, by journal
+# (its head's path), then by segment path and the file's (device, inode,
+# size, mtime): a sealed segment is never written again, so whether it is
+# sealed and what it holds (its events, seal and checkpoints) stay as read
+# for as long as the file does.  Shared by every store of the process: each
+# Manager open is a store of its own, and without it would connect to every
+# kept segment again.  The file's size and mtime are in the key so that a
+# path whose file was replaced (never done to a segment, but a journal can
+# be moved aside) is read afresh.  Each listing of a journal's segments
+# drops what it no longer lists, so that what is remembered is what is kept,
+# not every segment the journal ever had.
 _Identity: TypeAlias = tuple[int, int, int, int]
-_SEALED: Final[dict[Path, _Identity]] = {}
+_SEALED: Final[dict[Path, dict[Path, _Identity]]] = {}
 # (first, last, sealed, covered, has_events) of a segment: see SegmentInfo.
 _Facts: TypeAlias = tuple[int | None, int | None, float | None, int | None, bool]
-_FACTS: Final[dict[tuple[Path, _Identity], _Facts]] = {}
-# Retired heads found with no free page left, by path: one only ever has
+_FACTS: Final[dict[Path, dict[tuple[Path, _Identity], _Facts]]] = {}
+# Retired heads found with no free page left, by journal: one only ever has
 # rows added (to its retired table) from then on, so it never needs the
 # vacuum a killed retirement leaves undone (see Store.retire).
 _VACUUMED: Final[dict[Path, _Identity]] = {}
 _SEALED_LOCK: Final = threading.Lock()
-# Bounds the two caches of a process that opens many journals.
+# Bounds the caches of a process that opens many journals.
 _SEALED_MAX: Final = 4096
 
 
@@ -127,12 +130,31 @@ def _identity(st: os.stat_result) -> _Identity:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _remember(cache: dict[Any, Any], key: object, value: object) -> None:
+def _remember(cache: dict[Path, dict[Any, Any]], journal: Path, key: object,
+              value: object) -> None:
     with _SEALED_LOCK:
-        if len(cache) >= _SEALED_MAX:
-            # Only a cost: whatever was forgotten is read again.
-            cache.clear()
-        cache[key] = value
+        entries = cache.get(journal)
+        if entries is None:
+            if len(cache) >= _SEALED_MAX:
+                # Only a cost: whatever was forgotten is read again.
+                cache.clear()
+            entries = cache[journal] = {}
+        entries[key] = value
+
+
+def _forget_unlisted(journal: Path, listed: list[Segment]) -> None:
+    """Drop what is remembered of *journal*'s segment files that *listed* no longer has."""
+    paths = {segment.path for segment in listed}
+    with _SEALED_LOCK:
+        sealed = _SEALED.get(journal)
+        if sealed is not None and not sealed.keys() <= paths:
+            _SEALED[journal] = {path: i for path, i in sealed.items() if path in paths}
+        facts = _FACTS.get(journal)
+        if facts is not None and any(path not in paths for path, _ in facts):
+            _FACTS[journal] = {key: f for key, f in facts.items() if key[0] in paths}
+
+
+_SYNCHRONOUS: Final = {True: "PRAGMA synchronous=FULL", False: "PRAGMA synchronous=NORMAL"}
 
 
 def _any_kind(kinds: Sequence[str]) -> str:
@@ -319,6 +341,13 @@ class Store:
         self._idle: list[threading.Lock] = []
         self._next_seq: int | None = None
         self._synced = True
+        # The write path's statements run through one cursor (:meth:`_run`):
+        # conn.execute makes a cursor per call, and the connection keeps a
+        # reference to each until it has made 200 more (tens of kB a manager
+        # carries up and down).  Only statements run to their end go through
+        # it: a SELECT left part read would hold its read snapshot open
+        # until the cursor's next statement.
+        self._writing: sqlite3.Cursor | None = None
         self.tip: object = None
         self.durable_tip: object = None
         # Counts the times a folded state had to be worked out again, or
@@ -647,17 +676,18 @@ class Store:
                 return None
         return self._sealed_next(self._conn)
 
-    @staticmethod
-    def _sealed_next(conn: sqlite3.Connection) -> str | None:
+    def _sealed_next(self, conn: sqlite3.Connection) -> str | None:
         """The name of the segment that took over from *conn*'s, None while it is active."""
+        sql = "SELECT next FROM sealed LIMIT 1"
         try:
-            row = conn.execute("SELECT next FROM sealed LIMIT 1").fetchone()
+            # Every row read: a statement run to its end leaves no snapshot open.
+            rows = (self._run(sql) if conn is self._conn else conn.execute(sql)).fetchall()
         except sqlite3.OperationalError as e:
             # A journal from before segments, opened read-only: never sealed.
             if "no such table" in str(e):
                 return None
             raise
-        return None if row is None else str(row[0])
+        return str(rows[0][0]) if rows else None
 
     def _segment_fix(self, path: Path) -> str:
         return (f"Restore {path} from a backup; or move {self.path} and "
@@ -706,7 +736,7 @@ class Store:
         # A seal is never taken back: a file seen sealed (by any store of
         # this process) is not connected to again (one connection less per
         # open, and per read of the segment list).
-        if st is not None and _SEALED.get(segment.path) == _identity(st):
+        if st is not None and _SEALED.get(self.path, {}).get(segment.path) == _identity(st):
             return True
         try:
             conn = self._connect_segment(segment.path)
@@ -721,7 +751,7 @@ class Store:
         finally:
             conn.close()
         if sealed and st is not None:
-            _remember(_SEALED, segment.path, _identity(st))
+            _remember(_SEALED, self.path, segment.path, _identity(st))
         return sealed
 
     def _resolve(self, *, remove: bool = True) -> list[Segment]:
@@ -734,6 +764,7 @@ class Store:
         leaves it and reads past it.
         """
         found = segments.listed(self.path)
+        _forget_unlisted(self.path, found)
         while len(found) > 1 and not self._is_sealed(found[-2]):
             if remove and not self.readonly:
                 self._remove_orphan(found[-2], found[-1])
@@ -851,6 +882,7 @@ class Store:
         # of the active segment go through this connection); it closes once
         # the last cursor on it is collected, at once when there is none.
         self._conn = conn
+        self._writing = None
         # A segment's connection starts fully synchronous.
         self._synced = True
         self._active = active
@@ -871,7 +903,7 @@ class Store:
         while True:
             self._synchronous(durable)
             try:
-                self._conn.execute("BEGIN IMMEDIATE")
+                self._run("BEGIN IMMEDIATE")
             except sqlite3.OperationalError:
                 if not self._ready or self._still_there():
                     raise
@@ -886,8 +918,15 @@ class Store:
     def _synchronous(self, durable: bool) -> None:
         """Make the connection's next commit synced or not (only outside a transaction)."""
         if durable != self._synced:
-            self._conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+            self._run(_SYNCHRONOUS[durable])
             self._synced = durable
+
+    def _run(self, sql: str, params: tuple[object, ...] = ()) -> sqlite3.Cursor:
+        """Run *sql* on the store's connection; the caller reads any rows it gives to their end."""
+        cursor = self._writing
+        if cursor is None or cursor.connection is not self._conn:
+            cursor = self._writing = self._conn.cursor()
+        return cursor.execute(sql, params)
 
     def _still_there(self) -> bool:
         try:
@@ -1168,8 +1207,8 @@ class Store:
                     # From here on the statement commits, and may fail after that.
                     committing = True
                     try:
-                        cursor = conn.execute(_INSERT_UNSEALED,
-                                              (seq, p.time, kind, payload, digest))
+                        cursor = self._run(_INSERT_UNSEALED,
+                                             (seq, p.time, kind, payload, digest))
                     except sqlite3.IntegrityError:
                         raise _StaleTail from None
                     except sqlite3.OperationalError:
@@ -1254,7 +1293,7 @@ class Store:
                                 seq += 1
                                 digest = chain(digest, seq, p.time, kind, payload)
                                 try:
-                                    conn.execute(_INSERT, (seq, p.time, kind, payload, digest))
+                                    self._run(_INSERT, (seq, p.time, kind, payload, digest))
                                 except sqlite3.IntegrityError:
                                     if tail is None or seq != tail[0] + 1:
                                         raise
@@ -1291,7 +1330,7 @@ class Store:
                         # From here on only COMMIT is left, whose failure may
                         # or may not have made the records durable.
                         last = (seq, digest)
-                        conn.execute("COMMIT")
+                        self._run("COMMIT")
                     except BaseException:
                         self._abort()
                         raise
@@ -1514,6 +1553,9 @@ class Store:
             with contextlib.suppress(sqlite3.Error):
                 self._span.close()
             self._span = None
+            # Nor what was attached to it: the paths of segments perhaps long gone.
+            self._span_key = None
+            self._span_attached = {}
 
     def _spanning(self, kept: list[Segment], *, again: bool = True) -> sqlite3.Connection:
         conn = sqlite3.connect("file::memory:", uri=True, isolation_level=None,
@@ -2077,7 +2119,7 @@ class Store:
                 continue
             with contextlib.suppress(OSError):
                 identities[segment.path] = _identity(os.stat(segment.path))
-                facts = _FACTS.get((segment.path, identities[segment.path]))
+                facts = _FACTS.get(self.path, {}).get((segment.path, identities[segment.path]))
                 if facts is not None:
                     known[segment.path] = facts
         span: sqlite3.Connection | None = None
@@ -2103,7 +2145,7 @@ class Store:
                     return self._segments(again=False)
                 identity = identities.get(segment.path)
                 if identity is not None and self._final(segment, facts):
-                    _remember(_FACTS, (segment.path, identity), facts)
+                    _remember(_FACTS, self.path, (segment.path, identity), facts)
             first, last, sealed, covered, has_events = facts
             found.append(SegmentInfo(
                 segment.path, segment.base, first,
@@ -2279,7 +2321,10 @@ class Store:
             with self._lock:
                 if only_if_free and not conn.execute("PRAGMA freelist_count").fetchone()[0]:
                     if identity is not None:
-                        _remember(_VACUUMED, self.path, identity)
+                        with _SEALED_LOCK:
+                            if len(_VACUUMED) >= _SEALED_MAX:
+                                _VACUUMED.clear()
+                            _VACUUMED[self.path] = identity
                     return
                 self._step(f"vacuum {self.path.name}")
                 conn.execute("VACUUM")
@@ -2288,6 +2333,18 @@ class Store:
             raise self._translate(e, "retire history in") from e
         finally:
             conn.close()
+
+    def release_history(self) -> None:
+        """Close the connection that reads the sealed segments, if one is open.
+
+        It holds every kept segment attached, and what SQLite and Python
+        keep for each; a store that only appends needs none of it between
+        the reads of older history (a recovery or maintenance pass, an
+        inspection), and the next such read attaches them again.
+        """
+        with self._lock:
+            if self._span is not None and not self._span.in_transaction:
+                self._drop_span()
 
     def close(self) -> None:
         running = self._maintenance_thread

@@ -195,6 +195,9 @@ def run(
                      claim=claim, remove_artifacts=remove_artifacts).run()
     finally:
         lock.release()
+        # A manager's store lives on and only appends: the history this pass
+        # read is not kept open for it.
+        store.release_history()
 
 
 def maintain(root: Root, store: Store, seq: int = 0, *, clock: Callable[[], float],
@@ -222,6 +225,7 @@ def maintain(root: Root, store: Store, seq: int = 0, *, clock: Callable[[], floa
         logger.warning("journal.maintenance_failed", path=str(store.path), reason=str(e))
     finally:
         lock.release()
+        store.release_history()
 
 
 class _Pass:

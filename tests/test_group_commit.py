@@ -191,8 +191,21 @@ class FailingConnection:
             raise self.error
         return cursor
 
+    def cursor(self) -> FailingCursor:
+        return FailingCursor(self)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.conn, name)
+
+
+class FailingCursor:
+    """A FailingConnection's cursor: its statements count, and fail, as the connection's."""
+
+    def __init__(self, connection: FailingConnection) -> None:
+        self.connection = connection
+
+    def execute(self, sql: str, *params: Any) -> sqlite3.Cursor:
+        return self.connection.execute(sql, *params)
 
 
 @pytest.mark.parametrize("events", [1, 2], ids=["one-insert", "a-transaction"])
