@@ -20,7 +20,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from journal import EMPTY, JournalCorrupt, Record, Retention, State, Store, checkpoint, replay
 from journal import store as store_module
 from journal.events import Event, ManagerClosed, ManagerOpened, Released, Retained, Rotated
-from journal.segments import ROLL_FLOOR, directory, size_of
+from journal.segments import ROLL_FLOOR, Segment, directory, size_of
 from sessiontemp import Manager, recover
 from tests.strategies import legal_records, manager_id, scaled, session_histories
 
@@ -458,24 +458,31 @@ def test_listing_segments_never_reads_through_the_connection_another_thread_hold
         store.close()
 
 
+def overtake_listing(store: Store, path: Path) -> Callable[..., list[Segment]]:
+    """Give *store*'s next listing as made just before another process retired segments.
+
+    Returns the store's own listing, which lists the segments as they are.
+    """
+    listing = store._resolve(remove=False)
+    retirer = Store(path, retention=EAGER)
+    try:
+        assert retirer.retire(now=2e9)
+    finally:
+        retirer.close()
+    listings = [listing]
+    resolve = store._resolve
+    store._resolve = lambda *, remove=True: (  # type: ignore[method-assign]
+        listings.pop() if listings else resolve(remove=remove))
+    return resolve
+
+
 def test_a_reader_whose_listing_another_process_retired_meanwhile_lists_again(
     path: Path,
 ) -> None:
     store = rolled_over(path, rounds=3, managers=2)
     try:
         store.append(lives(1, "tail"), time=2.0)
-        # The listing a reader made just before a retirer in another process
-        # removed the oldest segments.
-        listing = store._resolve(remove=False)
-        retirer = Store(path, retention=EAGER)
-        try:
-            assert retirer.retire(now=2e9)
-        finally:
-            retirer.close()
-        listings = [listing]
-        resolve = store._resolve
-        store._resolve = lambda *, remove=True: (  # type: ignore[method-assign]
-            listings.pop() if listings else resolve(remove=remove))
+        overtake_listing(store, path)
         store._drop_span()
         assert store.last_seq() == 35
         assert store.history().retired_until == 30
@@ -850,18 +857,9 @@ def test_segments_listed_before_another_process_retired_some_are_listed_again(
     store = rolled_over(path, rounds=2, managers=2)
     try:
         store.append(lives(1, "tail"), time=2.0)
-        listing = store._resolve(remove=False)
-        retirer = Store(path, retention=EAGER)
-        try:
-            assert retirer.retire(now=2e9)
-        finally:
-            retirer.close()
+        resolve = overtake_listing(store, path)
         # Nothing remembered of them: the segments are read, and one is gone.
         store_module._FACTS.clear()
-        listings = [listing]
-        resolve = store._resolve
-        store._resolve = lambda *, remove=True: (  # type: ignore[method-assign]
-            listings.pop() if listings else resolve(remove=remove))
         kept = store.segments()
         assert [s.path for s in kept] == [s.path for s in resolve(remove=False)]
         assert not kept[0].has_events
