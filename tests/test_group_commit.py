@@ -179,6 +179,7 @@ class FailingConnection:
                  after: bool) -> None:
         self.conn, self.at, self.error, self.after = conn, at, error, after
         self.count = 0
+        self.cursors = 0
         self.statements: list[str] = []
 
     def execute(self, sql: str, *params: Any) -> sqlite3.Cursor:
@@ -192,6 +193,7 @@ class FailingConnection:
         return cursor
 
     def cursor(self) -> FailingCursor:
+        self.cursors += 1
         return FailingCursor(self)
 
     def __getattr__(self, name: str) -> Any:
@@ -281,6 +283,9 @@ def test_an_append_alone_is_one_statement_and_appends_together_one_transaction(
     # The seal check aside (a read), no savepoint: nothing can refuse either.
     assert [sql for sql in counting.statements if sql not in ("PRAGMA", "SELECT")] == [
         "BEGIN", "INSERT", "INSERT", "COMMIT"]
+    # Every statement through one cursor, kept: a cursor made per statement
+    # stays referenced by the connection until it has made 200 more.
+    assert counting.cursors == 1
     store._conn = real
     assert store.tip == replay(store.records())
     assert store.verify() == []

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -32,6 +33,8 @@ from journal import store as store_module
 from journal.events import Event, ManagerClosed, ManagerOpened, Released, Retained, Rotated
 from journal.segments import ROLL_FLOOR, Segment, directory, size_of
 from sessiontemp import Manager, recover
+from sessiontemp.recovery import maintain
+from sessiontemp.steps import Steps
 from tests.strategies import legal_records, manager_id, scaled, session_histories
 
 JOURNAL = "journal.sqlite3"
@@ -827,28 +830,83 @@ def test_a_read_streaming_from_the_active_segment_carries_on_past_the_stores_own
         store.close()
 
 
-def test_a_second_open_of_a_rolled_over_root_attaches_no_sealed_segment(tmp_path: Path) -> None:
-    retention = Retention(segment_bytes=0, history_bytes=1 << 30)
+KEEP_ALL = Retention(segment_bytes=0, history_bytes=1 << 30)
+
+
+def rolled_over_root(root: Path) -> None:
+    """A root whose journal rolled over three times, by real managers, keeping all history."""
     for _ in range(3):
-        with Manager(tmp_path, retention=retention) as manager:
+        with Manager(root, retention=KEEP_ALL) as manager:
             manager.retain()
             manager.acquire().release()
             manager.release()
-        recover(tmp_path, retention=retention)
-        store = Store(tmp_path / JOURNAL, retention=retention)
+        recover(root, retention=KEEP_ALL)
+        store = Store(root / JOURNAL, retention=KEEP_ALL)
         try:
             checkpoint.save(store, kept_state(store))
         finally:
             store.close()
-    assert len(segment_files(tmp_path / JOURNAL)) >= 3
-    with Manager(tmp_path, retention=retention):
+    assert len(segment_files(root / JOURNAL)) >= 3
+
+
+def test_a_second_open_of_a_rolled_over_root_attaches_no_sealed_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rolled_over_root(tmp_path)
+    with Manager(tmp_path, retention=KEEP_ALL):
         pass
     # What the first open read of the sealed segments holds for the next one.
-    with Manager(tmp_path, retention=retention) as manager:
+    spans: list[list[Path]] = []
+    spanning = Store._spanning
+
+    def counted(store: Store, kept: list[Segment], *, again: bool = True) -> sqlite3.Connection:
+        spans.append([segment.path for segment in kept])
+        return spanning(store, kept, again=again)
+
+    monkeypatch.setattr(Store, "_spanning", counted)
+    with Manager(tmp_path, retention=KEEP_ALL) as manager:
+        assert spans == []
         opened = manager._handles.store
         assert opened is not None
-        assert opened._span is None
         assert manager.state == replay(opened.records())
+    assert spans, "reading every record attaches the sealed segments"
+
+
+def test_a_pass_leaves_the_store_it_ran_on_without_the_sealed_segments_attached(
+    tmp_path: Path,
+) -> None:
+    rolled_over_root(tmp_path)
+    with Manager(tmp_path, retention=KEEP_ALL) as manager:
+        store = manager._handles.store
+        assert store is not None
+        assert min(record.seq for record in store.records()) == 1
+        assert store._span is not None
+        maintain(manager._handles.root, store, clock=time.time, steps=Steps(None))
+        assert store._span is None
+        # The next read of older history attaches them again.
+        assert min(record.seq for record in store.records()) == 1
+
+
+def test_what_is_remembered_of_sealed_segments_is_what_the_journal_still_lists(
+    path: Path,
+) -> None:
+    store = rolled_over(path, rounds=4, managers=1)
+    try:
+        store.segments()
+        remembered = store_module._FACTS[path]
+        assert len(remembered) >= 2
+        retirer = Store(path, retention=EAGER)
+        try:
+            assert retirer.retire(now=2e9)
+        finally:
+            retirer.close()
+        store.segments()
+        listed = {segment.path for segment in store.segments()}
+        assert {key[0] for key in store_module._FACTS[path]} <= listed
+        assert set(store_module._SEALED.get(path, {})) <= listed
+        assert len(store_module._FACTS[path]) < len(remembered)
+    finally:
+        store.close()
 
 
 def test_segments_listed_before_another_process_retired_some_are_listed_again(
