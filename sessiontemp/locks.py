@@ -139,12 +139,24 @@ def probe_liveness(managers_fd: int, manager: str) -> int | None:
     create one and always win its lock, declaring dead a manager that may
     well be alive.
     """
-    fd = os.open(lock_file_name(manager), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 dir_fd=managers_fd)
-    if try_exclusive(fd):
-        return fd
-    os.close(fd)
-    return None
+    name = lock_file_name(manager)
+    while True:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=managers_fd)
+        if not try_exclusive(fd):
+            os.close(fd)
+            return None
+        # Opened, then deleted and put back by its manager (Liveness.check),
+        # which let go of the old file only once it held the new one: the
+        # lock won is that of a file no longer named.  Look again by name.
+        held = os.fstat(fd)
+        try:
+            named = os.stat(name, dir_fd=managers_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            os.close(fd)
+            raise
+        if (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino):
+            return fd
+        os.close(fd)
 
 
 def hold_root(root_fd: int, *, patience: float) -> bool:
