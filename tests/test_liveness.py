@@ -36,7 +36,7 @@ from structlog.testing import capture_logs
 
 from journal import Store
 from journal.events import CommandStarted
-from sessiontemp import Manager, processes, recover
+from sessiontemp import Manager, locks, processes, recover
 from sessiontemp.locks import is_locked
 from sessiontemp.root import DIR_FLAGS
 from tests.conftest import journal_state, locked_by_another
@@ -527,3 +527,38 @@ def test_a_liveness_lock_file_renamed_away_is_put_back_by_the_next_operation(
     assert locked_by_another(path)
     assert [e["event"] for e in logs].count("manager.lock_recreated") == 1
     assert recover_elsewhere(manager.root)["dead"] == []
+
+
+def test_a_probe_that_wins_the_lock_of_a_lock_file_replaced_since_it_opened_it_looks_again(
+    manager: Manager, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The race a recovery in another process can meet, played in one, step by step.
+
+    The probe opens the manager's lock file; before it tries the lock, the
+    file is deleted and the manager, at its next operation, puts a new one
+    in place, locks it and lets go of the old.  The lock the probe then
+    wins is that of a file no longer named: it must look again by name
+    and find the manager alive.
+    """
+    path = lock_file(manager)
+    real = locks.try_exclusive
+    raced: list[int] = []
+
+    def deleted_and_put_back_meanwhile(fd: int) -> bool:
+        if not raced:
+            raced.append(fd)
+            path.unlink()
+            manager.retain()  # puts a new file in place, held
+            assert locked_by_another(path)
+        return real(fd)
+
+    monkeypatch.setattr(locks, "try_exclusive", deleted_and_put_back_meanwhile)
+    managers_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        held = locks.probe_liveness(managers_fd, manager.id)
+    finally:
+        os.close(managers_fd)
+    assert raced, "the probe never tried a lock"
+    if held is not None:
+        os.close(held)
+    assert held is None
