@@ -9,8 +9,11 @@ rows of the same size, no trigger or read: :class:`benchlib.BareCommits`)
 on the same disk.  Each round runs, in turn: the floor; the cycle from the
 main thread (inside the shield, which defers signal handlers around each
 operation, as an ordinary caller gets it); the cycle from another thread
-(run as it is, no shield); and, when the
-Manager has a relaxed durability mode, the same two in that mode.  Ratios
+(run as it is, no shield); and, when the Manager has a relaxed
+durability mode, the same two in that mode, and a relaxed cycle timed
+right after another one (its code and data still in the CPU's caches,
+where every other cycle follows the floor's syncs or another manager's
+work: the difference is what a cold cache costs).  Ratios
 are of the medians over N rounds, all from the one loop.
 
 It also counts the commits of one cycle in each mode (durable: with an
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import time
 from collections.abc import Callable
 
 import benchlib
@@ -61,8 +65,18 @@ def main() -> None:
                 def inline(cycle: Callable[[], None] = cycle) -> float:
                     return worker.run(cycle)
 
+                def second(cycle: Callable[[], None] = cycle) -> float:
+                    cycle()
+                    start = time.perf_counter()
+                    cycle()
+                    return time.perf_counter() - start
+
                 variants[f"warm cycle, {mode}, from the main thread"] = cycle
                 variants[f"warm cycle, {mode}, from another thread (inline)"] = inline
+                if mode == "relaxed":
+                    # No sync to wait for: what is left is CPU, and the caches'.
+                    variants[f"warm cycle, {mode}, main thread, the second of two in a row"] = (
+                        second)
             samples = benchlib.interleave(variants, rounds)
         finally:
             for manager in managers.values():
