@@ -21,7 +21,8 @@ Three measurements, each against the same with little history:
 * **a warm cycle after R rotations** (default 100,000) of one manager against
   one after 100, alternating; and the **manager's memory** (``tracemalloc``,
   traced from before the manager opened, after a garbage collection) after
-  M rotations (``--memory-at``, default 1,000) and after R.  A rotation
+  M rotations (``--memory-at``, default 1,000) and after R, and after R/2
+  (whether the second half of the history adds anything).  A rotation
   here is ``rotate()`` + ``acquire()`` + ``release()``: a generation made
   and removed.  These two roots go to
   /dev/shm when it is writable (fsync is free there, so the build is
@@ -249,11 +250,16 @@ def rotated(args: argparse.Namespace, scratch: Path) -> None:
         memory_small = [now - then for now, then in zip(traced(), base, strict=True)]
         start = time.perf_counter()
         done = min(args.memory_at, args.rotations)
+        half = max(done, args.rotations // 2)
+        memory_half = memory_small
         while done < args.rotations:
-            step = min(10_000, args.rotations - done)
+            step = min(10_000, (half if done < half else args.rotations) - done)
             rotations(many, step)
             done += step
             progress(f"  {done:,} rotations ({time.perf_counter() - start:.0f} s)")
+            if done == half:
+                settled(many)
+                memory_half = [now - then for now, then in zip(traced(), base, strict=True)]
         settled(many)
         memory_big = [now - then for now, then in zip(traced(), base, strict=True)]
         tracemalloc.stop()
@@ -283,6 +289,13 @@ def rotated(args: argparse.Namespace, scratch: Path) -> None:
            for what, small, big in zip(("", ", without pathlib's interned names"),
                                        memory_small, memory_big, strict=True)]],
         numeric=(1, 2, 3))
+    # The first figure is taken before anything that happens once in a
+    # manager's life (its first rollover, its first maintenance pass), the
+    # second after; the second half of the rotations says whether anything
+    # still grows with history once those are behind it.
+    print(f"The same memory after {half:,} rotations: {memory_half[0] / 1e3:,.1f} kB; after "
+          f"{args.rotations:,}: {memory_big[0] / 1e3:,.1f} kB "
+          f"({memory_big[0] / memory_half[0]:.2f}x over the second half).\n")
 
 
 def main() -> None:
