@@ -371,36 +371,55 @@ OPENER = textwrap.dedent(
     from pathlib import Path
     from journal import Store
 
-    path, go = sys.argv[1], Path(sys.argv[1] + ".go")
-    while not go.exists():
-        time.sleep(0.0005)
-    Store(path, busy_timeout=10).close()
+    # One round after another: say it is ready, wait for the word, open that round's
+    # new journal.  Starting once for every round keeps the start-up out of the race.
+    directory, rounds = Path(sys.argv[1]), int(sys.argv[2])
+    for n in range(rounds):
+        path = directory / f"journal{n}.sqlite3"
+        go = Path(f"{path}.go")
+        print(n, flush=True)
+        while not go.exists():
+            time.sleep(0.0005)
+        Store(path, busy_timeout=10).close()
     """
 )
 
 
 @pytest.mark.parametrize("rounds", [
-    pytest.param(6, id="short"), pytest.param(200, id="long", marks=pytest.mark.slow),
+    pytest.param(30, id="short"), pytest.param(200, id="long", marks=pytest.mark.slow),
 ])
 def test_processes_creating_one_new_journal_at_the_same_moment_all_open_it(
     tmp_path: Path, rounds: int
 ) -> None:
     # One of them writes the first header while the others switch to WAL;
     # SQLite reports that conflict as busy without waiting, so the store waits.
-    for n in range(rounds):
-        path = tmp_path / f"journal{n}.sqlite3"
-        openers = [subprocess.Popen([sys.executable, "-c", OPENER, str(path)],
-                                    stderr=subprocess.PIPE) for _ in range(6)]
-        time.sleep(0.3)
-        Path(f"{path}.go").touch()
+    openers = [subprocess.Popen([sys.executable, "-c", OPENER, str(tmp_path), str(rounds)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(6)]
+    try:
+        for n in range(rounds):
+            path = tmp_path / f"journal{n}.sqlite3"
+            # Each one has opened the previous round's journal and waits for this one.
+            for p in openers:
+                line = p.stdout.readline() if p.stdout else ""
+                if line != f"{n}\n":
+                    p.kill()
+                    pytest.fail(f"round {n}: {line!r} {p.communicate(timeout=60)[1]}")
+            Path(f"{path}.go").touch()
         for p in openers:
             _, err = p.communicate(timeout=60)
-            assert p.returncode == 0, err.decode()
-        store = Store(path, readonly=True)
-        try:
-            assert store.last_seq() == 0
-        finally:
-            store.close()
+            assert p.returncode == 0, err
+        for n in range(rounds):
+            store = Store(tmp_path / f"journal{n}.sqlite3", readonly=True)
+            try:
+                assert store.last_seq() == 0
+            finally:
+                store.close()
+    finally:
+        for p in openers:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 @pytest.mark.parametrize("open_first", [True, False], ids=["opened-first", "created-at-once"])
