@@ -23,7 +23,7 @@ What is here, and how to reuse it:
   the model it drew by hand, then add one event of its own with
   :meth:`Lifecycle.next_record`, which numbers it without changing the model.
 * Budgets.  :func:`scaled` gives settings with a fraction of the active
-  profile's examples (``ci``, ``dev`` or ``long``, see ``conftest.py``), for
+  profile's examples (``default``, ``ci``, ``dev`` or ``long``, see ``conftest.py``), for
   tests whose examples are expensive, so every profile keeps its proportions.
 * Reducer states.  :func:`generation_states` draws any
   :class:`journal.GenerationState` (for :func:`journal.reducer.removal_due`);

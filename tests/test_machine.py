@@ -31,7 +31,7 @@ the journal, each live generation holds exactly its files, nothing outside
 the root changed, sealed managers refuse to lease.
 
 The budget is the hypothesis profile's (``conftest.py``: examples and steps
-per example for ``ci``, the default, ``dev`` and ``long``).  A planted bug,
+per example for ``default``, ``ci``, ``dev`` and ``long``).  A planted bug,
 a manager that removes a retired generation while one lease is left, must
 make the same machine fail on the invariant it breaks.
 """
