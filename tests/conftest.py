@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, settings
 from journal import State, Store, replay
 from journal.reducer import History
 from sessiontemp import Manager
+from tests import zygote
 
 # The one place budgets are set.  Every property test runs ``max_examples``
 # (or a fraction of it: tests/strategies.py ``scaled``); the state machine
@@ -114,6 +115,10 @@ def manager(open_manager: Callable[..., Manager]) -> Manager:
     m = open_manager()
     m.retain()
     return m
+
+
+def pytest_sessionfinish() -> None:
+    zygote.close_all()
 
 
 def locked_by_another(path: Path) -> bool:

@@ -1,4 +1,4 @@
-"""journal-inspect through the real console script, on journals written by real managers.
+"""journal-inspect on journals written by real managers, each run a process of its own.
 
 One journal comes from a process killed with SIGKILL (``tests/crashchild.py``);
 the JSON output is checked against the schema documented in the README.
@@ -27,6 +27,7 @@ from journal import Store, checkpoint, replay
 from journal.events import LeaseReleased
 from sessiontemp import Manager
 from sessiontemp.cli import SUBCOMMANDS
+from tests import zygote
 from tests.test_crash import Command
 
 SCRIPT = Path(sys.executable).with_name("journal-inspect")
@@ -35,8 +36,12 @@ README = Path(__file__).parents[1] / "README.md"
 
 
 def inspect(*args: str | Path, ok: int = 0) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([str(SCRIPT), *map(str, args)], capture_output=True, text=True,
-                            timeout=120)
+    # The console script's function, in a process forked for the run from one that has
+    # imported it: the start-up of a process per run was most of these tests' time.
+    # The script itself runs where it matters: on a terminal, following a journal, with
+    # arguments that are not UTF-8.
+    result = zygote.shared("sessiontemp.cli").run(
+        [str(SCRIPT), *map(str, args)], entry="sessiontemp.cli:run")
     assert result.returncode == ok, (result.returncode, result.stdout, result.stderr)
     assert "Traceback" not in result.stderr
     return result

@@ -35,6 +35,7 @@ from journal.segments import ROLL_FLOOR, Segment, directory, size_of
 from sessiontemp import Manager, recover
 from sessiontemp.recovery import maintain
 from sessiontemp.steps import Steps
+from tests import zygote
 from tests.strategies import legal_records, manager_id, scaled, session_histories
 
 JOURNAL = "journal.sqlite3"
@@ -404,6 +405,8 @@ PASS_CRASHER = KILL_AT_STEP + textwrap.dedent("""
 def test_a_pass_killed_at_any_step_of_its_rollover_leaves_a_usable_journal(
     tmp_path: Path,
 ) -> None:
+    # Forked from a process that has imported the library: a process per k.
+    crashers = zygote.shared("sessiontemp", "tests.test_segments")
     template = history_root(tmp_path / "template", 800)
     whole = journal_state_of(template)
     k, stopped = 0, []
@@ -411,8 +414,7 @@ def test_a_pass_killed_at_any_step_of_its_rollover_leaves_a_usable_journal(
         k += 1
         root = tmp_path / f"k{k}"
         shutil.copytree(template, root)
-        result = subprocess.run([sys.executable, "-c", PASS_CRASHER, str(root), str(k)],
-                                cwd=HERE, capture_output=True, text=True, timeout=120)
+        result = crashers.run(["-c", str(root), str(k)], script=PASS_CRASHER, cwd=HERE)
         if result.returncode == 0:
             break
         assert result.returncode == -signal.SIGKILL, result.stderr
@@ -565,13 +567,14 @@ CRASHER = KILL_AT_STEP + textwrap.dedent("""
 def test_a_process_killed_at_any_step_of_rollover_or_retirement_leaves_a_usable_journal(
     tmp_path: Path,
 ) -> None:
+    # Forked from a process that has imported the library: a process per k.
+    crashers = zygote.shared("sessiontemp", "tests.test_segments")
     k, stopped = 0, []
     while True:
         k += 1
         path = tmp_path / f"k{k}" / JOURNAL
         path.parent.mkdir()
-        result = subprocess.run([sys.executable, "-c", CRASHER, str(path), str(k)], cwd=HERE,
-                                capture_output=True, text=True, timeout=120)
+        result = crashers.run(["-c", str(path), str(k)], script=CRASHER, cwd=HERE)
         if result.returncode == 0:
             break
         assert result.returncode == -signal.SIGKILL, result.stderr
