@@ -27,8 +27,8 @@ from journal import Store, checkpoint, replay
 from journal.events import LeaseReleased
 from sessiontemp import Manager
 from sessiontemp.cli import SUBCOMMANDS
-from tests import zygote
 from tests.test_crash import Command
+from tests.zygote import journal_inspect
 
 SCRIPT = Path(sys.executable).with_name("journal-inspect")
 CHILD = Path(__file__).with_name("crashchild.py")
@@ -40,8 +40,7 @@ def inspect(*args: str | Path, ok: int = 0) -> subprocess.CompletedProcess[str]:
     # imported it: the start-up of a process per run was most of these tests' time.
     # The script itself runs where it matters: on a terminal, following a journal, with
     # arguments that are not UTF-8.
-    result = zygote.shared("sessiontemp.cli").run(
-        [str(SCRIPT), *map(str, args)], entry="sessiontemp.cli:run")
+    result = journal_inspect(*args)
     assert result.returncode == ok, (result.returncode, result.stdout, result.stderr)
     assert "Traceback" not in result.stderr
     return result

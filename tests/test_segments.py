@@ -730,9 +730,7 @@ def test_opening_checks_only_the_active_segment_and_verify_finds_damage_in_histo
 
 
 def inspect(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    script = Path(sys.executable).with_name("journal-inspect")
-    result = subprocess.run([str(script), *map(str, args)], capture_output=True, text=True,
-                            timeout=120)
+    result = zygote.journal_inspect(*args)
     assert result.returncode == 0, (result.stdout, result.stderr)
     return result
 

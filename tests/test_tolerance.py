@@ -50,9 +50,9 @@ from sessiontemp import Manager, Report, recover
 from sessiontemp.root import generation_name
 from tests.conftest import journal_state
 from tests.model import simulate_kill
+from tests.zygote import journal_inspect
 
 JOURNAL = "journal.sqlite3"
-INSPECT = Path(sys.executable).with_name("journal-inspect")
 
 
 def forge(root: Path, event: events.Event) -> int:
@@ -77,8 +77,7 @@ def forge(root: Path, event: events.Event) -> int:
 
 
 def inspect(*args: str | Path, ok: tuple[int, ...] = (0, 1)) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([str(INSPECT), *map(str, args)], capture_output=True, text=True,
-                            timeout=120)
+    result = journal_inspect(*args)
     assert result.returncode in ok, (result.returncode, result.stdout, result.stderr)
     assert "Traceback" not in result.stderr
     return result

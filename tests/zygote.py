@@ -164,3 +164,12 @@ def shared(*modules: str) -> Zygote:
 def close_all() -> None:
     while _STARTED:
         _STARTED.popitem()[1].close()
+
+
+JOURNAL_INSPECT = Path(sys.executable).with_name("journal-inspect")
+
+
+def journal_inspect(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """``journal-inspect *args``, the console script's function in a process of its own."""
+    return shared("sessiontemp.cli").run([str(JOURNAL_INSPECT), *map(str, args)],
+                                         entry="sessiontemp.cli:run")
