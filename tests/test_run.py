@@ -41,13 +41,25 @@ SCRIPT = Path(sys.executable).parent / "sessiontemp"
 LAUNCHERS = {"script": [os.fspath(SCRIPT)], "python -m": [sys.executable, "-m", "sessiontemp"]}
 
 
-@pytest.fixture(params=sorted(LAUNCHERS))
+def launcher(name: str) -> list[str]:
+    command = LAUNCHERS[name]
+    if not os.path.exists(command[0]):
+        pytest.skip(f"{command[0]} is not installed: run `pip install -e .`")
+    return command
+
+
+# Both launchers run the same entry function: the default run starts most tests through
+# the script, and ``-m slow`` (in .ci/run) runs them through ``python -m`` too.
+@pytest.fixture(params=["script", pytest.param("python -m", marks=pytest.mark.slow)])
 def wrapper(request: pytest.FixtureRequest) -> list[str]:
     """The command that starts ``sessiontemp``: the installed script, or ``python -m``."""
-    launcher: list[str] = LAUNCHERS[request.param]
-    if not os.path.exists(launcher[0]):
-        pytest.skip(f"{launcher[0]} is not installed: run `pip install -e .`")
-    return launcher
+    return launcher(request.param)
+
+
+@pytest.fixture(params=sorted(LAUNCHERS))
+def each_wrapper(request: pytest.FixtureRequest) -> list[str]:
+    """Either launcher, both in the default run: for the tests that each must pass."""
+    return launcher(request.param)
 
 
 def leftovers(root: Path) -> list[str]:
@@ -189,9 +201,9 @@ def test_a_signal_the_command_sends_the_wrapper_is_not_sent_back_to_it(
 
 
 def test_sigterm_to_the_wrapper_ends_a_command_that_does_not_handle_it_with_143(
-    wrapper: list[str], root: Path
+    each_wrapper: list[str], root: Path
 ) -> None:
-    with started(wrapper, root, "echo ready; exec sleep 60") as process:
+    with started(each_wrapper, root, "echo ready; exec sleep 60") as process:
         process.terminate()
         process.wait(timeout=60)
     assert process.returncode == 128 + signal.SIGTERM
@@ -399,7 +411,8 @@ def test_a_command_not_found_gives_127_and_not_executable_126(
 # -- the rest of the command line ---------------------------------------------------------
 
 
-def test_version_and_help_with_examples(wrapper: list[str]) -> None:
+def test_version_and_help_with_examples(each_wrapper: list[str]) -> None:
+    wrapper = each_wrapper
     version = sessiontemp(wrapper, "--version")
     assert version.returncode == 0
     assert version.stdout.split() == ["sessiontemp", "0.1.0"] or version.stdout.startswith(
