@@ -8,8 +8,7 @@ The JSON output is checked against the schema the README documents.
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import signal
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,32 +17,33 @@ from typing import Any
 import pytest
 
 from sessiontemp import Manager, inspect, recover
+from tests import zygote
 from tests.test_cli import assert_documented, inspect_json
 from tests.test_cli import inspect as run_inspect
 
 TIMEOUT = 20.0
 
 KILLED_OWNER = textwrap.dedent("""
-    import sys, time
+    import os, signal, sys
     from sessiontemp import Manager
     manager = Manager(sys.argv[1], session=sys.argv[2], resume_window=3600.0)
     manager.retain()
     lease = manager.acquire(label="work")
     (lease.path / "notes.txt").write_text("draft")
     print(lease.path, flush=True)
-    time.sleep(600)
+    os.kill(os.getpid(), signal.SIGKILL)
 """)
 
 
 def killed_owner(root: Path, session: str) -> Path:
-    """Run an owner of *session* until it has a file in its directory, then SIGKILL it."""
-    child = subprocess.Popen([sys.executable, "-c", KILLED_OWNER, str(root), session],
-                             stdout=subprocess.PIPE, text=True)
-    assert child.stdout is not None
-    path = Path(child.stdout.readline().strip())
-    child.kill()
-    child.wait(TIMEOUT)
-    return path
+    """Run an owner of *session* until it has a file in its directory, then SIGKILL it.
+
+    It kills itself, a process forked from the zygote (tests/zygote.py).
+    """
+    child = zygote.shared("sessiontemp").run(["-c", str(root), session], script=KILLED_OWNER,
+                                             timeout=TIMEOUT)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    return Path(child.stdout.strip())
 
 
 @pytest.fixture
