@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -101,14 +102,23 @@ class Zygote:
             stdout=subprocess.PIPE, text=True,
         )
         self.runs = 0
+        # Answers are read from the descriptor, not a buffered stream: the pid and the
+        # exit code of a short run can arrive together, and select would not see the
+        # second one once a buffered stream had read it.
+        self._buffer = b""
 
     def _answer(self, timeout: float) -> dict[str, Any]:
         assert self.process.stdout is not None
-        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
-        if not ready:
-            raise TimeoutError
-        line = self.process.stdout.readline()
-        assert line, f"the zygote ended: {self.process.wait()}"
+        fd = self.process.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                raise TimeoutError
+            chunk = os.read(fd, 65536)
+            assert chunk, f"the zygote ended: {self.process.wait()}"
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
         answer: dict[str, Any] = json.loads(line)
         return answer
 
@@ -132,6 +142,7 @@ class Zygote:
         try:
             returncode = self._answer(timeout)["returncode"]
         except TimeoutError:
+            # Not reaped until the zygote's waitpid returns, so the pid is still the child's.
             os.kill(pid, signal.SIGKILL)
             self._answer(60)
             raise subprocess.TimeoutExpired(argv, timeout) from None
