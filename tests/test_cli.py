@@ -27,6 +27,7 @@ from journal import Store, checkpoint, replay
 from journal.events import LeaseReleased
 from sessiontemp import Manager
 from sessiontemp.cli import SUBCOMMANDS
+from tests import zygote
 from tests.test_crash import Command
 from tests.zygote import journal_inspect
 
@@ -129,10 +130,9 @@ class Child:
     """A tests/crashchild.py process: a manager in another process that the test kills."""
 
     def __init__(self, root: Path, pass_fds: tuple[int, ...] = ()) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, str(CHILD), str(root)], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, text=True, pass_fds=pass_fds,
-        )
+        # Forked from a process that has imported the library (tests/zygote.py).
+        self.process = zygote.shared("sessiontemp", "tests.childio").start(
+            CHILD, [str(root)], stderr=2, pass_fds=pass_fds)
         self.hello = self.read()
 
     def read(self) -> dict[str, Any]:
@@ -145,7 +145,7 @@ class Child:
 
     def ask(self, *words: str) -> dict[str, Any]:
         assert self.process.stdin is not None
-        self.process.stdin.write(" ".join(words) + "\n")
+        self.process.stdin.write((" ".join(words) + "\n").encode())
         self.process.stdin.flush()
         return self.read()
 

@@ -29,7 +29,6 @@ import random
 import select
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
@@ -42,6 +41,7 @@ import sessiontemp
 from journal import State, Store
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Lease, Manager, Report
 from sessiontemp.root import JOURNAL_NAME, generation_name
+from tests import zygote
 from tests.conftest import journal_state
 
 CHILD = Path(__file__).with_name("crashchild.py")
@@ -58,12 +58,11 @@ class Child:
     def __init__(self, root: Path, log: Path, options: Collection[str],
                  pass_fds: Collection[int]) -> None:
         self.log = log
+        # Forked from a process that has imported the library (tests/zygote.py), as a
+        # new `python tests/crashchild.py` would run, without its half second of start-up.
         with log.open("wb") as stderr:
-            self.proc = subprocess.Popen(
-                [sys.executable, str(CHILD), str(root), *options],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                pass_fds=tuple(pass_fds),
-            )
+            self.proc = zygote.shared("sessiontemp", "tests.childio").start(
+                CHILD, [str(root), *options], stderr=stderr.fileno(), pass_fds=tuple(pass_fds))
         assert self.proc.stdin is not None
         assert self.proc.stdout is not None
         self._stdin = self.proc.stdin

@@ -43,6 +43,7 @@ from journal import Record, replay
 from journal.errors import JournalError, JournalFull
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Lease, Manager, Unavailable, recover
 from sessiontemp.root import generation_name
+from tests import zygote
 from tests.conftest import journal_state, live_state, locked_by_another, own_view
 from tests.test_bad_journal import (
     append_unknown_kind,
@@ -70,10 +71,9 @@ class Child:
     """One faultchild process and the line-by-line conversation with it."""
 
     def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(CHILD), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
+        # Forked from a process that has imported the library (tests/zygote.py), as a new
+        # `python tests/faultchild.py` would run, without its half second of start-up.
+        self.proc = zygote.shared("sessiontemp", "tests.childio").start(CHILD, list(args))
         assert self.proc.stdin is not None
         assert self.proc.stdout is not None
         self._stdout = self.proc.stdout.fileno()
