@@ -41,6 +41,7 @@ from sessiontemp import (
     remove_session,
 )
 from sessiontemp.inspect import fsck
+from tests import zygote
 from tests.commands import exited, journaled, wait_until
 
 TIMEOUT = 20.0
@@ -75,10 +76,9 @@ class Owner:
     """A real process owning a named session, with its current directory (and commands)."""
 
     def __init__(self, root: Path, name: str, mode: str = "plain", window: float = DAY) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", OWNER, str(root), name, mode, str(window)],
-            stdout=subprocess.PIPE, text=True,
-        )
+        # Forked from a process that has imported the library (tests/zygote.py).
+        self.process = zygote.shared("sessiontemp").start(
+            None, [str(root), name, mode, str(window)], script=OWNER, stderr=2)
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
         assert line, "the owner died before it reported"

@@ -244,11 +244,13 @@ class Zygote:
             out.unlink()
             err.unlink()
 
-    def start(self, path: Path, args: list[str], *, stderr: int | None = None,
-              pass_fds: tuple[int, ...] = (), cwd: Path | None = None) -> Forked:
-        """``python PATH ARGS...`` forked from the zygote, with pipes to its stdin and stdout
-        (binary), stderr to the descriptor *stderr* (a pipe when None), and *pass_fds* kept
-        at their numbers."""
+    def start(self, path: Path | None, args: list[str], *, script: str | None = None,
+              stderr: int | None = None, pass_fds: tuple[int, ...] = (),
+              cwd: Path | None = None) -> Forked:
+        """``python PATH ARGS...`` (or ``python -c SCRIPT ARGS...``) forked from the zygote,
+        with pipes to its stdin and stdout (binary), stderr to the descriptor *stderr* (a
+        pipe when None), and *pass_fds* kept at their numbers."""
+        assert (path is None) != (script is None)
         stdin_r, stdin_w = os.pipe()
         stdout_r, stdout_w = os.pipe()
         stderr_r, stderr_w = os.pipe() if stderr is None else (-1, stderr)
@@ -257,8 +259,9 @@ class Zygote:
             ours.append(stderr_r)
             theirs.append(stderr_w)
         try:
-            request = self._request("start", [str(path), *args], cwd)
-            request.update({"path": str(path), "pass_fds": list(pass_fds)})
+            request = self._request("start", [str(path or "-c"), *args], cwd)
+            request.update({"path": str(path)} if path else {"script": script})
+            request["pass_fds"] = list(pass_fds)
             pid = self._ask(request, [stdin_r, stdout_w, stderr_w, *pass_fds])["pid"]
         except BaseException:
             for fd in ours:
