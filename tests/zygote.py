@@ -1,18 +1,22 @@
 """A process that imports the library once and forks a fresh child for each run.
 
 Some tests start a process per case: a process killed at every step k of an
-operation, journal-inspect run on journal after journal.  Each such start
-pays the interpreter's start-up and the library's import, about half a
-second of CPU on two shared cores, which was most of those tests' time.  A
-child forked from the zygote is a process like any other (its own pid and
-descriptors, stdout and stderr to files, killed by a real SIGKILL, its exit
-status reaped) and starts with nothing open: the zygote itself only
-imported modules, opened no journal, held no lock and started no thread.
+operation, journal-inspect run on journal after journal, a driver process
+(tests/crashchild.py, tests/faultchild.py, a session owner) per test.  Each
+such start pays the interpreter's start-up and the library's import, about
+half a second of CPU on two shared cores, which was most of those tests'
+time.  A child forked from the zygote is a process like any other (its own
+pid and descriptors, standard streams opened as a new interpreter opens
+them, killed by a real SIGKILL, its exit status reaped) and starts with
+nothing open: the zygote itself only imported modules, opened no journal,
+held no lock and started no thread.
 
-The test process sends one JSON line per run (what to run, argv, the
-environment, the working directory, where stdout and stderr go); the zygote
-answers with the child's pid, then its exit code as
-:attr:`subprocess.Popen.returncode` gives it (-9 for SIGKILL).
+The test process talks to the zygote over a SOCK_SEQPACKET socket, one JSON
+message per request, with descriptors attached where a child needs them:
+``run`` (stdout and stderr to files; the answer is the pid), ``start`` (the
+test's pipes and passed descriptors; the answer is the pid) and ``wait``
+(the exit code as :attr:`subprocess.Popen.returncode` gives it, -9 for
+SIGKILL, or None after the timeout).  Children are reaped only on ``wait``.
 """
 
 from __future__ import annotations
