@@ -40,7 +40,6 @@ from typing import Any, Final, Literal, TypeAlias
 from urllib.parse import quote
 
 import attrs
-import sqlite_utils
 
 from journal import segments
 from journal.errors import (
@@ -628,6 +627,11 @@ class Store:
         with self._transaction("open"):
             _app_id, version, _tables = self._header()
             if version == 0:
+                # Imported here, where a journal is created: every other
+                # process (one opening an existing root, `sessiontemp run`,
+                # journal-inspect) is spared a quarter of the package's import.
+                import sqlite_utils
+
                 db = sqlite_utils.Database(self._conn)
                 db.table("events").create(
                     {"seq": int, "time": float, "kind": str, "payload": str, "digest": bytes},

@@ -204,6 +204,31 @@ def test_reopening_a_journal_keeps_everything_and_continues_the_sequence(path: P
         second.close()
 
 
+def test_only_creating_a_journal_imports_sqlite_utils(tmp_path: Path) -> None:
+    """A process that opens a root made before (a command's wrapper, journal-inspect) skips it.
+
+    sqlite_utils and what it imports are about a quarter of the package's
+    import time, and only the creation of a journal's schema uses them.
+    """
+    script = textwrap.dedent("""
+        import sys
+        from sessiontemp import Manager
+        with Manager(sys.argv[1]) as manager:
+            manager.retain()
+            manager.acquire().release()
+            manager.release()
+        print("sqlite_utils" in sys.modules)
+    """)
+
+    def imported(root: Path) -> str:
+        return subprocess.run([sys.executable, "-c", script, str(root)], capture_output=True,
+                              text=True, check=True, timeout=60).stdout.strip()
+
+    root = tmp_path / "root"
+    assert imported(root) == "True"  # made the journal
+    assert imported(root) == "False"
+
+
 # -- appending ----------------------------------------------------------------------------
 
 
