@@ -65,6 +65,7 @@ __all__ = [
     "Segment",
     "create",
     "directory",
+    "folder",
     "listed",
     "name_of",
     "remove_file",
@@ -126,12 +127,31 @@ class Retention:
 DEFAULT_RETENTION: Final = Retention()
 
 
+def _text(path: os.PathLike[str] | str) -> str:
+    return os.fspath(path)
+
+
 @attrs.frozen
 class Segment:
-    """One file of the journal: its path and the seq of the event before its first (0: head)."""
+    """One file of the journal: its path and the seq of the event before its first (0: head).
 
-    path: Path
+    The path is kept as the string it was listed as: a :class:`Path` parses
+    it and interns its name in the interpreter's table of interned strings,
+    and the segments are listed again on every read across them and every
+    retirement pass, each time with the names of new ones.  :attr:`path`
+    makes the Path when asked.
+    """
+
+    file: str = attrs.field(converter=_text)
     base: int
+
+    @property
+    def path(self) -> Path:
+        return Path(self.file)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.file)
 
     @property
     def is_head(self) -> bool:
@@ -140,7 +160,14 @@ class Segment:
 
 def directory(journal: Path) -> Path:
     """Where the segments after the head live: beside the head, named after it."""
-    return journal.with_name(journal.name + ".d")
+    return Path(folder(journal))
+
+
+def folder(journal: os.PathLike[str] | str) -> str:
+    """:func:`directory` as a string, made without parsing a path."""
+    # A Path's string has no trailing separator, so this names what
+    # journal.with_name(journal.name + ".d") does.
+    return os.fspath(journal) + ".d"
 
 
 def name_of(first: int) -> str:
@@ -151,25 +178,33 @@ def name_of(first: int) -> str:
 def listed(journal: Path) -> list[Segment]:
     """The head and every segment file beside it, oldest first (none removed or checked)."""
     found = [Segment(journal, 0)]
+    where = folder(journal)
     try:
-        names = os.listdir(directory(journal))
+        names = os.listdir(where)
     except (FileNotFoundError, NotADirectoryError):
         return found
     for name in names:
         match = _NAME.match(name)
         if match is not None and int(match.group(1)) > 0:
-            found.append(Segment(directory(journal) / name, int(match.group(1)) - 1))
+            found.append(Segment(os.path.join(where, name), int(match.group(1)) - 1))
     found[1:] = sorted(found[1:], key=lambda s: s.base)
     return found
 
 
-def temporaries(journal: Path) -> list[Path]:
+def temporaries(journal: Path) -> list[str]:
     """Half-made segments a crashed rollover left, by their temporary names."""
+    where = folder(journal)
     try:
-        names = os.listdir(directory(journal))
+        names = os.listdir(where)
     except (FileNotFoundError, NotADirectoryError):
         return []
-    return [directory(journal) / n for n in names if n.startswith(".") and n.endswith(".tmp")]
+    return [os.path.join(where, n) for n in names if n.startswith(".") and n.endswith(".tmp")]
+
+
+def temporary(path: os.PathLike[str] | str) -> str:
+    """The name *path* is made under before it is renamed to its own (``.NAME.tmp``)."""
+    head, name = os.path.split(os.fspath(path))
+    return os.path.join(head, f".{name}.tmp")
 
 
 # The schema of every journal file.  {base}: the seq of the event before
@@ -205,7 +240,7 @@ SEGMENT_SQL: Final = (
 
 
 def create(
-    path: Path,
+    path: os.PathLike[str] | str,
     *,
     base: int,
     digest: bytes,
@@ -221,7 +256,7 @@ def create(
     before it is closed, so no -wal file is left beside the temporary name.
     Raises OSError or sqlite3.Error; the caller removes the temporary file.
     """
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = temporary(path)
     remove_file(tmp)
     conn = sqlite3.connect(tmp, isolation_level=None)
     try:
@@ -250,10 +285,15 @@ def create(
     finally:
         os.close(fd)
     os.rename(tmp, path)
-    sync_directory(path.parent)
+    sync_directory(parent(path))
 
 
-def sync_directory(path: Path) -> None:
+def parent(path: os.PathLike[str] | str) -> str:
+    """The directory *path* is in, as Path.parent names it (``.`` for a bare name)."""
+    return os.path.dirname(os.fspath(path)) or os.curdir
+
+
+def sync_directory(path: os.PathLike[str] | str) -> None:
     """fsync a directory, so a rename or unlink in it survives a power loss."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -262,7 +302,7 @@ def sync_directory(path: Path) -> None:
         os.close(fd)
 
 
-def remove_file(path: Path) -> None:
+def remove_file(path: os.PathLike[str] | str) -> None:
     """Unlink a segment file and whatever SQLite keeps beside it; absent ones are fine.
 
     The main file goes first: a -wal left without it is litter, never
@@ -273,7 +313,7 @@ def remove_file(path: Path) -> None:
             os.unlink(f"{path}{suffix}")
 
 
-def size_of(path: Path) -> int:
+def size_of(path: os.PathLike[str] | str) -> int:
     """Bytes on disk of a segment file with its -wal (0 when gone)."""
     total = 0
     for suffix in ("", "-wal"):

@@ -30,6 +30,7 @@ import json
 import os
 import sqlite3
 import stat
+import struct
 import threading
 import time as _time
 from collections import Counter
@@ -101,21 +102,31 @@ _OPEN_LOCK: Final = threading.Lock()
 # never closed (see Store.forget).
 _FORKED: Final[list[sqlite3.Connection]] = []
 # What this process has read of segment files that were sealed, by journal
-# (its head's path), then by segment path and the file's (device, inode,
-# size, mtime): a sealed segment is never written again, so whether it is
-# sealed and what it holds (its events, seal and checkpoints) stay as read
-# for as long as the file does.  Shared by every store of the process: each
-# Manager open is a store of its own, and without it would connect to every
-# kept segment again.  The file's size and mtime are in the key so that a
-# path whose file was replaced (never done to a segment, but a journal can
-# be moved aside) is read afresh.  Each listing of a journal's segments
+# (its head's path), then by segment (its base: its file name within the
+# journal): the file's (device, inode, size, mtime) when it was found sealed,
+# and once read, what it holds.  A sealed segment is never written again, so
+# whether it is sealed and what it holds (its events, seal and checkpoints)
+# stay as read for as long as the file does.  Shared by every store of the
+# process: each Manager open is a store of its own, and without it would
+# connect to every kept segment again.  The file's size and mtime are
+# compared so that a file replaced (never done to a segment, but a journal
+# can be moved aside) is read afresh.  Each listing of a journal's segments
 # drops what it no longer lists, so that what is remembered is what is kept,
 # not every segment the journal ever had.
 _Identity: TypeAlias = tuple[int, int, int, int]
-_SEALED: Final[dict[Path, dict[Path, _Identity]]] = {}
 # (first, last, sealed, covered, has_events) of a segment: see SegmentInfo.
 _Facts: TypeAlias = tuple[int | None, int | None, float | None, int | None, bool]
-_FACTS: Final[dict[Path, dict[tuple[Path, _Identity], _Facts]]] = {}
+_Known: TypeAlias = tuple[_Identity, _Facts | None]
+# A process keeps an entry for each kept segment of each journal it opened
+# for as long as it runs, and a long-lived manager sees its journal's kept
+# segments go from one to MAX_KEPT: an entry is keyed by the segment's base,
+# not its path, and packed into one bytes object (about 100 bytes, where the
+# tuples of ints and a float it holds took some 450, and the Paths more).
+_KNOWN: Final[dict[Path, dict[int, bytes]]] = {}
+# The identity's four numbers, the three seqs of the facts, the time sealed,
+# then flags: facts read, has events, and which of the facts are None.
+_RECORD: Final = struct.Struct("=QQqqqqqdB")
+_READ, _HAS_EVENTS, _NO_FIRST, _NO_LAST, _NO_SEALED, _NO_COVERED = (1 << i for i in range(6))
 # Retired heads found with no free page left, by journal: one only ever has
 # rows added (to its retired table) from then on, so it never needs the
 # vacuum a killed retirement leaves undone (see Store.retire).
@@ -129,28 +140,67 @@ def _identity(st: os.stat_result) -> _Identity:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _remember(cache: dict[Path, dict[Any, Any]], journal: Path, key: object,
-              value: object) -> None:
+def _pack(identity: _Identity, facts: _Facts | None) -> bytes | None:
+    """*identity* and *facts* as one :data:`_RECORD`; None if a number does not fit in it."""
+    first, last, sealed, covered, has_events = facts or (None, None, None, None, False)
+    flags = ((_READ if facts is not None else 0) | (_HAS_EVENTS if has_events else 0)
+             | (_NO_FIRST if first is None else 0) | (_NO_LAST if last is None else 0)
+             | (_NO_SEALED if sealed is None else 0) | (_NO_COVERED if covered is None else 0))
+    try:
+        return _RECORD.pack(*identity, first or 0, last or 0, covered or 0, sealed or 0.0, flags)
+    except struct.error:
+        return None
+
+
+def _unpack(record: bytes) -> _Known:
+    dev, ino, size, mtime, first, last, covered, sealed, flags = _RECORD.unpack(record)
+    facts = None if not flags & _READ else (
+        None if flags & _NO_FIRST else first, None if flags & _NO_LAST else last,
+        None if flags & _NO_SEALED else sealed, None if flags & _NO_COVERED else covered,
+        bool(flags & _HAS_EVENTS))
+    return (dev, ino, size, mtime), facts
+
+
+def _known(journal: Path, segment: Segment, identity: _Identity) -> _Known | None:
+    """What is remembered of *segment* of *journal*, if its file is still the one read."""
+    record = _KNOWN.get(journal, {}).get(segment.base)
+    if record is None:
+        return None
+    known = _unpack(record)
+    return known if known[0] == identity else None
+
+
+def _remember(journal: Path, segment: Segment, identity: _Identity,
+              facts: _Facts | None) -> None:
+    """Remember *segment* of *journal* as sealed, with *facts* if they were read."""
+    record = _pack(identity, facts)
     with _SEALED_LOCK:
-        entries = cache.get(journal)
+        entries = _KNOWN.get(journal)
         if entries is None:
-            if len(cache) >= _SEALED_MAX:
+            if len(_KNOWN) >= _SEALED_MAX:
                 # Only a cost: whatever was forgotten is read again.
-                cache.clear()
-            entries = cache[journal] = {}
-        entries[key] = value
+                _KNOWN.clear()
+            entries = _KNOWN[journal] = {}
+        known = entries.get(segment.base)
+        if facts is None and known is not None and _unpack(known)[0] == identity:
+            # Found sealed again: what was read of it stays.
+            return
+        if record is None:
+            # Only a cost, as above.
+            entries.pop(segment.base, None)
+        else:
+            entries[segment.base] = record
 
 
 def _forget_unlisted(journal: Path, listed: list[Segment]) -> None:
     """Drop what is remembered of *journal*'s segment files that *listed* no longer has."""
-    paths = {segment.path for segment in listed}
     with _SEALED_LOCK:
-        sealed = _SEALED.get(journal)
-        if sealed is not None and not sealed.keys() <= paths:
-            _SEALED[journal] = {path: i for path, i in sealed.items() if path in paths}
-        facts = _FACTS.get(journal)
-        if facts is not None and any(path not in paths for path, _ in facts):
-            _FACTS[journal] = {key: f for key, f in facts.items() if key[0] in paths}
+        known = _KNOWN.get(journal)
+        if known is None:
+            return
+        bases = {segment.base for segment in listed}
+        if not known.keys() <= bases:
+            _KNOWN[journal] = {base: k for base, k in known.items() if base in bases}
 
 
 _SYNCHRONOUS: Final = {True: "PRAGMA synchronous=FULL", False: "PRAGMA synchronous=NORMAL"}
@@ -236,7 +286,8 @@ class SegmentInfo:
     segment took over; ``covered`` the seq of its newest checkpoint.
     """
 
-    path: Path
+    # Kept as a string, made a Path when asked: see journal.segments.Segment.
+    file: str = attrs.field(converter=os.fspath)
     base: int
     first: int | None
     last: int
@@ -244,6 +295,14 @@ class SegmentInfo:
     covered: int | None
     bytes: int
     has_events: bool
+
+    @property
+    def path(self) -> Path:
+        return Path(self.file)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.file)
 
 
 @attrs.frozen
@@ -305,8 +364,8 @@ class Store:
         self._span: sqlite3.Connection | None = None
         self._span_key: object = None
         self._span_schema = 0
-        # The schema name each kept segment is attached under there.
-        self._span_attached: dict[Path, str] = {}
+        # The schema name each kept segment (by its file) is attached under there.
+        self._span_attached: dict[str, str] = {}
         # Whether the connection's segment has a sealed table; if not, the
         # schema cookie it was last looked for at.
         self._seal_table = False
@@ -533,7 +592,7 @@ class Store:
                 "Pass a root on a local file system that supports shared memory (not NFS)",
             )
 
-    def _quick_check(self, path: Path | None = None) -> None:
+    def _quick_check(self, path: os.PathLike[str] | str | None = None) -> None:
         """Refuse to write to a damaged file, before the first write.
 
         SQLite reads only the pages a query touches, so a damaged free list
@@ -546,7 +605,7 @@ class Store:
         problems = [line for (line,) in self._conn.execute("PRAGMA quick_check")]
         if problems != ["ok"]:
             detail = " ".join(" ".join(problems).split())
-            where = path or self.path
+            where = self.path if path is None else Path(path)
             raise JournalCorrupt(where, f"is damaged (SQLite's quick_check: {detail[:300]})",
                                  _MOVE_ASIDE if where == self.path else self._segment_fix(where))
 
@@ -701,36 +760,41 @@ class Store:
         if self._step_hook is not None:
             self._step_hook("segment", detail)
 
-    def _connect_segment(self, path: Path) -> sqlite3.Connection:
-        """A connection to an existing segment file, never creating one."""
+    def _connect_segment(self, file: os.PathLike[str] | str) -> sqlite3.Connection:
+        """A connection to an existing segment file, never creating one.
+
+        Takes the segment's path as listed (a string); only an error makes
+        a Path of it, which is how errors name the file.
+        """
         mode = "ro&immutable=1" if self.immutable else "ro" if self.readonly else "rw"
-        uri = "file:" + quote(os.fsencode(os.path.abspath(path))) + "?mode=" + mode
+        uri = "file:" + quote(os.fsencode(os.path.abspath(file))) + "?mode=" + mode
         try:
             # Raises at once for a file gone (mode=rw opens it here).
             conn = sqlite3.connect(uri, uri=True, isolation_level=None,
                                    check_same_thread=False, timeout=self._busy_timeout)
         except sqlite3.Error as e:
-            raise self._translate(e, "open", path) from e
+            raise self._translate(e, "open", Path(file)) from e
         try:
             (app_id,) = conn.execute("PRAGMA application_id").fetchone()
             if int(app_id) != APPLICATION_ID:
+                path = Path(file)
                 raise JournalCorrupt(path, "is not a segment of a sessiontemp journal",
                                      self._segment_fix(path))
             if not self.readonly:
                 conn.execute("PRAGMA synchronous=FULL")
         except sqlite3.Error as e:
             conn.close()
-            raise self._translate(e, "open", path) from e
+            raise self._translate(e, "open", Path(file)) from e
         except BaseException:
             conn.close()
             raise
         return conn
 
     def _is_sealed(self, segment: Segment) -> bool:
-        if segment.path == self._active.path:
+        if segment.file == self._active.file:
             return self._sealed_next(self._conn) is not None
         try:
-            st = os.stat(segment.path)
+            st = os.stat(segment.file)
         except FileNotFoundError:
             # Listed, then gone: another process retired it meanwhile, and
             # only a sealed segment is ever retired.
@@ -740,12 +804,12 @@ class Store:
         # A seal is never taken back: a file seen sealed (by any store of
         # this process) is not connected to again (one connection less per
         # open, and per read of the segment list).
-        if st is not None and _SEALED.get(self.path, {}).get(segment.path) == _identity(st):
+        if st is not None and _known(self.path, segment, _identity(st)) is not None:
             return True
         try:
-            conn = self._connect_segment(segment.path)
+            conn = self._connect_segment(segment.file)
         except JournalError:
-            if not os.path.exists(segment.path):
+            if not os.path.exists(segment.file):
                 return True
             raise
         try:
@@ -755,7 +819,7 @@ class Store:
         finally:
             conn.close()
         if sealed and st is not None:
-            _remember(_SEALED, self.path, segment.path, _identity(st))
+            _remember(self.path, segment, _identity(st), None)
         return sealed
 
     def _resolve(self, *, remove: bool = True) -> list[Segment]:
@@ -776,13 +840,13 @@ class Store:
         return found
 
     def _remove_orphan(self, before: Segment, orphan: Segment) -> None:
-        conn = self._conn if before.path == self._active.path else self._connect_segment(
-            before.path)
+        conn = self._conn if before.file == self._active.file else self._connect_segment(
+            before.file)
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 if self._sealed_next(conn) is None:
-                    segments.remove_file(orphan.path)
+                    segments.remove_file(orphan.file)
                     for tmp in segments.temporaries(self.path):
                         segments.remove_file(tmp)
             finally:
@@ -806,7 +870,7 @@ class Store:
                 # inside it: the seal then names a file already gone.  A stale
                 # listing shows in a new one; the same one means it is damage.
                 newest = self._resolve()[-1]
-                if newest.path == active.path:
+                if newest.file == active.file:
                     raise
                 active = newest
         if not self.readonly and segments.temporaries(self.path):
@@ -837,7 +901,7 @@ class Store:
                               "is missing", self._segment_fix(lost))
 
     def _connect_newest(self, active: Segment) -> None:
-        if active.path != self._active.path:
+        if active.file != self._active.file:
             self._connect_active(active)
             return
         try:
@@ -850,7 +914,7 @@ class Store:
             self._active_id = self._identity
 
     def _connect_active(self, active: Segment) -> None:
-        conn = self._connect_segment(active.path)
+        conn = self._connect_segment(active.file)
         try:
             base = conn.execute("SELECT base, digest FROM segment").fetchone()
             following = self._sealed_next(conn)
@@ -860,11 +924,11 @@ class Store:
                 raise JournalCorrupt(active.path, "does not say where its events start",
                                      self._segment_fix(active.path))
             self._base = (int(base[0]), bytes(base[1]))
-            st = os.stat(active.path)
+            st = os.stat(active.file)
             if not self.readonly:
                 old, self._conn = self._conn, conn
                 try:
-                    self._quick_check(active.path)
+                    self._quick_check(active.file)
                 finally:
                     self._conn = old
         except sqlite3.Error as e:
@@ -934,7 +998,7 @@ class Store:
 
     def _still_there(self) -> bool:
         try:
-            st = os.stat(self._active.path)
+            st = os.stat(self._active.file)
         except OSError:
             return False
         return (st.st_dev, st.st_ino) == self._active_id
@@ -957,28 +1021,35 @@ class Store:
             # Nothing appended here yet: a new segment would bound nothing
             # (and would take this one's very name).
             return
-        folder = segments.directory(self.path)
-        path = folder / segments.name_of(seq + 1)
+        # Strings, not Paths: a Path would intern the new segment's name.
+        folder = segments.folder(self.path)
+        name = segments.name_of(seq + 1)
+        path = os.path.join(folder, name)
         try:
-            if not folder.is_dir():
-                folder.mkdir(mode=0o700, exist_ok=True)
-                segments.sync_directory(folder.parent)
-            self._step(f"create {path.name}")
+            if not os.path.isdir(folder):
+                try:
+                    os.mkdir(folder, mode=0o700)
+                except FileExistsError:
+                    # Made meanwhile by another process's rollover.
+                    if not os.path.isdir(folder):
+                        raise
+                segments.sync_directory(segments.parent(folder))
+            self._step(f"create {name}")
             segments.create(path, base=seq, digest=digest, checkpoint=checkpoint,
                             application_id=APPLICATION_ID, version=SEGMENTED_VERSION,
                             indexes=[sql for _, sql in _index_sql()])
         except (OSError, sqlite3.Error) as e:
             with contextlib.suppress(OSError):
-                segments.remove_file(path.with_name(f".{path.name}.tmp"))
+                segments.remove_file(segments.temporary(path))
             # Only the bound is delayed: the next checkpoint tries again.
             self.rollover_failed = f"{path}: {e}"
             return
-        self._step(f"seal {self._active.path.name}")
+        self._step(f"seal {self._active.name}")
         if self._active.is_head:
             for sql in SEGMENT_SQL:
                 conn.execute(sql)
         conn.execute("INSERT INTO sealed (next, seq, time) VALUES (?, ?, ?)",
-                     (path.name, seq, _time.time()))
+                     (name, seq, _time.time()))
         if self._active.is_head:
             conn.execute(f"PRAGMA user_version={SEGMENTED_VERSION}")
 
@@ -1473,7 +1544,7 @@ class Store:
             if self._active.is_head:
                 self._conn = self._connect(self._busy_timeout)
             else:
-                self._conn = self._connect_segment(self._active.path)
+                self._conn = self._connect_segment(self._active.file)
             self._conn.execute("PRAGMA synchronous=FULL")
             self._synced = True
         except (sqlite3.Error, JournalError) as e:
@@ -1496,7 +1567,7 @@ class Store:
         changed, and only when a read needs more than the active segment
         (see :meth:`_reading_after`).
         """
-        folder = segments.directory(self.path)
+        folder = segments.folder(self.path)
         try:
             stamps = (os.stat(folder).st_mtime_ns, os.stat(self.path).st_mtime_ns)
         except FileNotFoundError:
@@ -1512,7 +1583,7 @@ class Store:
         # and nothing in the directory or the head changes when the seal
         # commits.  Cheap: a listing, and seals seen are remembered.
         kept = self._resolve(remove=False)[-MAX_KEPT:]
-        key: object = (stamps, tuple(segment.path for segment in kept))
+        key: object = (stamps, tuple(segment.file for segment in kept))
         if self._span is None or key != self._span_key or self._span_stale():
             # Not closed here: a generator may still be streaming rows from
             # it; it closes once the last cursor on it is collected.
@@ -1568,14 +1639,14 @@ class Store:
             mode = "ro&immutable=1" if self.immutable else "ro"
             events, checkpoints, bases = [], [], []
             for i, segment in enumerate(kept):
-                if not segment.path.exists() and again and segment is not kept[-1]:
+                if not os.path.exists(segment.file) and again and segment is not kept[-1]:
                     # Retired by another process since the listing: list again.
                     conn.close()
                     return self._spanning(self._resolve(remove=False)[-MAX_KEPT:], again=False)
-                if not segment.path.exists():
+                if not os.path.exists(segment.file):
                     raise JournalCorrupt(segment.path, "is missing", self._segment_fix(
                         segment.path))
-                uri = "file:" + quote(os.fsencode(os.path.abspath(segment.path))) + "?mode=" + mode
+                uri = "file:" + quote(os.fsencode(os.path.abspath(segment.file))) + "?mode=" + mode
                 conn.execute(f"ATTACH DATABASE ? AS s{i}", (uri,))
                 tables = {name for (name,) in conn.execute(
                     f"SELECT name FROM s{i}.sqlite_master WHERE type = 'table'")}  # noqa: S608
@@ -1599,7 +1670,7 @@ class Store:
             conn.execute("CREATE TEMP VIEW bases AS " + (
                 " UNION ALL ".join(bases) or "SELECT NULL AS base, NULL AS digest WHERE 0"))
             (self._span_schema,) = conn.execute("PRAGMA s0.schema_version").fetchone()
-            self._span_attached = {segment.path: f"s{i}" for i, segment in enumerate(kept)}
+            self._span_attached = {segment.file: f"s{i}" for i, segment in enumerate(kept)}
         except sqlite3.Error as e:
             conn.close()
             raise self._translate(e, "read") from e
@@ -2116,19 +2187,19 @@ class Store:
         # What a sealed segment holds never changes: read once by this
         # process, it is not read again (every open's retirement pass
         # asks), and no segment is attached for it.
-        known: dict[Path, _Facts] = {}
-        identities: dict[Path, _Identity] = {}
+        known: dict[str, _Facts] = {}
+        identities: dict[str, _Identity] = {}
         for segment in kept:
-            if segment.path == self._active.path:
+            if segment.file == self._active.file:
                 continue
             with contextlib.suppress(OSError):
-                identities[segment.path] = _identity(os.stat(segment.path))
-                facts = _FACTS.get(self.path, {}).get((segment.path, identities[segment.path]))
-                if facts is not None:
-                    known[segment.path] = facts
+                seen = identities[segment.file] = _identity(os.stat(segment.file))
+                remembered = _known(self.path, segment, seen)
+                if remembered is not None and remembered[1] is not None:
+                    known[segment.file] = remembered[1]
         span: sqlite3.Connection | None = None
         unknown = [segment for segment in kept
-                   if segment.path not in known and segment.path != self._active.path]
+                   if segment.file not in known and segment.file != self._active.file]
         if len(unknown) > 2:
             # The reading connection has the kept segments attached already:
             # asked there, a segment costs a few lookups, not a connection.
@@ -2137,24 +2208,24 @@ class Store:
             span = self._reading()
         attached = self._span_attached if span is not None and span is not self._conn else {}
         for segment in kept:
-            facts = known.get(segment.path)
+            facts = known.get(segment.file)
             if facts is None:
                 try:
                     facts = self._segment_facts(segment, span, attached)
                 except JournalError:
-                    if (not again or segment.path == self._active.path
-                            or os.path.exists(segment.path)):
+                    if (not again or segment.file == self._active.file
+                            or os.path.exists(segment.file)):
                         raise
                     # Retired by another process since the listing: list again.
                     return self._segments(again=False)
-                identity = identities.get(segment.path)
+                identity = identities.get(segment.file)
                 if identity is not None and self._final(segment, facts):
-                    _remember(_FACTS, self.path, (segment.path, identity), facts)
+                    _remember(self.path, segment, identity, facts)
             first, last, sealed, covered, has_events = facts
             found.append(SegmentInfo(
-                segment.path, segment.base, first,
+                segment.file, segment.base, first,
                 segment.base if last is None else last, sealed, covered,
-                segments.size_of(segment.path), has_events))
+                segments.size_of(segment.file), has_events))
         return found
 
     def _final(self, segment: Segment, facts: _Facts) -> bool:
@@ -2165,20 +2236,20 @@ class Store:
         drops its tables in place, so only a head already retired qualifies.
         """
         _first, _last, sealed, _covered, has_events = facts
-        return (segment.path != self._active.path and sealed is not None
+        return (segment.file != self._active.file and sealed is not None
                 and (not segment.is_head or not has_events))
 
     def _segment_facts(
-        self, segment: Segment, span: sqlite3.Connection | None, attached: dict[Path, str]
+        self, segment: Segment, span: sqlite3.Connection | None, attached: dict[str, str]
     ) -> _Facts:
         """What *segment* holds, read from it (the caller holds _lock)."""
-        schema = attached.get(segment.path)
-        if segment.path == self._active.path:
+        schema = attached.get(segment.file)
+        if segment.file == self._active.file:
             conn, schema = self._conn, "main"
         elif schema is not None and span is not None:
             conn = span
         else:
-            conn, schema = self._connect_segment(segment.path), "main"
+            conn, schema = self._connect_segment(segment.file), "main"
         try:
             # Only schema names made here go into the SQL, never input.
             tables = {n for (n,) in conn.execute(
@@ -2272,11 +2343,11 @@ class Store:
         self._write_head(("INSERT INTO retired (seq, time) VALUES (?, ?)", (upto, now)))
         removed = []
         for segment in doomed:
-            self._step(f"retire {segment.path.name}")
+            self._step(f"retire {segment.name}")
             if segment.base == 0:
                 self._retire_head()
             else:
-                segments.remove_file(segment.path)
+                segments.remove_file(segment.file)
             removed.append(segment.path)
         segments.sync_directory(segments.directory(self.path))
         return removed

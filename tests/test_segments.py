@@ -894,18 +894,75 @@ def test_what_is_remembered_of_sealed_segments_is_what_the_journal_still_lists(
     store = rolled_over(path, rounds=4, managers=1)
     try:
         store.segments()
-        remembered = store_module._FACTS[path]
-        assert len(remembered) >= 2
+        remembered = store_module._KNOWN[path]
+        assert sum(store_module._unpack(r)[1] is not None for r in remembered.values()) >= 2
         retirer = Store(path, retention=EAGER)
         try:
             assert retirer.retire(now=2e9)
         finally:
             retirer.close()
         store.segments()
-        listed = {segment.path for segment in store.segments()}
-        assert {key[0] for key in store_module._FACTS[path]} <= listed
-        assert set(store_module._SEALED.get(path, {})) <= listed
-        assert len(store_module._FACTS[path]) < len(remembered)
+        listed = {segment.base for segment in store.segments()}
+        assert set(store_module._KNOWN[path]) <= listed
+        assert len(store_module._KNOWN[path]) < len(remembered)
+    finally:
+        store.close()
+
+
+def test_what_is_remembered_of_sealed_segments_reads_as_what_their_files_hold(
+    path: Path,
+) -> None:
+    store = rolled_over(path, rounds=3, managers=1)
+    try:
+        # Sealed segments with events, then a retired head (its facts mostly None).
+        for _ in range(2):
+            read = store.segments()
+            assert store_module._KNOWN[path]
+            assert store.segments() == read
+            store_module._KNOWN.clear()
+            assert store.segments() == read
+            retirer = Store(path, retention=EAGER)
+            try:
+                retirer.retire(now=2e9)
+            finally:
+                retirer.close()
+        assert not read[0].has_events
+    finally:
+        store.close()
+
+
+def test_rolling_over_listing_and_reading_segments_parses_none_of_their_names(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pathlib interns every name it parses: a store lists its segments on
+    # every read across them and every retirement pass, each time with the
+    # names of newer ones, for as long as its process runs.
+    interned: set[str] = set()
+    intern = sys.intern
+
+    def recording(name: str) -> str:
+        interned.add(name)
+        return intern(name)
+
+    store = Store(path, retention=Retention(segment_bytes=0, history_bytes=1 << 30))
+    try:
+        monkeypatch.setattr(sys, "intern", recording)
+        for round in range(3):
+            store.append(lives(1, f"r{round}-"), time=1.0)
+            checkpoint_now(store)
+            store.segments()
+            assert [r.seq for r in store.records()] == list(range(1, 5 * round + 6))
+        names = set(segment_files(path))
+        assert len(names) == 3
+        assert not interned & names
+        # Retirement returns the Paths of the segments it removed: those only.
+        retirer = Store(path, retention=EAGER)
+        try:
+            removed = retirer.retire(now=2e9)
+        finally:
+            retirer.close()
+        assert removed
+        assert interned & names == {p.name for p in removed} & names
     finally:
         store.close()
 
@@ -918,7 +975,7 @@ def test_segments_listed_before_another_process_retired_some_are_listed_again(
         store.append(lives(1, "tail"), time=2.0)
         resolve = overtake_listing(store, path)
         # Nothing remembered of them: the segments are read, and one is gone.
-        store_module._FACTS.clear()
+        store_module._KNOWN.clear()
         kept = store.segments()
         assert [s.path for s in kept] == [s.path for s in resolve(remove=False)]
         assert not kept[0].has_events
