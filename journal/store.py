@@ -1474,9 +1474,23 @@ class Store:
             if running is not None and running.is_alive():
                 return
             self._maintenance_thread = threading.Thread(
-                target=self.maintenance, args=(seq,), daemon=True,
+                target=self._maintain, args=(self.maintenance, seq), daemon=True,
                 name="sessiontemp-journal-maintenance")
             self._maintenance_thread.start()
+
+    def _maintain(self, maintenance: Callable[[int], None], seq: int) -> None:
+        """Run *maintenance* in its thread, then let go of the thread.
+
+        A finished thread still referenced keeps its locks and conditions
+        (some 1.5 kB) for as long as the store lives.
+        """
+        try:
+            maintenance(seq)
+        finally:
+            # Only this thread's own: a newer one is started only once this
+            # one is no longer alive, which is after this line.
+            if self._maintenance_thread is threading.current_thread():
+                self._maintenance_thread = None
 
     def _landed(self, seq: int, digest: bytes) -> bool:
         """:meth:`_committed`, False when even that cannot be told (the store is then broken)."""

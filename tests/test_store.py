@@ -931,3 +931,19 @@ def test_stores_appending_in_turn_each_continue_after_the_others_last_event(
     finally:
         first.close()
         second.close()
+
+
+def test_a_maintenance_once_finished_leaves_no_thread_behind(store: Store) -> None:
+    # A finished thread still referenced keeps its locks and conditions for
+    # as long as the store lives: memory a long-lived manager would carry.
+    ran: list[int] = []
+    store.maintenance = ran.append
+    store.maintenance_every = 1
+    m = manager_id("a")
+    store.append([ManagerOpened(m, 1)], time=1.0)
+    store.append([Retained(m)], time=2.0)
+    running = store._maintenance_thread
+    if running is not None:
+        running.join()
+    assert ran == [2]
+    assert store._maintenance_thread is None
