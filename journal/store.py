@@ -2363,7 +2363,7 @@ class Store:
             else:
                 segments.remove_file(segment.file)
             removed.append(segment.path)
-        segments.sync_directory(segments.directory(self.path))
+        segments.sync_directory(segments.folder(self.path))
         return removed
 
     def _write_head(self, *statements: tuple[str, tuple[object, ...]],
