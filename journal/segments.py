@@ -61,6 +61,7 @@ __all__ = [
     "MAX_KEPT",
     "ROLL_FLOOR",
     "SCHEMA_SQL",
+    "Filed",
     "Retention",
     "Segment",
     "create",
@@ -131,8 +132,23 @@ def _text(path: os.PathLike[str] | str) -> str:
     return os.fspath(path)
 
 
+class Filed:
+    """A file kept by its path as a string: the Path, and its name, made when asked."""
+
+    __slots__ = ()
+    file: str
+
+    @property
+    def path(self) -> Path:
+        return Path(self.file)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.file)
+
+
 @attrs.frozen
-class Segment:
+class Segment(Filed):
     """One file of the journal: its path and the seq of the event before its first (0: head).
 
     The path is kept as the string it was listed as: a :class:`Path` parses
@@ -144,14 +160,6 @@ class Segment:
 
     file: str = attrs.field(converter=_text)
     base: int
-
-    @property
-    def path(self) -> Path:
-        return Path(self.file)
-
-    @property
-    def name(self) -> str:
-        return os.path.basename(self.file)
 
     @property
     def is_head(self) -> bool:

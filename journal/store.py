@@ -278,7 +278,7 @@ def chain(previous: bytes, seq: int, time: float, kind: str, payload: str) -> by
 
 
 @attrs.frozen
-class SegmentInfo:
+class SegmentInfo(segments.Filed):
     """One kept segment: its file, the events it holds, whether sealed and what covers it.
 
     ``first`` is None for a segment with no events yet (or the head once
@@ -286,7 +286,7 @@ class SegmentInfo:
     segment took over; ``covered`` the seq of its newest checkpoint.
     """
 
-    # Kept as a string, made a Path when asked: see journal.segments.Segment.
+    # Kept as a string: see journal.segments.Segment.
     file: str = attrs.field(converter=os.fspath)
     base: int
     first: int | None
@@ -295,14 +295,6 @@ class SegmentInfo:
     covered: int | None
     bytes: int
     has_events: bool
-
-    @property
-    def path(self) -> Path:
-        return Path(self.file)
-
-    @property
-    def name(self) -> str:
-        return os.path.basename(self.file)
 
 
 @attrs.frozen
