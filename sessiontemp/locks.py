@@ -148,15 +148,24 @@ def probe_liveness(managers_fd: int, manager: str) -> int | None:
         # Opened, then deleted and put back by its manager (Liveness.check),
         # which let go of the old file only once it held the new one: the
         # lock won is that of a file no longer named.  Look again by name.
-        held = os.fstat(fd)
         try:
-            named = os.stat(name, dir_fd=managers_fd, follow_symlinks=False)
-        except FileNotFoundError:
+            if still_named(managers_fd, name, fd):
+                return fd
+        except BaseException:
             os.close(fd)
             raise
-        if (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino):
-            return fd
         os.close(fd)
+
+
+def still_named(dir_fd: int, name: str, fd: int) -> bool:
+    """Whether *name* under *dir_fd* still names the file *fd* is open on.
+
+    A lock won on a file unlinked or replaced since it was opened guards
+    nothing.  Raises FileNotFoundError when nothing has the name any more.
+    """
+    named = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    held = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
 def hold_root(root_fd: int, *, patience: float) -> bool:

@@ -39,6 +39,7 @@ import attrs
 from journal import ids
 from journal.errors import SessionOwned
 from journal.reducer import GenerationState, ManagerState, SessionState, State, kept_for_resume
+from sessiontemp.locks import still_named
 from sessiontemp.root import DIR_FLAGS, Root
 from sessiontemp.steps import Steps
 
@@ -224,18 +225,15 @@ def _lock(sessions_fd: int, name: str) -> int | None:
                     raise
                 os.close(fd)
                 return None
-            # A remover unlinks the file while holding its lock: a lock won on
-            # a file no longer under the name guards nothing.
-            named = os.stat(lock_name(name), dir_fd=sessions_fd, follow_symlinks=False)
-            mine = os.fstat(fd)
+            # A remover unlinks the file while holding its lock.
+            if still_named(sessions_fd, lock_name(name), fd):
+                return fd
         except FileNotFoundError:
             os.close(fd)
             continue
         except BaseException:
             os.close(fd)
             raise
-        if (named.st_dev, named.st_ino) == (mine.st_dev, mine.st_ino):
-            return fd
         os.close(fd)
 
 
