@@ -250,20 +250,25 @@ SEGMENT_SQL: Final = (
 def create(
     path: os.PathLike[str] | str,
     *,
-    base: int,
-    digest: bytes,
-    checkpoint: tuple[int, bytes, int, bytes] | None,
+    checkpoint: tuple[int, bytes, int, bytes],
     application_id: int,
     version: int,
     indexes: Sequence[str] = (),
 ) -> None:
     """Make the segment file *path* durable, holding only its schema and *checkpoint*.
 
+    *checkpoint* is ``(seq, digest, format, state)``: the state after the
+    last event before the segment's first, and that event's chain digest.
+    The segment's base is that checkpoint's event, by construction: a
+    reader of the history this segment starts finds the state there, once
+    everything before it is retired.
+
     Written under a temporary name and renamed, so *path* never names a
     half-made file; created in rollback-journal mode and switched to WAL
     before it is closed, so no -wal file is left beside the temporary name.
     Raises OSError or sqlite3.Error; the caller removes the temporary file.
     """
+    base, digest = int(checkpoint[0]), bytes(checkpoint[1])
     tmp = temporary(path)
     remove_file(tmp)
     conn = sqlite3.connect(tmp, isolation_level=None)
@@ -271,16 +276,15 @@ def create(
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("BEGIN IMMEDIATE")
         for sql in SCHEMA_SQL:
-            conn.execute(sql.format(base=int(base)))
+            conn.execute(sql.format(base=base))
         for sql in SEGMENT_SQL:
             conn.execute(sql)
         # The store's read indexes, made while the file is empty.
         for sql in indexes:
             conn.execute(sql)
         conn.execute("INSERT INTO segment (base, digest) VALUES (?, ?)", (base, digest))
-        if checkpoint is not None:
-            conn.execute("INSERT INTO checkpoints (seq, digest, format, state) "
-                         "VALUES (?, ?, ?, ?)", checkpoint)
+        conn.execute("INSERT INTO checkpoints (seq, digest, format, state) "
+                     "VALUES (?, ?, ?, ?)", checkpoint)
         conn.execute(f"PRAGMA application_id={int(application_id)}")
         conn.execute(f"PRAGMA user_version={int(version)}")
         conn.execute("COMMIT")

@@ -12,7 +12,16 @@ Modes:
     Another process on the roots: answers ``open PATH [BUSY_TIMEOUT]`` (open
     and close a Manager on PATH, whose open runs recovery) and ``recover
     PATH`` with the recovery report, or with ``{"error": ...}``.  ROOT is
-    unused.
+    unused.  ``maintain PATH`` runs what a long-lived manager's maintenance
+    does (a checkpoint of the whole journal, a rollover with it, every
+    sealed segment retired and nothing kept: ``Retention(0, 0, 0)``), then
+    a recovery pass with that retention, and answers with the segment files
+    before and after; ``maintain PATH pause`` first answers
+    ``{"paused": DETAIL}`` just before its checkpoint and waits for ``go``.
+    ``retire PATH`` is a recovery pass that retires whatever a checkpoint
+    covers and rolls nothing over (``Retention(2**40, 0, 0)``).  ``hold
+    PATH`` takes the write lock of the journal's active segment and keeps it
+    (answering ``{"holding": FILE}``) until ``let-go``.
 
 ``storm ROOT --interrupts N [--from-outside]``
     Opens a manager (``{"manager", "pid"}``), then loops acquire / write a
@@ -56,6 +65,7 @@ import contextlib
 import os
 import random
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -66,11 +76,13 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
-from journal import Store, replay
+from journal import Retention, Store, replay
 from journal.errors import ForkedCopy, JournalError, RuleViolation
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Lease, Manager, recover
 from sessiontemp.handles import Handles
-from sessiontemp.root import generation_name
+from sessiontemp.recovery import maintain
+from sessiontemp.root import Root, generation_name
+from sessiontemp.steps import Steps
 from tests.childio import emit, report_json
 
 # Long enough for a loaded machine, bounded so that a wedge still ends.
@@ -108,11 +120,82 @@ def commands() -> Iterator[list[str]]:
 # -- neighbour ---------------------------------------------------------------------
 
 
+# Every checkpoint starts a new segment, and every sealed one is deleted once covered.
+EAGER = Retention(segment_bytes=0, history_bytes=0, history_age=0)
+
+
+def segment_files(root: Path) -> list[str]:
+    folder = root / "journal.sqlite3.d"
+    names = os.listdir(folder) if folder.exists() else []
+    return sorted(n for n in names if n.endswith(".sqlite3"))
+
+
+def paused_at_checkpoint(kind: str, detail: str) -> None:
+    """A step hook: before the checkpoint, say so and wait for ``go`` (others append meanwhile)."""
+    if kind == "checkpoint":
+        emit({"paused": detail})
+        line = sys.stdin.readline()
+        if line.split() != ["go"]:
+            raise RuntimeError(f"expected go, not {line!r}")
+
+
+def maintain_eagerly(path: Path, pause: bool = False) -> dict[str, Any]:
+    """Checkpoint, roll over and retire everything retired at once, then a recovery pass."""
+    before = segment_files(path)
+    opened = Root.open(path)
+    try:
+        store = Store(opened.journal_path, busy_timeout=BUSY_TIMEOUT, retention=EAGER)
+        try:
+            # Due whatever was appended since the last checkpoint.
+            store.maintenance_every = 0
+            maintain(opened, store, clock=time.time,
+                     steps=Steps(paused_at_checkpoint if pause else None))
+        finally:
+            store.close()
+    finally:
+        opened.close()
+    report = recover(path, busy_timeout=BUSY_TIMEOUT, retention=EAGER)
+    return {"before": before, "after": segment_files(path), **report_json(report)}
+
+
+def hold_active(path: Path) -> sqlite3.Connection:
+    """A write transaction on the journal's active segment, open until closed."""
+    while True:
+        store = Store(path / "journal.sqlite3", readonly=True)
+        try:
+            active = store.segments()[-1].file
+        finally:
+            store.close()
+        conn = sqlite3.connect(active, isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        sealed = "sealed" in {n for (n,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")} and conn.execute(
+            "SELECT count(*) FROM sealed").fetchone()[0]
+        if not sealed:
+            return conn
+        # Rolled over since the listing: the newer one is active.
+        conn.close()
+
+
 def neighbour() -> int:
     emit({"pid": os.getpid()})
+    held: sqlite3.Connection | None = None
     for words in commands():
         try:
-            if words[0] == "open":
+            if words[0] == "maintain":
+                emit(maintain_eagerly(Path(words[1]), pause=words[2:] == ["pause"]))
+            elif words[0] == "retire":
+                emit(report_json(recover(words[1], busy_timeout=BUSY_TIMEOUT, retention=Retention(
+                    segment_bytes=1 << 40, history_bytes=0, history_age=0))))
+            elif words[0] == "hold":
+                held = hold_active(Path(words[1]))
+                emit({"holding": held.execute("PRAGMA database_list").fetchone()[2]})
+            elif words[0] == "let-go":
+                if held is not None:
+                    held.close()
+                    held = None
+                emit({"let_go": True})
+            elif words[0] == "open":
                 wait = float(words[2]) if len(words) > 2 else BUSY_TIMEOUT
                 with Manager(words[1], busy_timeout=wait) as other:
                     pass

@@ -29,6 +29,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 import attrs
 
+from journal import checkpoint
 from journal.errors import BadInput
 from journal.events import (
     CommandStarted,
@@ -44,7 +45,7 @@ from journal.events import (
     RemovalFinished,
     RemovalStarted,
 )
-from journal.reducer import Fold
+from journal.reducer import Fold, State
 from sessiontemp.inspect.read import Problem, Progress, opened, replay
 
 __all__ = ["COLOURS", "Ending", "Timeline", "timeline"]
@@ -162,6 +163,23 @@ class _Collector:
     first: float | None = None
     last: float = 0.0
 
+    def seed(self, state: State, t: float | None) -> None:
+        """What was live where the kept history starts, once older history was retired.
+
+        The records of its beginning are gone: each is drawn from where the
+        kept history starts (time *t*), as the state there has it.
+        """
+        start = 0.0 if t is None else t
+        for m in state.managers.values():
+            self.managers[m.id] = _Manager(m.id, m.pid, m.opened_at, m.opened_seq,
+                                           None if m.ended is None else start, m.ended_seq,
+                                           m.ended, m.ended_by)
+        for g in state.generations.values():
+            self.generations[g.id] = _Generation(
+                g.id, g.manager, g.created_at, g.created_seq, removal_seq=g.removal_seq,
+                by=g.removal_by, reason=g.removal_reason,
+                leases=[_Lease(lease, start, state.seq) for lease in sorted(g.leases)])
+
     def each(self, record: Record, _draft: Fold) -> None:
         t, seq = record.time, record.seq
         if self.first is None:
@@ -234,7 +252,10 @@ def timeline(
     collector = _Collector()
     refused: list[Problem] = []
     with opened(path, snapshot=True) as store:
-        state = replay(store, lenient=refused, each=collector.each, progress=progress)
+        start = checkpoint.origin(store).state
+        collector.seed(start, store.history().first_time)
+        state = replay(store, lenient=refused, each=collector.each, progress=progress,
+                       start=start)
         events = store.last_seq()
         refused_at = store.times_of([p.seq for p in refused if p.seq is not None])
         at = store.times_of([t for t in (since, until) if isinstance(t, int)])

@@ -1,0 +1,241 @@
+"""A manager meets another process's rollover, retirement and maintenance, and a busy journal.
+
+The journal is several files once it rolls over, and any process may roll it
+over and retire (delete) the segments behind it while a manager in another
+process lives on with a connection to one of them.  These tests pin what
+that manager must still do, with real processes on real files: a neighbour
+process (``tests/faultchild.py`` in ``neighbour`` mode, forked from the
+zygote) checkpoints, rolls over and retires everything it may
+(``Retention(0, 0, 0)``), or holds the journal's write lock past the
+manager's ``busy_timeout``, and then the manager carries on:
+
+- its next sequence number never comes from a view that reads 0 once the
+  segment it wrote to is retired and the new one has no event yet (the
+  wedge in which every call said "event 1 follows event N: out of order");
+- a close that cannot be journaled gives up every lock, raises no
+  RuleViolation, and leaves the liveness lock file for the next recovery;
+- memory, journal and disk agree, verify and fsck are clean.
+
+A full disk reaches the same states: a 2 MiB tmpfs filled to within N pages
+while a manager rotates, acquires and releases on a journal that rolls over
+at every checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from journal.errors import JournalBusy, JournalError, RuleViolation
+from sessiontemp import Manager, Unavailable
+from sessiontemp.inspect import fsck, verify
+from tests.conftest import live_state, own_view
+from tests.faults import Faults, Injected, raising
+from tests.test_faults import Child, child
+
+JOURNAL = "journal.sqlite3"
+# Short, so that a lock held past it fails an append at once.
+BUSY = 0.3
+
+
+@pytest.fixture
+def neighbour() -> Iterator[Child]:
+    """Another process: ``maintain``, ``hold`` / ``let-go``, ``open`` and ``recover`` a root."""
+    with child("neighbour", "-") as other:
+        other.read("starting")
+        yield other
+
+
+def segment_files(root: Path) -> list[str]:
+    folder = root / f"{JOURNAL}.d"
+    names = os.listdir(folder) if folder.exists() else []
+    return sorted(n for n in names if n.endswith(".sqlite3"))
+
+
+def retired_everything(neighbour: Child, root: Path) -> dict[str, object]:
+    """The neighbour rolls the journal over and retires every segment before the new one."""
+    done = neighbour.ask("maintain", str(root))
+    assert "error" not in done, done
+    assert done["after"] != done["before"], f"no rollover: {done}"
+    assert len(done["after"]) == 1, f"a sealed segment was kept: {done}"
+    return done
+
+
+def flock_free(path: Path) -> bool:
+    """Whether nobody holds any flock on *path* (an exclusive probe succeeds)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+    finally:
+        os.close(fd)
+
+
+def assert_holds_nothing(manager: Manager, directories: list[Path]) -> None:
+    """*manager* gave up every lock: the root's, its liveness lock's, each directory's."""
+    root = manager.root
+    assert manager.closed
+    assert flock_free(root), "the root's shared lock is still held"
+    lock_file = root / "managers" / f"{manager.id}.lock"
+    if lock_file.exists():
+        assert flock_free(lock_file), "the liveness lock is still held"
+    for directory in directories:
+        if directory.exists():
+            assert flock_free(directory), f"{directory} is still locked"
+
+
+def assert_agrees(manager: Manager) -> None:
+    assert own_view(live_state(manager.root), manager.id) == own_view(
+        manager.state, manager.id), "the manager's memory is not the journal"
+
+
+def assert_clean(root: Path) -> None:
+    """``journal-inspect verify`` and ``fsck``, as the library gives them, find nothing."""
+    checked = verify(root / JOURNAL)
+    assert checked.problems == (), checked.problems[:5]
+    report = fsck(root)
+    assert report.ok, report.findings[:5]
+
+
+def with_history(manager: Manager, leases: int = 5) -> None:
+    manager.retain()
+    for _ in range(leases):
+        with manager.acquire() as lease:
+            (lease.path / "f").write_text("x")
+    manager.rotate()
+
+
+@contextlib.contextmanager
+def held_by(neighbour: Child, root: Path) -> Iterator[None]:
+    """The neighbour holds the active segment's write lock for the block."""
+    assert "holding" in neighbour.ask("hold", str(root))
+    try:
+        yield
+    finally:
+        neighbour.ask("let-go")
+
+
+# -- item: a failed append, then another process's rollover and retirement -------------------
+
+
+def test_a_manager_whose_append_failed_busy_keeps_working_after_another_process_retires_its_segment(
+    root: Path, neighbour: Child,
+) -> None:
+    manager = Manager(root, busy_timeout=BUSY)
+    try:
+        with_history(manager)
+        with held_by(neighbour, root), pytest.raises(Unavailable) as caught:
+            manager.acquire()
+        assert isinstance(caught.value.__cause__, JournalBusy)
+        assert_agrees(manager)
+        retired_everything(neighbour, root)
+        # The segment this manager wrote to is gone, the new one has no event.
+        for _ in range(3):
+            with manager.acquire() as lease:
+                (lease.path / "g").write_text("y")
+            manager.rotate()
+            assert_agrees(manager)
+        manager.retain()
+        manager.release()
+        assert_agrees(manager)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            manager.close()
+        raise
+    manager.close()
+    assert_holds_nothing(manager, [])
+    assert not (root / "managers" / f"{manager.id}.lock").exists()
+    assert live_state(root).managers.get(manager.id) is None, "its close was not journaled"
+    assert_clean(root)
+
+
+@pytest.mark.parametrize("first", ["retain", "rotate", "acquire", "release", "close"])
+def test_the_first_call_after_a_busy_failure_and_a_retirement_elsewhere_is_journaled_in_order(
+    root: Path, neighbour: Child, first: str,
+) -> None:
+    manager = Manager(root, busy_timeout=BUSY)
+    try:
+        with_history(manager)
+        directory = manager.acquire().path
+        with held_by(neighbour, root), pytest.raises(JournalError):
+            manager.rotate()
+        retired_everything(neighbour, root)
+        if first == "acquire":
+            manager.acquire().release()
+        else:
+            getattr(manager, first)()
+        if first != "close":
+            assert_agrees(manager)
+            manager.close()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            manager.close()
+        raise
+    assert_holds_nothing(manager, [directory])
+    assert live_state(root).managers.get(manager.id) is None, "its close was not journaled"
+    neighbour.ask("recover", str(root))
+    assert_clean(root)
+    assert not directory.exists()
+
+
+def test_a_close_that_cannot_be_journaled_gives_up_every_lock_after_a_retirement_elsewhere(
+    root: Path, neighbour: Child,
+) -> None:
+    manager = Manager(root, busy_timeout=BUSY)
+    lease = None
+    try:
+        with_history(manager)
+        lease = manager.acquire()
+        with held_by(neighbour, root), pytest.raises(Unavailable):
+            manager.acquire()
+        retired_everything(neighbour, root)
+        with held_by(neighbour, root):
+            manager.close()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            manager.close()
+        raise
+    directory = lease.path
+    assert_holds_nothing(manager, [directory])
+    assert (root / "managers" / f"{manager.id}.lock").exists(), (
+        "the liveness lock file went although the end was not journaled")
+    report = neighbour.ask("recover", str(root))
+    assert report["dead"] == [manager.id]
+    assert not directory.exists()
+    assert_clean(root)
+
+
+@pytest.mark.parametrize("error", [RuleViolation(1, "follows event 2: out of order"),
+                                   Injected("at the close's journal step")],
+                         ids=["rule-violation", "exception"])
+def test_a_close_whose_end_is_refused_gives_up_every_lock_and_leaves_its_lock_file(
+    root: Path, neighbour: Child, error: Exception,
+) -> None:
+    faults = Faults()
+    manager = Manager(root, busy_timeout=BUSY, step_hook=faults)
+    with_history(manager)
+    lease = manager.acquire()
+    faults.arm(raising(error), only="journal")
+    try:
+        if isinstance(error, RuleViolation):
+            manager.close()
+        else:
+            with pytest.raises(Injected):
+                manager.close()
+    finally:
+        faults.disarm()
+    assert_holds_nothing(manager, [lease.path])
+    assert (root / "managers" / f"{manager.id}.lock").exists()
+    report = neighbour.ask("recover", str(root))
+    assert report["dead"] == [manager.id]
+    assert not lease.path.exists()
+    assert_clean(root)
