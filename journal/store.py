@@ -33,6 +33,7 @@ import stat
 import struct
 import threading
 import time as _time
+import weakref
 from collections import Counter
 from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from pathlib import Path
@@ -98,6 +99,10 @@ SegmentHook = Callable[[Literal["segment"], str], None]
 # The journal files this process has connections to, by (device, inode).
 _OPEN: Final[Counter[tuple[int, int]]] = Counter()
 _OPEN_LOCK: Final = threading.Lock()
+# The open stores of this process, by their journal's (device, inode): a
+# segment one of them retires is let go of by all the others at once (see
+# Store.retire), not only at their next look.
+_PEERS: Final[dict[tuple[int, int], weakref.WeakSet[Store]]] = {}
 # Connections inherited through fork(), kept referenced so that they are
 # never closed (see Store.forget).
 _FORKED: Final[list[sqlite3.Connection]] = []
@@ -363,6 +368,10 @@ class Store:
         self._active_id: tuple[int, int] | None = None
         # Set once open: from then on every write transaction checks for a seal.
         self._ready = False
+        # Reads streaming rows, by connection; connections left for newer
+        # ones while a read streamed from them, closed when it ends.
+        self._streams: dict[sqlite3.Connection, int] = {}
+        self._superseded: list[sqlite3.Connection] = []
         # The reading connection over every kept segment, and what it was built for.
         self._span: sqlite3.Connection | None = None
         self._span_key: object = None
@@ -425,6 +434,7 @@ class Store:
                 raise
             self._identity = (st.st_dev, st.st_ino)
             _OPEN[self._identity] += 1
+            _PEERS.setdefault(self._identity, weakref.WeakSet()).add(self)
         try:
             self._open_active()
             if not self.readonly and not self._active.is_head:
@@ -949,11 +959,10 @@ class Store:
             # waiting for readers: what is left stays readable through the -wal.
             self._conn.execute("PRAGMA busy_timeout = 0")
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        # Not closed here: a read may still be streaming rows from it (reads
-        # of the active segment go through this connection); it closes once
-        # the last cursor on it is collected, at once when there is none.
+        old = self._conn
         self._conn = conn
         self._writing = None
+        self._let_go(old)
         # A segment's connection starts fully synchronous.
         self._synced = True
         self._active = active
@@ -1645,12 +1654,28 @@ class Store:
         kept = self._resolve(remove=False)[-MAX_KEPT:]
         key: object = (stamps, tuple(segment.file for segment in kept))
         if self._span is None or key != self._span_key or self._span_stale():
-            # Not closed here: a generator may still be streaming rows from
-            # it; it closes once the last cursor on it is collected.
-            self._span = None
+            old, self._span = self._span, None
+            if old is not None:
+                self._let_go(old)
             self._span = self._spanning(kept)
             self._span_key = key
         return self._span
+
+    def _let_go(self, conn: sqlite3.Connection) -> None:
+        """Close *conn*, left for a newer one, once no read streams from it (holding _lock).
+
+        A segment left behind is soon retired, and its file deleted: a
+        connection kept to it holds the deleted file's blocks (its -wal and
+        -shm too) until the connection goes, which without a close is
+        whenever the garbage collector runs (a connection is in a reference
+        cycle with its statement cache).  A read still streaming rows from
+        it (:meth:`_stream`) closes it when it ends.
+        """
+        if self._streams.get(conn):
+            self._superseded.append(conn)
+            return
+        with contextlib.suppress(sqlite3.Error):
+            conn.close()
 
     def _reading_after(self, after: int) -> sqlite3.Connection:
         """A connection that holds every event after *after* (the caller holds _lock).
@@ -1953,6 +1978,9 @@ class Store:
                 cursor = conn.execute(sql, params)
             except sqlite3.Error as e:
                 raise self._translate(e, "read") from e
+            # Until the last row: a connection left for a newer one meanwhile
+            # (a rollover, a retirement) is closed only then.
+            self._streams[conn] = self._streams.get(conn, 0) + 1
         try:
             while True:
                 with self._lock:
@@ -1968,6 +1996,14 @@ class Store:
             # closed) must not print "Exception ignored" on its way out.
             with contextlib.suppress(sqlite3.Error):
                 cursor.close()
+            with self._lock:
+                left = self._streams.pop(conn, 1) - 1
+                if left:
+                    self._streams[conn] = left
+                elif conn in self._superseded:
+                    self._superseded.remove(conn)
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.close()
 
     def records_of(self, kinds: Collection[str], *, until: int | None = None
                    ) -> Iterator[Record]:
@@ -2447,15 +2483,51 @@ class Store:
         self._step(f"record retirement up to event {upto}")
         self._write_head(("INSERT INTO retired (seq, time) VALUES (?, ?)", (upto, now)))
         removed = []
-        for segment in doomed:
-            self._step(f"retire {segment.name}")
-            if segment.base == 0:
-                self._retire_head()
-            else:
-                segments.remove_file(segment.file)
-            removed.append(segment.path)
-        segments.sync_directory(segments.folder(self.path))
-        return removed
+        try:
+            for segment in doomed:
+                self._step(f"retire {segment.name}")
+                if segment.base == 0:
+                    self._retire_head()
+                else:
+                    segments.remove_file(segment.file)
+                removed.append(segment)
+            segments.sync_directory(segments.folder(self.path))
+        finally:
+            self._let_go_of_retired({s.file for s in removed if s.base})
+        return [s.path for s in removed]
+
+    def _let_go_of_retired(self, files: set[str]) -> None:
+        """Every store of this process closes its connections to the deleted *files*.
+
+        Each would otherwise hold the deleted files' blocks until its next
+        look (a store in another process does it then: an append finds the
+        seal, a read lists the segments again).
+        """
+        if not files:
+            return
+        with _OPEN_LOCK:
+            peers = list(_PEERS.get(self._identity or (-1, -1), ()))
+        for peer in peers:
+            peer._forget_files(files)
+
+    def _forget_files(self, files: set[str]) -> None:
+        """Let go of this store's connections to any of *files*, which were retired."""
+        with self._lock:
+            if self._identity is None:
+                # Closed, or a forked copy's: nothing of it is closed here.
+                return
+            span = self._span
+            if span is not None and not span.in_transaction and (
+                    files & self._span_attached.keys()):
+                self._span = None
+                self._span_key = None
+                self._span_attached = {}
+                self._let_go(span)
+            if self._active.file in files:
+                # Sealed and retired before this store looked again: it
+                # moves on now, as its next append would.
+                with contextlib.suppress(JournalError):
+                    self._open_active()
 
     def _retirement_cut(self, kept: list[SegmentInfo], now: float) -> int | None:
         """The index of the newest of *kept* to retire (all older with it), or None.
@@ -2572,11 +2644,25 @@ class Store:
             running.join()
         with _OPEN_LOCK, self._lock:
             self._drop_span()
+            for conn in self._superseded:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
+            self._superseded = []
             if self._identity is not None:
                 _OPEN[self._identity] -= 1
-                self._identity = None
+                self._discard_peer()
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.close()
+
+    def _discard_peer(self) -> None:
+        """Leave :data:`_PEERS` (the caller holds _OPEN_LOCK); the store is closed from here."""
+        assert self._identity is not None
+        peers = _PEERS.get(self._identity)
+        if peers is not None:
+            peers.discard(self)
+            if not peers:
+                del _PEERS[self._identity]
+        self._identity = None
 
     def forget(self) -> None:
         """Let go of a connection inherited through fork() without touching the file.
@@ -2589,11 +2675,13 @@ class Store:
         with _OPEN_LOCK:
             if self._identity is not None:
                 _OPEN[self._identity] -= 1
-                self._identity = None
+                self._discard_peer()
                 _FORKED.append(self._conn)
                 if self._span is not None:
                     _FORKED.append(self._span)
                     self._span = None
+                _FORKED.extend(self._superseded)
+                self._superseded = []
         self.broken = "this is a forked copy of another process's journal connection"
         # The parent's queue and its leader are not this process's.
         self._queued = threading.Lock()

@@ -25,15 +25,21 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from journal import Retention, Store
 from journal.errors import JournalBusy, JournalError, RuleViolation
 from sessiontemp import Manager, Unavailable
 from sessiontemp.inspect import fsck, verify
+from sessiontemp.recovery import maintain
+from sessiontemp.root import Root
+from sessiontemp.steps import Steps
 from tests.conftest import live_state, own_view
 from tests.faults import Faults, Injected, raising
 from tests.test_faults import Child, child
@@ -41,6 +47,8 @@ from tests.test_faults import Child, child
 JOURNAL = "journal.sqlite3"
 # Short, so that a lock held past it fails an append at once.
 BUSY = 0.3
+# Every checkpoint starts a new segment; every sealed one is deleted once covered.
+EAGER = Retention(segment_bytes=0, history_bytes=0, history_age=0)
 
 
 @pytest.fixture
@@ -238,4 +246,118 @@ def test_a_close_whose_end_is_refused_gives_up_every_lock_and_leaves_its_lock_fi
     report = neighbour.ask("recover", str(root))
     assert report["dead"] == [manager.id]
     assert not lease.path.exists()
+    assert_clean(root)
+
+
+# -- item: retired segments' descriptors ------------------------------------------------------
+
+
+def deleted_descriptors(root: Path) -> list[str]:
+    """This process's descriptors to files of *root* that were deleted ("... (deleted)").
+
+    Only the root's: SQLite's own temporary files (in /tmp, unlinked at
+    once by design) are not the journal's.
+    """
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(f"{root}/") and target.endswith(" (deleted)"):
+                found.append(target)
+    return found
+
+
+@pytest.fixture
+def no_collector() -> Iterator[None]:
+    """The cyclic garbage collector off: what is let go must be closed, not collected."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def maintain_here(root: Path) -> None:
+    """In this process: checkpoint, roll over and retire everything, as faultchild's neighbour."""
+    opened = Root.open(root)
+    try:
+        store = Store(opened.journal_path, retention=EAGER)
+        try:
+            store.maintenance_every = 0
+            maintain(opened, store, clock=time.time, steps=Steps(None))
+        finally:
+            store.close()
+    finally:
+        opened.close()
+
+
+def test_segments_retired_by_another_process_leave_no_descriptor_open_here(
+    root: Path, neighbour: Child, no_collector: None,
+) -> None:
+    busy = Manager(root)
+    reader = Store(root / JOURNAL, readonly=True)
+    idle: Manager | None = None
+    try:
+        busy.retain()
+        for round in range(6):
+            if round == 3:
+                # Its connection is on the segment retired next: it lets go
+                # of it at its next look, which comes only after the loop.
+                idle = Manager(root)
+            with_history(busy, 3)
+            assert len(list(reader.records(after=reader.last_seq() - 3))) == 3
+            retired_everything(neighbour, root)
+            # The next look of each: an operation, a read.
+            with busy.acquire():
+                pass
+            assert reader.last_seq() == busy.state.seq
+            assert list(reader.records(after=busy.state.seq - 1))
+            assert reader.history().retired_until
+            if idle is None:
+                assert deleted_descriptors(root) == [], f"round {round}"
+        assert idle is not None
+        idle.retain()
+        assert deleted_descriptors(root) == [], "the idle manager's next look kept them"
+    finally:
+        reader.close()
+        busy.close()
+        if idle is not None:
+            idle.close()
+    assert deleted_descriptors(root) == []
+    assert_clean(root)
+
+
+def test_segments_retired_by_this_process_are_closed_when_retired(
+    root: Path, no_collector: None,
+) -> None:
+    with Manager(root, retention=EAGER) as manager:
+        manager.retain()
+        for _ in range(6):
+            with_history(manager, 3)
+            maintain_here(root)
+            assert deleted_descriptors(root) == []
+            with manager.acquire():
+                pass
+            assert deleted_descriptors(root) == []
+    assert deleted_descriptors(root) == []
+    assert_clean(root)
+
+
+def test_a_long_lived_managers_own_maintenance_leaves_no_descriptor_to_a_retired_segment(
+    root: Path, no_collector: None,
+) -> None:
+    with Manager(root, retention=EAGER) as manager:
+        store = manager._handles.store
+        assert store is not None
+        store.maintenance_every = 25
+        manager.retain()
+        for _ in range(8):
+            with_history(manager, 12)
+            running = store._maintenance_thread
+            if running is not None:
+                running.join()
+            assert deleted_descriptors(root) == []
+        assert segment_files(root), "the maintenance never rolled over"
+    assert deleted_descriptors(root) == []
     assert_clean(root)
