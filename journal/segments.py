@@ -50,11 +50,14 @@ import contextlib
 import os
 import re
 import sqlite3
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
 import attrs
+
+from journal.errors import UnsafeRoot
 
 __all__ = [
     "DEFAULT_RETENTION",
@@ -64,6 +67,8 @@ __all__ = [
     "Filed",
     "Retention",
     "Segment",
+    "check_directory",
+    "check_files",
     "create",
     "directory",
     "folder",
@@ -298,6 +303,43 @@ def create(
         os.close(fd)
     os.rename(tmp, path)
     sync_directory(parent(path))
+
+
+# SQLite opens a database by its name, following a symlink there: a link at
+# a segment's name would have the journal read, and written, wherever it
+# points.  SQLite keeps two files beside each: what it writes to them is
+# the journal as much as the file itself.
+_SIDE_FILES: Final = ("", "-wal", "-shm")
+_LINK_FIX: Final = "Remove it or pass another root"
+
+
+def check_files(path: os.PathLike[str] | str, *, writer: bool) -> None:
+    """Refuse a journal file (the head or any segment) whose file, -wal or -shm is unsafe.
+
+    A symbolic link at any of the three names is refused (:class:`UnsafeRoot`,
+    naming it); a *writer* also refuses one owned by another user, which it
+    would write to on their behalf.  A name that does not exist is fine.
+    """
+    for suffix in _SIDE_FILES:
+        _check_entry(f"{os.fspath(path)}{suffix}", writer=writer)
+
+
+def check_directory(journal: os.PathLike[str] | str, *, writer: bool) -> None:
+    """Refuse the segment directory beside *journal* when it is unsafe, as :func:`check_files`."""
+    _check_entry(folder(journal), writer=writer)
+
+
+def _check_entry(name: str, *, writer: bool) -> None:
+    try:
+        # Not following: the link itself is what must not be there.
+        st = os.lstat(name)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafeRoot(name, "is a symbolic link", _LINK_FIX)
+    uid = os.getuid()
+    if writer and st.st_uid != uid:
+        raise UnsafeRoot(name, f"is owned by uid {st.st_uid}, not you (uid {uid})", _LINK_FIX)
 
 
 def parent(path: os.PathLike[str] | str) -> str:

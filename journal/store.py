@@ -449,6 +449,8 @@ class Store:
     # -- opening -------------------------------------------------------------
 
     def _check_header(self) -> None:
+        self._check_files(self.path)
+        segments.check_directory(self.path, writer=not self.readonly)
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -502,7 +504,16 @@ class Store:
                     "Make it writable, or pass a root on a writable file system",
                 )
 
+    def _check_files(self, file: os.PathLike[str] | str) -> None:
+        """Refuse a journal file whose name, -wal or -shm is a symlink (or, to write, not ours).
+
+        Every file is checked the same way before SQLite opens it by name:
+        the head, the segment being written and each sealed one.
+        """
+        segments.check_files(file, writer=not self.readonly)
+
     def _connect(self, busy_timeout: float) -> sqlite3.Connection:
+        self._check_files(self.path)
         try:
             if self.readonly:
                 # Quoted as bytes: a path that is not UTF-8 keeps its own bytes.
@@ -779,6 +790,7 @@ class Store:
         Takes the segment's path as listed (a string); only an error makes
         a Path of it, which is how errors name the file.
         """
+        self._check_files(file)
         mode = "ro&immutable=1" if self.immutable else "ro" if self.readonly else "rw"
         uri = "file:" + quote(os.fsencode(os.path.abspath(file))) + "?mode=" + mode
         try:
@@ -844,6 +856,8 @@ class Store:
         segment before (which a live rollover holds throughout); a reader
         leaves it and reads past it.
         """
+        # The directory the later segments are opened through, each listing.
+        segments.check_directory(self.path, writer=not self.readonly)
         found = segments.listed(self.path)
         _forget_unlisted(self.path, found)
         while len(found) > 1 and not self._is_sealed(found[-2]):
@@ -1731,6 +1745,7 @@ class Store:
                 if not os.path.exists(segment.file):
                     raise JournalCorrupt(segment.path, "is missing", self._segment_fix(
                         segment.path))
+                self._check_files(segment.file)
                 uri = "file:" + quote(os.fsencode(os.path.abspath(segment.file))) + "?mode=" + mode
                 conn.execute(f"ATTACH DATABASE ? AS s{i}", (uri,))
                 tables = {name for (name,) in conn.execute(
