@@ -16,7 +16,8 @@ Modes:
     does (a checkpoint of the whole journal, a rollover with it, every
     sealed segment retired and nothing kept: ``Retention(0, 0, 0)``), then
     a recovery pass with that retention, and answers with the segment files
-    before and after; ``maintain PATH pause`` first answers
+    before and after (``{"refused": WHY}`` when the journal refuses it, a
+    full disk); ``maintain PATH pause`` first answers
     ``{"paused": DETAIL}`` just before its checkpoint and waits for ``go``.
     ``retire PATH`` is a recovery pass that retires whatever a checkpoint
     covers and rolls nothing over (``Retention(2**40, 0, 0)``).  ``hold
@@ -183,7 +184,11 @@ def neighbour() -> int:
     for words in commands():
         try:
             if words[0] == "maintain":
-                emit(maintain_eagerly(Path(words[1]), pause=words[2:] == ["pause"]))
+                try:
+                    emit(maintain_eagerly(Path(words[1]), pause=words[2:] == ["pause"]))
+                except JournalError as e:
+                    # The journal refused (a full disk): said, not a failure of this process.
+                    emit({"refused": str(e)})
             elif words[0] == "retire":
                 emit(report_json(recover(words[1], busy_timeout=BUSY_TIMEOUT, retention=Retention(
                     segment_bytes=1 << 40, history_bytes=0, history_age=0))))

@@ -35,14 +35,15 @@ import pytest
 
 from journal import Retention, Store
 from journal.errors import JournalBusy, JournalError, RuleViolation
-from sessiontemp import Manager, Unavailable
+from sessiontemp import Lease, Manager, Unavailable
 from sessiontemp.inspect import fsck, verify
 from sessiontemp.recovery import maintain
 from sessiontemp.root import Root
 from sessiontemp.steps import Steps
 from tests.conftest import live_state, own_view
 from tests.faults import Faults, Injected, raising
-from tests.test_faults import Child, child
+from tests.test_bad_journal import small_file_system
+from tests.test_faults import Child, child, fill_leaving
 
 JOURNAL = "journal.sqlite3"
 # Short, so that a lock held past it fails an append at once.
@@ -361,3 +362,75 @@ def test_a_long_lived_managers_own_maintenance_leaves_no_descriptor_to_a_retired
         assert segment_files(root), "the maintenance never rolled over"
     assert deleted_descriptors(root) == []
     assert_clean(root)
+
+
+# -- the same through a full disk -------------------------------------------------------------
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    with small_file_system(tmp_path, "2m") as fs:
+        yield fs
+
+
+def work(manager: Manager, leases: list[Lease]) -> list[Exception]:
+    """Rotate, acquire and release as a session does; the errors a full disk gave."""
+    errors: list[Exception] = []
+    for step in ("rotate", "acquire", "acquire", "release", "rotate", "release"):
+        try:
+            if step == "rotate":
+                manager.rotate()
+            elif step == "acquire":
+                leases.append(manager.acquire())
+            elif leases:
+                leases.pop(0).release()
+        except (JournalError, Unavailable) as e:
+            errors.append(e)
+    return errors
+
+
+@pytest.mark.parametrize("rounds", [pytest.param(1, id="each-level-once"),
+                                    pytest.param(4, id="each-level-4-times",
+                                                 marks=pytest.mark.slow)])
+def test_fill_work_free_rounds_with_rollovers_on_a_nearly_full_disk_leave_the_manager_working(
+    full_disk: Path, neighbour: Child, rounds: int,
+) -> None:
+    root = full_disk / "root"
+    manager = Manager(root, busy_timeout=10.0, retention=EAGER)
+    leases: list[Lease] = []
+    hit = rolled = 0
+    try:
+        manager.retain()
+        for level in [pages for pages in range(21) for _ in range(rounds)]:
+            at = f"with {level} pages free"
+            filler = fill_leaving(full_disk, level)
+            try:
+                hit += bool(work(manager, leases))
+                # Another process rolls over and retires on the nearly full
+                # disk (a failure there only delays the journal's bound).
+                neighbour.ask("maintain", str(root))
+            finally:
+                filler.unlink()
+            # Space is back: another rollover and retirement, then the same
+            # manager must work as ever, its memory the journal's.
+            done = neighbour.ask("maintain", str(root))
+            assert "refused" not in done, f"{at}: {done}"
+            rolled += done["after"] != done["before"]
+            assert not manager.closed, f"{at}: the manager gave up"
+            assert work(manager, leases) == [], at
+            assert_agrees(manager)
+            assert_clean(root)
+        for lease in leases:
+            lease.release()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            manager.close()
+        raise
+    manager.close()
+    assert_holds_nothing(manager, [])
+    assert not (root / "managers" / f"{manager.id}.lock").exists()
+    assert_clean(root)
+    # The fault was reached: at some levels the disk refused the work; and
+    # the journal rolled over after it.
+    assert hit
+    assert rolled
