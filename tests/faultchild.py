@@ -14,7 +14,9 @@ Modes:
     PATH`` with the recovery report, or with ``{"error": ...}``.  ROOT is
     unused.  ``maintain PATH`` runs what a long-lived manager's maintenance
     does (a checkpoint of the whole journal, a rollover with it, every
-    sealed segment retired and nothing kept: ``Retention(0, 0, 0)``), then
+    sealed segment retired and nothing kept: ``Retention(0, 0, 0)``; the
+    checkpoint is written even when none is due, whenever events follow
+    the active segment's base), then
     a recovery pass with that retention, and answers with the segment files
     before and after (``{"refused": WHY}`` when the journal refuses it, a
     full disk); ``maintain PATH pause`` first answers
@@ -77,7 +79,7 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
-from journal import Retention, Store, replay
+from journal import Retention, Store, checkpoint, replay
 from journal.errors import ForkedCopy, JournalError, RuleViolation
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Lease, Manager, recover
 from sessiontemp.handles import Handles
@@ -149,14 +151,25 @@ def maintain_eagerly(path: Path, pause: bool = False) -> dict[str, Any]:
         try:
             # Due whatever was appended since the last checkpoint.
             store.maintenance_every = 0
-            maintain(opened, store, clock=time.time,
-                     steps=Steps(paused_at_checkpoint if pause else None))
+            with capture_logs() as logs:
+                maintain(opened, store, clock=time.time,
+                         steps=Steps(paused_at_checkpoint if pause else None))
+            if segment_files(path) == before:
+                # No checkpoint was due (one was written since the last
+                # events, and its rollover failed: a full disk): one now.
+                start = checkpoint.restore(store)
+                state = replay(store.records(after=start.state.seq, tolerant=True), start.state,
+                               tolerant=True)
+                if state.seq > store.segments()[-1].base:
+                    checkpoint.save(store, state)
         finally:
             store.close()
     finally:
         opened.close()
     report = recover(path, busy_timeout=BUSY_TIMEOUT, retention=EAGER)
-    return {"before": before, "after": segment_files(path), **report_json(report)}
+    return {"before": before, "after": segment_files(path), **report_json(report),
+            "warnings": [f"{e['event']}: {e.get('reason', '')}" for e in logs
+                         if e["log_level"] in ("warning", "error")]}
 
 
 def hold_active(path: Path) -> sqlite3.Connection:

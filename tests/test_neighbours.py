@@ -390,7 +390,7 @@ def work(manager: Manager, leases: list[Lease]) -> list[Exception]:
 
 
 @pytest.mark.parametrize("rounds", [pytest.param(1, id="each-level-once"),
-                                    pytest.param(4, id="each-level-4-times",
+                                    pytest.param(15, id="each-level-15-times",
                                                  marks=pytest.mark.slow)])
 def test_fill_work_free_rounds_with_rollovers_on_a_nearly_full_disk_leave_the_manager_working(
     full_disk: Path, neighbour: Child, rounds: int,
