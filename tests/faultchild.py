@@ -21,6 +21,11 @@ Modes:
     before and after (``{"refused": WHY}`` when the journal refuses it, a
     full disk); ``maintain PATH pause`` first answers
     ``{"paused": DETAIL}`` just before its checkpoint and waits for ``go``.
+    ``interleave PATH`` is what such a neighbour does between two steps of
+    another process's operation: a checkpoint of the whole journal and a
+    rollover with it, then (unless a recovery pass holds the root: that
+    one is the operation's own) every sealed segment retired; it answers
+    with the segment files before and after and what it retired.
     ``retire PATH`` is a recovery pass that retires whatever a checkpoint
     covers and rolls nothing over (``Retention(2**40, 0, 0)``).  ``hold
     PATH`` takes the write lock of the journal's active segment and keeps it
@@ -77,6 +82,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import filelock
 from structlog.testing import capture_logs
 
 from journal import Retention, Store, checkpoint, replay
@@ -157,11 +163,7 @@ def maintain_eagerly(path: Path, pause: bool = False) -> dict[str, Any]:
             if segment_files(path) == before:
                 # No checkpoint was due (one was written since the last
                 # events, and its rollover failed: a full disk): one now.
-                start = checkpoint.restore(store)
-                state = replay(store.records(after=start.state.seq, tolerant=True), start.state,
-                               tolerant=True)
-                if state.seq > store.segments()[-1].base:
-                    checkpoint.save(store, state)
+                checkpoint_now(store)
         finally:
             store.close()
     finally:
@@ -170,6 +172,44 @@ def maintain_eagerly(path: Path, pause: bool = False) -> dict[str, Any]:
     return {"before": before, "after": segment_files(path), **report_json(report),
             "warnings": [f"{e['event']}: {e.get('reason', '')}" for e in logs
                          if e["log_level"] in ("warning", "error")]}
+
+
+def checkpoint_now(store: Store) -> bool:
+    """A checkpoint of the whole journal, which rolls over; False when nothing follows the base."""
+    start = checkpoint.restore(store)
+    state = replay(store.records(after=start.state.seq, tolerant=True), start.state,
+                   tolerant=True)
+    if state.seq <= store.segments()[-1].base:
+        return False
+    checkpoint.save(store, state)
+    return True
+
+
+def interleave(path: Path) -> dict[str, Any]:
+    """Checkpoint, roll over and (under the recovery lock, if free) retire every sealed segment."""
+    before = segment_files(path)
+    lock = filelock.FileLock(path / "recovery.lock", timeout=0, thread_local=False,
+                             fallback_to_soft=False)
+    try:
+        lock.acquire()
+        locked = True
+    except (filelock.Timeout, OSError):
+        # The operation it interleaves with is a recovery pass: retiring is its own.
+        locked = False
+    try:
+        # Short: the other process is stopped between two of its steps and
+        # holds no write lock, so this never waits for long.
+        store = Store(path / "journal.sqlite3", busy_timeout=2.0, retention=EAGER)
+        try:
+            checkpoint_now(store)
+            retired = [str(p) for p in store.retire(now=time.time())] if locked else []
+        finally:
+            store.close()
+    finally:
+        if locked:
+            lock.release()
+    return {"before": before, "after": segment_files(path), "retired": retired,
+            "locked": locked}
 
 
 def hold_active(path: Path) -> sqlite3.Connection:
@@ -202,6 +242,8 @@ def neighbour() -> int:
                 except JournalError as e:
                     # The journal refused (a full disk): said, not a failure of this process.
                     emit({"refused": str(e)})
+            elif words[0] == "interleave":
+                emit(interleave(Path(words[1])))
             elif words[0] == "retire":
                 emit(report_json(recover(words[1], busy_timeout=BUSY_TIMEOUT, retention=Retention(
                     segment_bytes=1 << 40, history_bytes=0, history_age=0))))

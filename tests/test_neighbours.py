@@ -42,6 +42,7 @@ from sessiontemp.root import Root
 from sessiontemp.steps import Steps
 from tests.conftest import live_state, own_view
 from tests.faults import Faults, Injected, raising
+from tests.neighbour import deleted_descriptors
 from tests.test_bad_journal import small_file_system
 from tests.test_faults import Child, child, fill_leaving
 
@@ -251,21 +252,6 @@ def test_a_close_whose_end_is_refused_gives_up_every_lock_and_leaves_its_lock_fi
 
 
 # -- item: retired segments' descriptors ------------------------------------------------------
-
-
-def deleted_descriptors(root: Path) -> list[str]:
-    """This process's descriptors to files of *root* that were deleted ("... (deleted)").
-
-    Only the root's: SQLite's own temporary files (in /tmp, unlinked at
-    once by design) are not the journal's.
-    """
-    found = []
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            target = os.readlink(f"/proc/self/fd/{fd}")
-            if target.startswith(f"{root}/") and target.endswith(" (deleted)"):
-                found.append(target)
-    return found
 
 
 @pytest.fixture
