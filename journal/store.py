@@ -1020,7 +1020,15 @@ class Store:
         cursor = self._writing
         if cursor is None or cursor.connection is not self._conn:
             cursor = self._writing = self._conn.cursor()
-        return cursor.execute(sql, params)
+        try:
+            return cursor.execute(sql, params)
+        except BaseException:
+            # An error's traceback keeps its frames' locals: this cursor's
+            # statement would keep the connection (its files, and a retired
+            # segment's blocks) open past its close for as long as the error
+            # is kept, by the caller or in sys.last_exc.
+            del cursor
+            raise
 
     def _still_there(self) -> bool:
         try:
@@ -1621,6 +1629,8 @@ class Store:
             self._reconnect()
 
     def _reconnect(self) -> None:
+        # As in close(): the cursor goes first, or the connection outlives its close.
+        self._writing = None
         with contextlib.suppress(sqlite3.Error):
             self._conn.close()
         try:
@@ -2666,6 +2676,10 @@ class Store:
             if self._identity is not None:
                 _OPEN[self._identity] -= 1
                 self._discard_peer()
+                # The write path's cursor first: a statement it still holds
+                # (one a busy journal failed) would keep the closed
+                # connection's files and locks open for as long as it lives.
+                self._writing = None
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.close()
 

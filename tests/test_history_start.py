@@ -20,6 +20,8 @@ anything was retired, replayed from event 1.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +33,7 @@ from journal.reducer import Fold
 from sessiontemp import Manager
 from sessiontemp.inspect import explain, fsck, state_at, timeline, verify
 from tests import zygote
+from tests.model import SCRATCH
 from tests.test_faults import Child, child
 
 JOURNAL = "journal.sqlite3"
@@ -149,3 +152,48 @@ def test_a_rollover_one_event_behind_the_tail_starts_its_segment_with_the_state_
         busy(manager, 3)
         assert_every_reader_starts_where_history_starts(root, full)
     assert_every_reader_starts_where_history_starts(root, full)
+
+
+# -- the audit's case: a long-lived manager, the default retention --------------------------
+
+AUDIT_EVENTS = 300_000
+
+
+@pytest.mark.slow
+def test_a_long_lived_manager_with_the_default_retention_keeps_a_history_every_reader_starts(
+    tmp_path: Path,
+) -> None:
+    """About 300,000 events from one manager whose maintenance (a thread of its own, every
+    20,000 events) checkpoints, rolls over at 2 MiB and retires beyond 16 MiB while the
+    manager appends: every rollover is made while appends go on beside it."""
+    base = Path(SCRATCH) if SCRATCH else tmp_path
+    root = base / f"audit-{os.getpid()}" / "root"
+    try:
+        with Manager(root, durability="relaxed") as manager:
+            manager.retain()
+            while manager.state.seq < AUDIT_EVENTS:
+                for _ in range(50):
+                    manager.acquire().release()
+                manager.rotate()
+            live = sorted(g for g in manager.state.generations)
+        store = Store(root / JOURNAL, readonly=True)
+        try:
+            history = store.history()
+            kept = store.segments()
+        finally:
+            store.close()
+        assert history.retired_until, "nothing was retired: the audit's case was not reached"
+        print(f"\n{AUDIT_EVENTS:,} events: {len(kept)} segments kept, history from event "
+              f"{history.retired_until + 1:,}")
+        checked = verify(root / JOURNAL)
+        assert checked.problems == (), (len(checked.problems), checked.problems[:3])
+        at = state_at(root / JOURNAL, history.retired_until + 1, live=True)
+        assert at.refused == ()
+        drawn = timeline(root / JOURNAL)
+        assert drawn.refused == (), f"the timeline refused {len(drawn.refused)} records"
+        for generation in live:
+            story = explain(root / JOURNAL, generation)
+            assert not any("stray" in said.text for said in story.sentences)
+        assert fsck(root).ok
+    finally:
+        shutil.rmtree(root.parent, ignore_errors=True)

@@ -42,7 +42,7 @@ from sessiontemp.root import Root
 from sessiontemp.steps import Steps
 from tests.conftest import live_state, own_view
 from tests.faults import Faults, Injected, raising
-from tests.neighbour import deleted_descriptors
+from tests.neighbour import Neighbour, deleted_descriptors, holding_the_journal
 from tests.test_bad_journal import small_file_system
 from tests.test_faults import Child, child, fill_leaving
 
@@ -420,3 +420,48 @@ def test_fill_work_free_rounds_with_rollovers_on_a_nearly_full_disk_leave_the_ma
     # the journal rolled over after it.
     assert hit
     assert rolled
+
+
+def journal_descriptors(root: Path) -> list[str]:
+    """This process's descriptors to *root*'s journal files, deleted or not."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(f"{root}/{JOURNAL}"):
+                found.append(target)
+    return found
+
+
+@pytest.mark.parametrize("at", [1, 2, 3])
+def test_a_close_that_meets_a_busy_journal_keeps_no_journal_file_open_once_it_returns(
+    root: Path, no_collector: None, at: int,
+) -> None:
+    """Its end journaled or not, the removals after it refused: nothing of the journal stays open.
+
+    The busy error sits in a reference cycle (its traceback's frames hold
+    the append that failed, which holds the error) that only the garbage
+    collector breaks: a cursor among those frames kept its statement, and
+    so the closed connection's files and its lock on the -shm, open.
+    """
+    other = Neighbour()
+    faults = Faults()
+    manager = Manager(root, busy_timeout=BUSY, step_hook=faults)
+    try:
+        manager.retain()
+        manager.acquire()
+        manager.rotate()
+        manager.acquire()
+        faults.arm(holding_the_journal(other, root), at=at)
+        try:
+            manager.close()
+        finally:
+            faults.disarm()
+            other.let_go()
+        # Nothing else in this process has the journal open.
+        assert journal_descriptors(root) == []
+        assert_holds_nothing(manager, [])
+        other.ask("recover", str(root))
+        assert_clean(root)
+    finally:
+        other.end()
