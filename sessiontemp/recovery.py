@@ -559,6 +559,10 @@ class _Pass:
             self.skip(path, f"still in use: {result.detail}", target.generation)
         elif result.outcome == "refused":
             self.skip(path, f"{result.detail}; left alone", target.generation)
+        elif result.outcome == "blocked":
+            # Each by its own path, once: what a person must fix, and where.
+            for entry in result.blocked:
+                self.skip(Path(entry.path), f"{entry.reason}. {entry.fix}", target.generation)
         else:
             self.removed.append(Removed(path, target.generation, reason))
             logger.info(f"generation.{result.outcome}", recovery=self.id,
