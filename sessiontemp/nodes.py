@@ -25,18 +25,25 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
+import struct
 from collections.abc import Callable
 from typing import Final
 
 import attrs
 
-__all__ = ["Node", "by_fdinfo", "by_statx", "of", "same_mount"]
+__all__ = ["Node", "by_fdinfo", "by_statx", "of", "pinned", "same_mount"]
 
 _AT_EMPTY_PATH: Final = 0x1000
 _AT_SYMLINK_NOFOLLOW: Final = 0x100
 _STATX_BASIC_STATS: Final = 0x7FF
 _STATX_MNT_ID: Final = 0x1000
+# FS_IOC_GETFLAGS (_IOR('f', 1, long) on 64-bit Linux) and the two flags of
+# <linux/fs.h> that keep a directory's entries from being removed.
+_FS_IOC_GETFLAGS: Final = 0x80086601
+_FS_IMMUTABLE_FL: Final = 0x10
+_FS_APPEND_FL: Final = 0x20
 
 
 @attrs.frozen
@@ -134,3 +141,18 @@ def by_fdinfo(fd: int) -> Node:
 def of(fd: int) -> Node:
     """What *fd* (any descriptor, O_PATH ones too) refers to, its mount id when it can be known."""
     return by_statx(fd) or by_fdinfo(fd)
+
+
+def pinned(fd: int) -> bool:
+    """Whether *fd*'s inode is immutable or append-only (``chattr +i`` or ``+a``).
+
+    Either flag keeps every entry of a directory where it is, whoever asks:
+    only root can clear it.  False where the file system has no such flags.
+    """
+    buf = bytearray(8)
+    try:
+        fcntl.ioctl(fd, _FS_IOC_GETFLAGS, buf, True)
+    except OSError:
+        return False  # ENOTTY, EOPNOTSUPP: no flags there, so none set
+    (flags,) = struct.unpack_from("=i", buf)
+    return bool(flags & (_FS_IMMUTABLE_FL | _FS_APPEND_FL))

@@ -279,6 +279,10 @@ class _Remover:
         self.uid = os.geteuid()
 
     def enter(self, fd: int, node: Node) -> None:
+        if nodes.pinned(fd):
+            # Immutable or append-only: not one entry of it can go, so it
+            # stays as a whole (reported once), its entries unvisited.
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM))
         if node.uid == self.uid:
             if node.mode & 0o700 != 0o700 or node.mode & stat.S_ISVTX:
                 # A mode its owner set (0555 from a module cache or a
@@ -286,7 +290,8 @@ class _Remover:
                 # to remove what is inside.  Through the descriptor the walk
                 # holds, so a symlink swapped in at its name cannot catch it.
                 os.fchmod(fd, 0o700)
-        elif not os.access(f"/proc/self/fd/{fd}", os.W_OK | os.X_OK, effective_ids=True):
+        elif not os.access(f"/proc/self/fd/{fd}", os.W_OK | os.X_OK,
+                           effective_ids=os.access in os.supports_effective_ids):
             # Another user's, and not writable: its mode is not ours to
             # change (a chown is not tried either), so it stays as a whole.
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))

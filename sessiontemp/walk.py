@@ -278,9 +278,10 @@ class _Walk:
 
     def refused(self, parts: tuple[str, ...], node: Node, error: int) -> None:
         """A directory that stays as a whole: another user's, or one that failed with *error*."""
-        if node.uid != self.uid:
+        if node.uid != self.uid and error == errno.EACCES:
             self.add(Obstacle(parts, "foreign", node.uid, error))
         else:
+            # EPERM (an immutable directory) or EROFS: its owner cannot help.
             self.add(Obstacle(parts, "error", node.uid, error))
 
     def add(self, obstacle: Obstacle) -> None:

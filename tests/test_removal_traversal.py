@@ -387,8 +387,11 @@ def chattr(flag: str, path: Path) -> None:
 
 
 @as_root
-def test_an_immutable_file_stays_reported_the_rest_goes_and_the_removal_ends_once_cleared(
-    root: Path,
+@pytest.mark.parametrize(("flag", "pinned"), [
+    ("+i", "d/b"), ("+i", "d"), ("+a", "d"),
+], ids=["an immutable file", "an immutable directory", "an append-only directory"])
+def test_what_a_flag_keeps_stays_reported_once_the_rest_goes_and_it_ends_once_cleared(
+    root: Path, flag: str, pinned: str
 ) -> None:
     if shutil.which("chattr") is None:
         pytest.skip("chattr is not installed")
@@ -400,7 +403,7 @@ def test_an_immutable_file_stays_reported_the_rest_goes_and_the_removal_ends_onc
     for name in ("a", "b", "c"):
         (lease.path / "d" / name).write_text(name)
     (lease.path / "other").write_text("x")
-    chattr("+i", lease.path / "d" / "b")
+    chattr(flag, lease.path / pinned)
     trash = root / (TRASH_PREFIX + gid)
     try:
         lease.release()
@@ -408,16 +411,16 @@ def test_an_immutable_file_stays_reported_the_rest_goes_and_the_removal_ends_onc
             manager.rotate()
             manager.close()
         assert os.listdir(trash) == ["d"]
-        assert os.listdir(trash / "d") == ["b"]
+        assert sorted(os.listdir(trash / "d")) == (["b"] if pinned == "d/b" else ["a", "b", "c"])
         [warned] = blocked_events(logs)
-        assert warned["path"] == str(trash / "d" / "b")
+        assert warned["path"] == str(trash / pinned)
         assert "Operation not permitted" in warned["reason"]
-        assert f"chattr -i -a {trash / 'd' / 'b'}" in warned["fix"]
+        assert f"chattr -i -a {trash / pinned}" in warned["fix"]
         report = recover(root)
         assert [(s.path, "chattr -i" in s.reason) for s in report.skipped] == [
-            (trash / "d" / "b", True)]
+            (trash / pinned, True)]
     finally:
-        chattr("-i", trash / "d" / "b")
+        chattr(flag.replace("+", "-"), trash / pinned)
     report = recover(root)
     assert [r.generation for r in report.removed] == [gid]
     assert generations_on_disk(root) == []
