@@ -7,12 +7,13 @@ journaling through the callable it is given:
 1. :func:`seize` finds the entry under its generation or trash name and takes
    an exclusive lock on it.  The lock fails while any lease or command still
    holds its shared lock, and then nothing is touched; so does a recorded
-   command that still runs (:mod:`sessiontemp.processes`).
+   command that still runs (:mod:`sessiontemp.processes`), and a file system
+   mounted on the generation itself.
 2. The start of the removal is journaled.
 3. :func:`finish` renames it to its trash name (claiming it: a crash from
    here on leaves a name the sweep recognises even without a journal), then
    empties and removes it through directory descriptors.
-4. The end is journaled.
+4. The end is journaled, unless something had to stay.
 
 The emptying is a :mod:`sessiontemp.walk`: nothing is resolved by path,
 a symlink planted inside is unlinked, never followed, a hard link is
