@@ -17,6 +17,8 @@ Commands (``{"do": NAME, ...}``)::
                           ["chmod", REL, MODE], ["symlink", REL, TARGET] or
                           ["link", REL, TARGET] (a hard link)
     release LEASE | rotate | close
+    hold LEASE            start ``sleep 600`` on the lease (it inherits the
+                          lease's lock) -> {"pid"}
     fail NTH              the NTH unlink from now on raises OSError(EIO)
     recover               sessiontemp.recover(ROOT) -> the report
     logs                  the warnings and errors logged since the last ``logs``
@@ -33,6 +35,7 @@ import errno
 import importlib.metadata  # noqa: F401 - imported while the files are still readable
 import json
 import os
+import subprocess
 import sys
 import traceback
 from collections.abc import MutableMapping
@@ -106,6 +109,11 @@ class Driver:
             else:
                 raise ValueError(f"unknown tree op {op!r}")
         return {}
+
+    def do_hold(self, lease: str) -> dict[str, Any]:
+        command = self.leases[lease].popen(["sleep", "600"], stdin=subprocess.DEVNULL,
+                                           stdout=subprocess.DEVNULL)
+        return {"pid": command.pid}
 
     def do_release(self, lease: str) -> dict[str, Any]:
         self.leases.pop(lease).release()

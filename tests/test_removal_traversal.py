@@ -25,11 +25,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -38,7 +40,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from journal.segments import Retention
-from sessiontemp import Manager, nodes, recover
+from sessiontemp import Manager, nodes, processes, recover
 from sessiontemp.inspect import state_at
 from sessiontemp.root import GENERATION_PREFIX, TRASH_PREFIX
 from tests.conftest import journal_state
@@ -314,6 +316,42 @@ def test_another_users_subtree_is_reported_once_the_rest_removed_and_finished_on
     assert report["skipped"] == []
     assert generations_on_disk(root) == []
     assert outcomes(root)[gid] == "removed"
+
+
+@as_root
+def test_a_tmpdir_made_unreadable_by_a_command_that_still_runs_keeps_its_mode_and_is_left(
+    place: Path, children: Callable[..., Child]
+) -> None:
+    # Recovery must open it to try its lock, and gives its owner's read bit
+    # for that: the lock says the command still holds it, so the mode the
+    # command chose is put back and nothing else is touched.
+    root = nobodys(place / "root")
+    child = children(root)
+    child("open")
+    lease = child("acquire")
+    child("tree", lease=lease["lease"], ops=[["file", "f", 0o644], ["chmod", ".", 0]])
+    holder = child("hold", lease=lease["lease"])["pid"]
+    child.crash()
+    path = Path(lease["path"])
+    before = fingerprint(path)
+    try:
+        report = children(root)("recover")
+        assert [p for p, _ in report["skipped"]] == [lease["path"]]
+        assert "still in use" in report["skipped"][0][1]
+        # Its mode is the command's again (its change time tells of the
+        # moment it was not), and what it holds is untouched.
+        assert stat.S_IMODE(path.stat().st_mode) == 0
+        after = fingerprint(path)
+        assert after.pop(".")[:7] == before.pop(".")[:7]
+        assert after == before
+    finally:
+        os.kill(holder, signal.SIGKILL)
+        # Its parent is gone: it may stay a zombie, which holds no lock.
+        while processes.start_time(holder) is not None:
+            time.sleep(0.01)
+    report = children(root)("recover")
+    assert [r[1] for r in report["removed"]] == [lease["generation"]]
+    assert generations_on_disk(root) == []
 
 
 @as_root
