@@ -114,7 +114,9 @@ def by_statx(fd: int) -> Node | None:
     if _statx(fd, b"", _AT_EMPTY_PATH | _AT_SYMLINK_NOFOLLOW,
               _STATX_BASIC_STATS | _STATX_MNT_ID, ctypes.byref(buf)) != 0:
         error = ctypes.get_errno()
-        if error == errno.ENOSYS:  # a kernel older than 4.11, or a seccomp filter
+        if error in (errno.ENOSYS, errno.EPERM):
+            # A kernel older than 4.11, or a seccomp filter that refuses it
+            # (older container runtimes answered EPERM): fstat will do.
             return None
         raise OSError(error, os.strerror(error))
     if not int(buf.stx_mask) & _STATX_MNT_ID:
@@ -133,8 +135,11 @@ def by_fdinfo(fd: int) -> Node:
                 if line.startswith(b"mnt_id:"):
                     mount = int(line.split()[1])
                     break
-    except OSError:
-        pass  # no /proc/self/fdinfo: the device is all there is to compare
+    except (FileNotFoundError, PermissionError):
+        # No /proc/self/fdinfo: the device is all there is to compare.  Any
+        # other error (no descriptor left) propagates rather than let a
+        # bind mount pass for the walk's own file system.
+        pass
     return Node(st.st_dev, st.st_ino, st.st_mode, st.st_uid, mount)
 
 
