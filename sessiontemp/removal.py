@@ -196,7 +196,11 @@ def _open_to_lock(path_fd: int, node: Node) -> tuple[int, int | None] | walk.Obs
         if node.uid != os.geteuid():
             return walk.Obstacle((), "foreign", node.uid, errno.EACCES)
     mode = stat.S_IMODE(node.mode)
-    os.chmod(proc, mode | stat.S_IRUSR)
+    try:
+        os.chmod(proc, mode | stat.S_IRUSR)
+    except PermissionError as e:
+        # Immutable (chattr +i): not even its owner may change its mode.
+        return walk.Obstacle((), "error", node.uid, e.errno or errno.EPERM)
     try:
         return walk.reopen(path_fd), mode
     except BaseException:

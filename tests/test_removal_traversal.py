@@ -355,6 +355,32 @@ def test_a_tmpdir_made_unreadable_by_a_command_that_still_runs_keeps_its_mode_an
 
 
 @as_root
+def test_a_tmpdir_made_unreadable_and_immutable_is_reported_and_removed_once_cleared(
+    place: Path, children: Callable[..., Child]
+) -> None:
+    if shutil.which("chattr") is None:
+        pytest.skip("chattr is not installed")
+    root = nobodys(place / "root")
+    child = children(root)
+    child("open")
+    lease = child("acquire")
+    child("tree", lease=lease["lease"], ops=[["file", "f", 0o644], ["chmod", ".", 0]])
+    child.crash()
+    path = Path(lease["path"])
+    chattr("+i", path)
+    try:
+        report = children(root)("recover")
+        assert [p for p, _ in report["skipped"]] == [lease["path"]]
+        assert f"chattr -i -a {path}" in report["skipped"][0][1]
+        assert stat.S_IMODE(path.stat().st_mode) == 0
+    finally:
+        chattr("-i", path)
+    report = children(root)("recover")
+    assert [r[1] for r in report["removed"]] == [lease["generation"]]
+    assert generations_on_disk(root) == []
+
+
+@as_root
 def test_a_removal_failing_half_way_through_a_read_only_tree_is_finished_by_the_next_pass(
     place: Path, children: Callable[..., Child]
 ) -> None:
