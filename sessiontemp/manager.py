@@ -69,7 +69,7 @@ from sessiontemp.handles import Handles
 from sessiontemp.lease import Lease
 from sessiontemp.locks import Liveness, hold_root, lock_shared
 from sessiontemp.log import debugging, logger
-from sessiontemp.removal import Target, remove
+from sessiontemp.removal import Blocked, Target, remove
 from sessiontemp.root import Root, default_root, generation_name
 from sessiontemp.shield import shielded
 from sessiontemp.steps import StepHook, Steps
@@ -199,6 +199,8 @@ class Manager:
         # The generation leases were last handed out on: its name and path.
         self._named: tuple[str | None, str, str] = (None, "", "")
         self.recovery = recovery.Report(ran=False)
+        # What each generation's removal had to leave, as last warned of.
+        self._blocked: dict[str, frozenset[Blocked]] = {}
         self._handles = shielded(
             lambda: self._open(root, stale_after, busy_timeout, claim, window),
             lambda handles: self.close(),
@@ -940,6 +942,17 @@ class Manager:
                     os.close(held)
                 else:
                     self._handles.generations[generation] = held
+        if result.outcome == "blocked":
+            # Each obstacle is warned of once: every later operation tries
+            # the removal again, and would otherwise repeat it.
+            said = self._blocked.get(generation, frozenset())
+            for entry in result.blocked:
+                (logger.debug if entry in said else logger.warning)(
+                    "generation.blocked", manager=self.id, generation=generation,
+                    path=entry.path, seq=self._state.seq, reason=entry.reason, fix=entry.fix)
+            self._blocked[generation] = frozenset(result.blocked)
+            return
+        self._blocked.pop(generation, None)
         log = logger.info if result.outcome in ("removed", "absent") else logger.warning
         log(f"generation.{result.outcome}", manager=self.id, generation=generation,
             path=os.path.join(self.root, generation_name(generation)), seq=self._state.seq,

@@ -23,7 +23,10 @@ asks), and it is then removed as any other.  Artifact files no record names
 (a keeper died between the copy and its record) are removed unless a keeper
 still holds them.
 Each removal is journaled; one entry that cannot be handled is logged,
-reported as skipped and does not stop the pass.
+reported as skipped and does not stop the pass.  A removal that has to
+leave something (a mount point, another user's subtree, an immutable file:
+:mod:`sessiontemp.removal`) removes the rest, reports each such entry by its
+own path with the fix, and stays due for the next pass.
 
 The journal is replayed tolerantly: a record the lifecycle rules refuse (a
 bug, a forgery, a torn edit) does not stop the pass; everything it names is
@@ -559,6 +562,10 @@ class _Pass:
             self.skip(path, f"still in use: {result.detail}", target.generation)
         elif result.outcome == "refused":
             self.skip(path, f"{result.detail}; left alone", target.generation)
+        elif result.outcome == "blocked":
+            # Each by its own path, once: what a person must fix, and where.
+            for entry in result.blocked:
+                self.skip(Path(entry.path), f"{entry.reason}. {entry.fix}", target.generation)
         else:
             self.removed.append(Removed(path, target.generation, reason))
             logger.info(f"generation.{result.outcome}", recovery=self.id,
