@@ -152,7 +152,8 @@ class Manager:
     (:class:`UnsafeRoot`), or with ``workdir_policy="warn"`` warned about.
 
     A forked child owns nothing of its parent's manager: its copy refuses
-    every operation with :class:`ForkedCopy`, and closing it does nothing.
+    every operation with :class:`~journal.errors.ForkedCopy`, and closing
+    it does nothing.
     """
 
     def __init__(
