@@ -49,6 +49,9 @@ html_show_sourcelink = False
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
+# Names in signatures as they are imported (os.PathLike), never with the
+# "~" of a shortened reference left in.
+autodoc_typehints_format = "fully-qualified"
 autodoc_class_signature = "mixed"
 autodoc_default_options = {"members": True, "show-inheritance": True}
 

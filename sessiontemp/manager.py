@@ -130,8 +130,8 @@ class Manager:
     file goes) and lets the others (leases, their release, owners,
     rotations) reach the disk with the next sync: a process crash loses
     none of them, a power loss may lose the last ones, which then describe
-    leases and owners of processes that died with it (README, "Commits and
-    durability").
+    leases and owners of processes that died with it (the documentation's
+    "Commits and durability").
 
     *clock* gives the wall-clock time written into events and used for the
     stale sweep; *busy_timeout* bounds the wait for another process's journal
