@@ -260,7 +260,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The site built with every warning an error (or the one $SESSIONTEMP_DOCS_HTML holds)."""
     built = os.environ.get("SESSIONTEMP_DOCS_HTML")
     if built:
-        yield Path(built)
+        yield Path(built).resolve()
         return
     if importlib.util.find_spec("sphinx") is None:
         pytest.skip("Sphinx is not installed: pip install -e '.[docs]' to build the site")
