@@ -114,7 +114,7 @@ class Retention:
         sealed: a pass that finds it larger than the history budget keeps
         (or past ``segment_bytes``, where a checkpoint would roll it over)
         seals it at a checkpoint of its own, so that it can be retired.
-        Never below :data:`ROLL_FLOOR`.
+        Never below ``ROLL_FLOOR`` (256 KiB).
         """
         return max(ROLL_FLOOR, min(self.segment_bytes, self.history_bytes))
 

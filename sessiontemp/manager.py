@@ -130,8 +130,8 @@ class Manager:
     file goes) and lets the others (leases, their release, owners,
     rotations) reach the disk with the next sync: a process crash loses
     none of them, a power loss may lose the last ones, which then describe
-    leases and owners of processes that died with it (README, "Commits and
-    durability").
+    leases and owners of processes that died with it (the documentation's
+    "Commits and durability").
 
     *clock* gives the wall-clock time written into events and used for the
     stale sweep; *busy_timeout* bounds the wait for another process's journal
@@ -152,7 +152,8 @@ class Manager:
     (:class:`UnsafeRoot`), or with ``workdir_policy="warn"`` warned about.
 
     A forked child owns nothing of its parent's manager: its copy refuses
-    every operation with :class:`ForkedCopy`, and closing it does nothing.
+    every operation with :class:`~journal.errors.ForkedCopy`, and closing
+    it does nothing.
     """
 
     def __init__(

@@ -1,7 +1,7 @@
 """journal-inspect on journals written by real managers, each run a process of its own.
 
 One journal comes from a process killed with SIGKILL (``tests/crashchild.py``);
-the JSON output is checked against the schema documented in the README.
+the JSON output is checked against the schema documented in docs/reference/json.md.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from tests.zygote import journal_inspect
 
 SCRIPT = Path(sys.executable).with_name("journal-inspect")
 CHILD = Path(__file__).with_name("crashchild.py")
-README = Path(__file__).parents[1] / "README.md"
+JSON_DOC = Path(__file__).parents[1] / "docs" / "reference" / "json.md"
 
 
 def inspect(*args: str | Path, ok: int = 0) -> subprocess.CompletedProcess[str]:
@@ -55,15 +55,15 @@ def inspect_json(*args: str | Path, ok: int = 0) -> Any:
 
 
 def documented_schema() -> dict[str, Any]:
-    section = README.read_text().split("## journal-inspect", 1)[1]
+    section = JSON_DOC.read_text().split("## journal-inspect --json", 1)[1]
     block = re.search(r"```json\n(.*?)```", section, re.S)
-    assert block is not None, "the README documents the JSON schema in a json block"
+    assert block is not None, "the JSON reference documents the schema in a json block"
     schema: dict[str, Any] = json.loads(block.group(1))
     return schema
 
 
 def conforms(value: Any, schema: Any, types: dict[str, Any], where: str = "$") -> list[str]:
-    """Where *value* departs from *schema* in the README's small type language."""
+    """Where *value* departs from *schema* in the documented small type language."""
     if isinstance(schema, str):
         for alternative in schema.split("|"):
             if alternative in types:

@@ -79,7 +79,7 @@ def locate(journal: os.PathLike[str] | str | None = None,
            root: os.PathLike[str] | str | None = None) -> Location:
     """The journal named by its file, else by its root, else the per-user default root.
 
-    Raises :class:`BadInput` for a root that is not a directory, and for a
+    Raises :class:`~sessiontemp.BadInput` for a root that is not a directory, and for a
     directory given as the journal file (with ``--root`` as the fix when it
     holds a journal).
     """
@@ -262,7 +262,7 @@ def parse_moment(text: str) -> int | float:
 def generation_of(target: str) -> str:
     """The generation id named by a directory path, a generation or trash name, or an id.
 
-    Raises :class:`BadInput` for a path (it has a slash) whose last part is
+    Raises :class:`~sessiontemp.BadInput` for a path (it has a slash) whose last part is
     neither a generation nor a trash name, such as ``/etc``.
     """
     name = Path(target.rstrip("/")).name
