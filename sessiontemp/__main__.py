@@ -12,6 +12,7 @@ stderr naming the path, the reason and the fix, and exit status 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import NoReturn, TextIO
 
 from journal.errors import CommandNotStarted, SessionTempError
+from sessiontemp import console
 from sessiontemp.recovery import recover
 from sessiontemp.root import default_root
 from sessiontemp.run import run_command
@@ -94,11 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _fail(where: str, message: str, status: int = 2) -> int:
-    sys.stderr.write(f"{PROG} {where}: {message}\n")
+    console.say(f"{PROG} {where}: {console.shown(message)}\n")
     return status
 
 
-def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_run(args: argparse.Namespace, out: console.Out) -> int:
     command = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
@@ -121,7 +123,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     return finished.status
 
 
-def cmd_recover(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_recover(args: argparse.Namespace, out: console.Out) -> int:
     root = default_root() if args.root is None else args.root
     report = recover(root)
     if args.json:
@@ -150,13 +152,16 @@ def cmd_recover(args: argparse.Namespace, out: TextIO) -> int:
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Parse *argv* (default: the process's), run the subcommand, return the exit status."""
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    stream = sys.stdout if out is None else out
+    stream = console.Terminal(sys.stdout if out is None else out)
     try:
         status: int = cmd_run(args, stream) if args.subcommand == "run" else cmd_recover(
             args, stream)
     except SessionTempError as e:
         # Each names the path, what is wrong and the fix.
         return _fail(args.subcommand, str(e))
+    except BrokenPipeError:
+        # stdout's reader left: the work is done; console.exit_with ends quietly.
+        raise
     except OSError as e:
         where = e.filename if e.filename is not None else args.root
         return _fail(args.subcommand, f"{where}: {e.strerror or e}. Check the path, or pass "
@@ -166,13 +171,19 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except KeyboardInterrupt:
         # Held until the operation under way had finished: nothing is half done.
         return 128 + signal.SIGINT
-    stream.flush()
+    if args.subcommand == "run":
+        # The command's status is the answer, whatever became of stdout.
+        with contextlib.suppress(OSError):
+            stream.flush()
+    else:
+        stream.flush()
     return status
 
 
 def entry() -> None:
     """The console script's entry point."""
-    sys.exit(main())
+    console.prepare()
+    console.exit_with(main)
 
 
 if __name__ == "__main__":

@@ -17,18 +17,16 @@ import argparse
 import datetime as dt
 import difflib
 import importlib.metadata
-import io
 import json
 import os
 import sqlite3
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, TextIO
 
 from journal.errors import BadInput, SessionTempError
-from sessiontemp import inspect
+from sessiontemp import console, inspect
 
 __all__ = ["main"]
 
@@ -41,11 +39,11 @@ def _when(t: float | None) -> str:
     return dt.datetime.fromtimestamp(t).astimezone().isoformat(timespec="milliseconds")
 
 
-def _emit(obj: object, out: TextIO) -> None:
+def _emit(obj: object, out: console.Out) -> None:
     out.write(json.dumps(obj, sort_keys=True) + "\n")
 
 
-def _table(rows: Sequence[Sequence[object]], out: TextIO) -> None:
+def _table(rows: Sequence[Sequence[object]], out: console.Out) -> None:
     cells = [[str(c) for c in row] for row in rows]
     if not cells:
         return
@@ -54,35 +52,14 @@ def _table(rows: Sequence[Sequence[object]], out: TextIO) -> None:
         out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
 
 
-class _Progress:
-    """Progress of a long replay on stderr, only when it is a terminal."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.shown = False
-        self.last = 0.0
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        if done < total and now - self.last < 0.2:
-            return
-        self.last = now
-        percent = 100 * done // total if total else 100
-        sys.stderr.write(f"\r{self.label}: {percent:3d}% ({done:,} / {total:,} events)")
-        self.shown = True
-        if done >= total:
-            sys.stderr.write("\r\x1b[K")
-        sys.stderr.flush()
-
-
 def _progress(args: argparse.Namespace, label: str) -> inspect.Progress | None:
-    return _Progress(label) if sys.stderr.isatty() and not args.no_progress else None
+    return console.progress(label, hidden=args.no_progress)
 
 
 # -- subcommands ------------------------------------------------------------------
 
 
-def cmd_summary(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_summary(args: argparse.Namespace, out: console.Out) -> int:
     where = inspect.locate(args.path, args.root)
     s = inspect.summary(where.journal, where.root)
     if args.json:
@@ -132,7 +109,7 @@ def _fields_text(fields: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in fields.items())
 
 
-def cmd_events(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_events(args: argparse.Namespace, out: console.Out) -> int:
     where = inspect.locate(args.path, args.root)
     since = None if args.since is None else inspect.parse_moment(args.since)
     until = None if args.until is None else inspect.parse_moment(args.until)
@@ -159,7 +136,7 @@ def cmd_events(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def cmd_state(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_state(args: argparse.Namespace, out: console.Out) -> int:
     where = inspect.locate(args.path, args.root)
     at = None if args.at is None else inspect.parse_moment(args.at)
     result = inspect.state_at(where.journal, at, progress=_progress(args, "replaying"),
@@ -199,7 +176,7 @@ def cmd_state(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def cmd_explain(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_explain(args: argparse.Namespace, out: console.Out) -> int:
     where = inspect.locate(args.path, args.root)
     story = inspect.explain(where.journal, args.target, where.root,
                             progress=_progress(args, "replaying"))
@@ -217,7 +194,7 @@ def cmd_explain(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_verify(args: argparse.Namespace, out: console.Out) -> int:
     where = inspect.locate(args.path, args.root)
     result = inspect.verify(where.journal, progress=_progress(args, "verifying"))
     if args.json:
@@ -231,7 +208,7 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if result.ok else 1
 
 
-def cmd_fsck(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_fsck(args: argparse.Namespace, out: console.Out) -> int:
     if args.path is not None and args.root is None:
         raise SystemExit(_usage_error("fsck compares a journal with its root: pass --root DIR"))
     where = inspect.locate(None, args.root)
@@ -263,7 +240,7 @@ def cmd_fsck(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if result.ok else 1
 
 
-def cmd_timeline(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_timeline(args: argparse.Namespace, out: console.Out) -> int:
     where = inspect.locate(args.path, args.root)
     since = None if args.since is None else inspect.parse_moment(args.since)
     until = None if args.until is None else inspect.parse_moment(args.until)
@@ -288,7 +265,7 @@ def cmd_timeline(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _usage_error(message: str) -> int:
-    sys.stderr.write(f"journal-inspect: {message}\n")
+    console.say(f"journal-inspect: {console.shown(message)}\n")
     return 2
 
 
@@ -311,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND")
 
-    def add(name: str, run: Callable[[argparse.Namespace, TextIO], int], text: str
+    def add(name: str, run: Callable[[argparse.Namespace, console.Out], int], text: str
             ) -> argparse.ArgumentParser:
         p = sub.add_parser(name, parents=[common], help=text, description=text,
                            prog=f"journal-inspect [PATH] {name}")
@@ -424,7 +401,7 @@ def _suggest(word: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
-    stream = sys.stdout if out is None else out
+    stream = console.Terminal(sys.stdout if out is None else out)
     try:
         path, words = _arrange(list(sys.argv[1:] if argv is None else argv))
     except BadInput as e:
@@ -454,21 +431,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
 def run() -> None:
     """The console script's entry point."""
-    # Paths are bytes to the kernel: one that is not UTF-8 arrives in argv
-    # with surrogate escapes, and is written back out as the same bytes.
-    for stream in (sys.stdout, sys.stderr):
-        if isinstance(stream, io.TextIOWrapper):
-            stream.reconfigure(errors="surrogateescape")
-    try:
-        code = main()
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # Piped into `head`: the reader left; say nothing more, and keep the
-        # interpreter's own flush at exit from failing again.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        code = 0
-    sys.exit(code)
+    console.prepare()
+    console.exit_with(main)
 
 
 if __name__ == "__main__":
