@@ -127,7 +127,11 @@ def cmd_recover(args: argparse.Namespace, out: console.Out) -> int:
     root = default_root() if args.root is None else args.root
     report = recover(root)
     if args.json:
+        # The version of journal-inspect's JSON forms, which this one follows.
+        from sessiontemp.inspect import SCHEMA
+
         out.write(json.dumps({
+            "schema": SCHEMA,
             "root": os.fspath(root),
             "ran": report.ran,
             "removed": [{"path": os.fspath(r.path), "generation": r.generation,

@@ -26,6 +26,7 @@ import pytest
 
 from journal.events import CommandStarted, LeaseAcquired
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX
+from sessiontemp.inspect import SCHEMA
 from sessiontemp.run import FORWARDED, exit_status
 from tests.commands import (
     SH,
@@ -447,5 +448,5 @@ def test_recover_reports_what_it_removed_and_why(
     assert not Path(path).exists()
     again = json.loads(sessiontemp(wrapper, "recover", "--root", os.fspath(root),
                                    "--json").stdout)
-    assert again == {"root": os.fspath(root), "ran": True, "removed": [], "skipped": [],
-                     "dead": []}
+    assert again == {"schema": SCHEMA, "root": os.fspath(root), "ran": True, "removed": [],
+                     "skipped": [], "dead": []}
