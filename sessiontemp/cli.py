@@ -27,6 +27,7 @@ from typing import Any, Final, TextIO
 
 from journal.errors import BadInput, SessionTempError
 from sessiontemp import console, inspect
+from sessiontemp.arguments import Parser, nearest, nearest_option, not_a_subcommand
 
 __all__ = ["main"]
 
@@ -269,16 +270,19 @@ def _usage_error(message: str) -> int:
     return 2
 
 
-def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--root", type=Path, default=None,
+def _common(parser: Parser) -> None:
+    """The options every subcommand takes."""
+    parser.add_argument("--root", type=Path, default=None,
                         help="the root holding journal.sqlite3 (default: the per-user root)")
-    common.add_argument("--json", action="store_true",
+    parser.add_argument("--json", action="store_true",
                         help="print the documented JSON form (one object per line)")
-    common.add_argument("--no-progress", action="store_true",
+    parser.add_argument("--no-progress", action="store_true",
                         help="never show progress, even on a terminal")
-    parser = argparse.ArgumentParser(
-        prog="journal-inspect",
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prefix="journal-inspect", prog="journal-inspect",
         epilog="Subcommands: " + ", ".join(SUBCOMMANDS) + ".",
         usage="journal-inspect [PATH] [--root DIR] [SUBCOMMAND] [options]",
         description="Replay a sessiontemp journal to explain what happened. PATH names a "
@@ -286,12 +290,14 @@ def build_parser() -> argparse.ArgumentParser:
         "0 ok, 1 problems found, 2 bad input.",
     )
     parser.add_argument("--version", action="version", version=_version())
-    sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND")
+    parser.add_subcommands(dest="command", metavar="SUBCOMMAND")
 
     def add(name: str, run: Callable[[argparse.Namespace, console.Out], int], text: str
-            ) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, parents=[common], help=text, description=text,
-                           prog=f"journal-inspect [PATH] {name}")
+            ) -> Parser:
+        p = parser.add_subcommand(name, prefix="journal-inspect",
+                                  command=f"journal-inspect {name}", help=text,
+                                  description=text, prog=f"journal-inspect [PATH] {name}")
+        _common(p)
         p.set_defaults(run=run)
         return p
 
@@ -352,7 +358,7 @@ def _count(text: str) -> int:
     return value
 
 
-def _arrange(argv: list[str]) -> tuple[str | None, list[str]]:
+def _arrange(argv: list[str], parser: Parser) -> tuple[str | None, list[str]]:
     """Split off the optional journal PATH and put the subcommand first (summary if none).
 
     A first word that is no subcommand, names nothing on disk and is close
@@ -369,7 +375,16 @@ def _arrange(argv: list[str]) -> tuple[str | None, list[str]]:
             return path, [word, *argv[:i], *argv[i + 1:]]
     stray = _first_word(argv)
     if stray is not None:
-        raise BadInput(repr(stray), "is not a subcommand", _suggest(stray))
+        # `--rot DIR`: the stray word is the value of a mistyped option, which is what to name.
+        known = {o for p in parser.subcommands.values() for o in p.options}
+        for word in argv[:argv.index(stray)]:
+            if word.startswith("-") and word.split("=", 1)[0] not in known:
+                given = word.split("=", 1)[0]
+                close = nearest_option(given, sorted(known))
+                raise BadInput(repr(given), "is not an option", (
+                    "" if close is None else f"Did you mean {close!r}? ")
+                    + "See `journal-inspect --help`")
+        raise not_a_subcommand(stray, SUBCOMMANDS)
     return path, ["summary", *argv]
 
 
@@ -388,25 +403,22 @@ def _check_path_word(word: str) -> None:
     if os.path.lexists(word):
         return
     if difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=0.6):
-        raise BadInput(repr(word), "is not a subcommand, nor a file", _suggest(word))
+        raise not_a_subcommand(word, SUBCOMMANDS, also=", nor a file")
     if "/" not in word and "." not in word:
         raise BadInput(repr(word), "is neither a subcommand nor an existing journal file",
-                       "Check the spelling, or pass --root DIR. " + _suggest(word))
-
-
-def _suggest(word: str) -> str:
-    close = difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=0.6)
-    hint = f"Did you mean {close[0]!r}? " if close else ""
-    return f"{hint}Subcommands: {', '.join(SUBCOMMANDS)}"
+                       f"Check the spelling, or pass --root DIR. {nearest(word, SUBCOMMANDS)}"
+                       f"Subcommands: {', '.join(SUBCOMMANDS)}")
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     stream = console.Terminal(sys.stdout if out is None else out)
+    parser = build_parser()
     try:
-        path, words = _arrange(list(sys.argv[1:] if argv is None else argv))
+        path, words = _arrange(list(sys.argv[1:] if argv is None else argv), parser)
     except BadInput as e:
         return _usage_error(str(e))
-    args = build_parser().parse_args(words)
+    args, extras = parser.parse_known_args(words)
+    parser.subcommand(args.command).refuse_extras(extras, args.command, parser.subcommands)
     args.path = path
     try:
         code: int = args.run(args, stream)

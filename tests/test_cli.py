@@ -697,6 +697,24 @@ def test_a_mistyped_subcommand_is_answered_with_did_you_mean(
     assert "does not exist" not in err
 
 
+@pytest.mark.parametrize(("words", "said"), [
+    (["--jsn"], "'--jsn': is not an option of summary. Did you mean '--json'?"),
+    (["--rot", "{root}"], "'--rot': is not an option. Did you mean '--root'?"),
+    (["--root", "{root}", "events", "--kindd", "x"], "Did you mean '--kind'?"),
+    (["--root", "{root}", "state", "--folow"],
+     "'--folow': is not an option of state. Did you mean '--follow' (an option of events)?"),
+    (["--root", "{root}", "summary", "extra"], "'extra': is not an argument of summary"),
+])
+def test_a_mistyped_option_is_one_line_naming_the_nearest_option(
+    used_root: tuple[Path, dict[str, Any]], words: list[str], said: str,
+) -> None:
+    root, _ = used_root
+    result = inspect(*(w.format(root=root) for w in words), ok=2)
+    assert said in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert result.stdout == ""
+
+
 def test_a_word_that_is_neither_a_subcommand_nor_a_file_is_not_read_as_a_journal() -> None:
     err = inspect("frobnicate", ok=2).stderr
     assert "'frobnicate': is neither a subcommand" in err

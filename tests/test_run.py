@@ -381,7 +381,7 @@ def test_an_unsafe_root_is_one_line_naming_the_path_reason_and_fix(
     [
         (["run"], "no command given"),
         (["run", "--root"], "expected one argument"),
-        (["bogus"], "invalid choice"),
+        (["bogus"], "'bogus': is not a subcommand"),
         ([], "required"),
     ],
 )
@@ -393,6 +393,29 @@ def test_bad_arguments_are_one_line_and_exit_status_2(
     line = one_line(done.stderr)
     assert expected in line
     assert "sessiontemp" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["rnu", "--", "touch", "{marker}"],
+         "sessiontemp: 'rnu': is not a subcommand. Did you mean 'run'? Subcommands: run, recover"),
+        (["run", "--rot", "{root}", "--", "touch", "{marker}"],
+         "sessiontemp run: '--rot': is not an option. Did you mean '--root'?"),
+        (["run", "--sesion", "x", "--", "touch", "{marker}"], "Did you mean '--session'?"),
+        (["recover", "--jsn"], "sessiontemp recover: '--jsn': is not an option. Did you mean "
+                               "'--json'? See `sessiontemp recover --help`"),
+    ],
+)
+def test_a_mistyped_subcommand_or_option_is_answered_with_the_nearest_and_nothing_runs(
+    wrapper: list[str], root: Path, tmp_path: Path, args: list[str], expected: str
+) -> None:
+    marker = tmp_path / "ran"
+    done = sessiontemp(wrapper, *(a.format(root=root, marker=marker) for a in args))
+    assert done.returncode == 2
+    assert expected in one_line(done.stderr)
+    assert not marker.exists()
+    assert not root.exists()
 
 
 def test_a_command_not_found_gives_127_and_not_executable_126(
