@@ -124,9 +124,13 @@ def cmd_events(args: argparse.Namespace, out: console.Out) -> int:
         until_time=until if isinstance(until, float) else None,
         limit=args.limit,
     )
-    if not args.json:
-        out.write(f"{'seq':>8}  {'time':<29}  {'kind':<18}  fields\n")
+    # Written with the first row: nothing is printed before the journal opens (a
+    # README.md given as the journal is one line on stderr, alone).
+    header = None if args.json else f"{'seq':>8}  {'time':<29}  {'kind':<18}  fields\n"
     for row in inspect.events(where.journal, selection, follow=args.follow):
+        if header is not None:
+            out.write(header)
+            header = None
         if args.json:
             _emit(inspect.as_json(row), out)
         else:
@@ -134,6 +138,8 @@ def cmd_events(args: argparse.Namespace, out: console.Out) -> int:
                       f"{_fields_text(dict(row.fields))}\n")
         if args.follow:
             out.flush()
+    if header is not None:
+        out.write(header)
     return 0
 
 

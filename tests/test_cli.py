@@ -482,6 +482,30 @@ def test_a_corrupt_or_foreign_file_is_one_clear_line_and_exit_2(
         assert str(path) in result.stderr
 
 
+def test_a_users_file_given_as_the_journal_is_answered_with_the_path_to_pass(
+    tmp_path: Path,
+) -> None:
+    """Advice to move a file aside is for a root's journal.sqlite3 alone, and nothing is
+    printed before the journal is opened."""
+    readme = tmp_path / "README.md"
+    readme.write_text("# my project\n")
+    for command in SUBCOMMANDS:
+        if command in ("fsck", "explain", "timeline"):
+            continue
+        result = inspect(readme, command, ok=2)
+        assert result.stdout == ""
+        line = result.stderr.strip()
+        assert len(line.splitlines()) == 1
+        assert f"journal {readme}: is not a SQLite database. Check the path" in line
+        assert "--root DIR" in line
+        assert "Move it aside" not in line
+    assert readme.read_text() == "# my project\n"
+    misplaced = tmp_path / "root" / "journal.sqlite3"
+    misplaced.parent.mkdir()
+    misplaced.write_text("# my project\n")
+    assert "Move it aside" in inspect(misplaced, "events", ok=2).stderr
+
+
 def test_a_foreign_sqlite_database_is_refused_with_exit_2(tmp_path: Path) -> None:
     path = tmp_path / "other.db"
     conn = sqlite3.connect(path)

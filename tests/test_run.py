@@ -376,6 +376,29 @@ def test_an_unsafe_root_is_one_line_naming_the_path_reason_and_fix(
     assert not marker.exists()
 
 
+def test_a_root_that_is_a_users_file_or_link_is_answered_with_the_path_to_pass(
+    wrapper: list[str], tmp_path: Path
+) -> None:
+    """A root that is someone's own file is theirs: never advice to remove it."""
+    afile = tmp_path / "afile.txt"
+    afile.write_text("mine\n")
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path)
+    marker = tmp_path / "ran"
+    for root, said in ((afile, "is not a directory. Pass the path of a directory as the root"),
+                       (link, "is a symbolic link. Pass the directory itself")):
+        for args in (["run", "--root", os.fspath(root), "--", "touch", os.fspath(marker)],
+                     ["recover", "--root", os.fspath(root)]):
+            done = sessiontemp(wrapper, *args)
+            assert done.returncode == 2
+            line = one_line(done.stderr)
+            assert f"{root} {said}" in line
+            assert "Remove it" not in line
+    assert afile.read_text() == "mine\n"
+    assert link.is_symlink()
+    assert not marker.exists()
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
