@@ -145,9 +145,9 @@ def cmd_recover(args: argparse.Namespace, out: console.Out) -> int:
     for manager in report.dead:
         out.write(f"declared manager {manager} dead: its process is gone\n")
     for removed in report.removed:
-        out.write(f"removed {removed.path}: {removed.reason}\n")
+        out.write(f"removed {console.shown(removed.path)}: {console.shown(removed.reason)}\n")
     for skipped in report.skipped:
-        out.write(f"left {skipped.path}: {skipped.reason}\n")
+        out.write(f"left {console.shown(skipped.path)}: {console.shown(skipped.reason)}\n")
     out.write(f"{root}: {len(report.removed)} removed, {len(report.skipped)} left\n")
     return 0
 

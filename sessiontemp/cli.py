@@ -28,6 +28,8 @@ from typing import Any, Final, TextIO
 from journal.errors import BadInput, SessionTempError
 from sessiontemp import console, inspect
 from sessiontemp.arguments import Parser, nearest, nearest_option, not_a_subcommand
+from sessiontemp.console import shown
+from sessiontemp.inspect.read import counted
 
 __all__ = ["main"]
 
@@ -45,7 +47,8 @@ def _emit(obj: object, out: console.Out) -> None:
 
 
 def _table(rows: Sequence[Sequence[object]], out: console.Out) -> None:
-    cells = [[str(c) for c in row] for row in rows]
+    # Every cell on one line: a label's newline or escape sequence is shown as \x0a, \x1b.
+    cells = [[shown(c) for c in row] for row in rows]
     if not cells:
         return
     widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
@@ -102,12 +105,12 @@ def cmd_summary(args: argparse.Namespace, out: console.Out) -> int:
                 *[(r.id, r.pid, _when(r.opened_at), r.owners, "yes" if r.sealed else "no",
                    r.current or "-", r.liveness, r.session or "-") for r in s.running]], out)
     for p in s.verify.problems:
-        out.write(f"problem: {p.message}\n")
+        out.write(f"problem: {shown(p.message)}\n")
     return 0
 
 
 def _fields_text(fields: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in fields.items())
+    return " ".join(f"{k}={shown(v)}" for k, v in fields.items())
 
 
 def cmd_events(args: argparse.Namespace, out: console.Out) -> int:
@@ -197,7 +200,7 @@ def cmd_explain(args: argparse.Namespace, out: console.Out) -> int:
         return 1
     out.write(f"Generation {story.generation} ({story.status}):\n")
     for s in story.sentences:
-        out.write(f"  [{s.seq}] {s.text}\n")
+        out.write(f"  [{s.seq}] {shown(s.text)}\n")
     return 0
 
 
@@ -211,7 +214,7 @@ def cmd_verify(args: argparse.Namespace, out: console.Out) -> int:
     else:
         out.write(f"{result.journal}: {len(result.problems)} problems\n")
         for p in result.problems:
-            out.write(f"  [{p.check}] {p.message}\n")
+            out.write(f"  [{p.check}] {shown(p.message)}\n")
     return 0 if result.ok else 1
 
 
@@ -231,13 +234,13 @@ def cmd_fsck(args: argparse.Namespace, out: console.Out) -> int:
         for m in r.dead:
             out.write(f"repair: declared manager {m} dead\n")
         for path, _gid, reason in r.removed:
-            out.write(f"repair: removed {path}: {reason}\n")
+            out.write(f"repair: removed {shown(path)}: {shown(reason)}\n")
         for path, reason in r.skipped:
-            out.write(f"repair: left {path}: {reason}\n")
+            out.write(f"repair: left {shown(path)}: {shown(reason)}\n")
     for f in result.findings:
-        out.write(f"[{f.check}] {f.path}: {f.message}.\n    fix: {f.fix}\n")
+        out.write(f"[{f.check}] {shown(f.path)}: {shown(f.message)}.\n    fix: {shown(f.fix)}\n")
     for f in result.held:
-        out.write(f"[{f.check}] {f.path}: {f.message}. {f.fix}\n")
+        out.write(f"[{f.check}] {shown(f.path)}: {shown(f.message)}. {shown(f.fix)}\n")
     commands = sum(f.check == "held" for f in result.held)
     kept = len(result.held) - commands
     held = (f", {commands} held by running commands" if commands else "") + (
@@ -253,17 +256,27 @@ def cmd_timeline(args: argparse.Namespace, out: console.Out) -> int:
     until = None if args.until is None else inspect.parse_moment(args.until)
     target = None if args.output == "-" else Path(args.output)
     result = inspect.timeline(where.journal, target, manager=args.manager, since=since,
-                              until=until, max_bars=args.max_bars,
+                              until=until, max_bars=args.max_bars, all_lanes=args.all_lanes,
+                              idle=None if args.idle == 0 else args.idle,
                               progress=_progress(args, "replaying"))
     if target is None:
         out.write(result.svg)
     elif args.json:
         _emit(inspect.as_json(result), out)
+    elif result.nothing:
+        out.write(f"{result.output}: nothing drawn: {result.nothing}\n")
     else:
         ended = ", ".join(f"{n} {k}" for k, n in result.ended.items())
-        out.write(f"{result.output}: {result.generations:,} generations ({ended}) of "
-                  f"{result.managers} managers, {result.crashes} crashes, {result.recoveries} "
-                  f"recovery passes, {len(result.refused)} refused records"
+        window = ("no event in the window" if result.window is None else
+                  f"events {result.window[0]:,} to {result.window[1]:,}")
+        idle = "" if not result.idle else (
+            f"; {counted(result.idle, 'idle stretch', 'idle stretches')} compressed")
+        out.write(f"{result.output}: {counted(result.generations, 'generation')} ({ended}) "
+                  f"in {counted(result.lanes, 'lane')}, of "
+                  f"{counted(result.managers, 'manager')}, "
+                  f"{counted(result.crashes, 'crash', 'crashes')}, "
+                  f"{counted(result.recoveries, 'recovery pass', 'recovery passes')}, "
+                  f"{counted(len(result.refused), 'refused record')}; {window}{idle}"
                   f"{'; bars grouped' if result.grouped else ''}\n")
     return 0
 
@@ -341,6 +354,12 @@ def build_parser() -> Parser:
     timeline.add_argument("--until", help="up to this time or sequence number")
     timeline.add_argument("--max-bars", type=_count, default=2000, metavar="N",
                           help="group the bars of each lane past N generations (default 2000)")
+    timeline.add_argument("--idle", type=_seconds, default=inspect.IDLE, metavar="SECONDS",
+                          help="draw stretches longer than this with no event and no lease "
+                          f"held compressed and hatched (default {inspect.IDLE:g}; 0 draws "
+                          "time to scale throughout)")
+    timeline.add_argument("--all-lanes", action="store_true",
+                          help="a lane for every manager, even one with nothing drawn in it")
     return parser
 
 
@@ -361,6 +380,18 @@ def _count(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 0 or more; pass "
                                          "one such as 10")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """A number of seconds, 0 or more, for argparse: its error names the value and the fix."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds of 0 or more; "
+                                         "pass one such as 60")
     return value
 
 

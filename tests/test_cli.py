@@ -872,7 +872,7 @@ def test_explain_names_a_leases_label_and_the_commands_it_started(tmp_path: Path
                for t in texts)
     title = (tmp_path / "t.svg")
     inspect("--root", root, "timeline", "-o", title)
-    assert f"lease {lease.id} (make test): taken at event" in title.read_text()
+    assert f"lease {lease.id}: make test\ntaken at event" in title.read_text()
     assert f"command pid {command.pid} started at event" in title.read_text()
 
 

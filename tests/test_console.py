@@ -12,12 +12,15 @@ nothing on stderr.
 from __future__ import annotations
 
 import functools
+import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 
@@ -178,3 +181,40 @@ def test_journal_inspect_into_head_prints_one_line_and_ends_as_sigpipe_does(
     finally:
         os.close(out)
     assert (quiet.returncode, quiet.stderr) == (-signal.SIGPIPE, "")
+
+
+# -- control characters ------------------------------------------------------------------
+
+
+def test_a_label_with_control_characters_is_escaped_for_each_output_and_kept_as_given(
+    root: Path, tmp_path: Path,
+) -> None:
+    """A bell, a colour change, a terminal-title escape and a newline in a command line."""
+    argument = "bell:\a red:\x1b[31m title:\x1b]0;owned\x07 line:\nfake c1:\x9b2J"
+    ran = subprocess.run([SESSIONTEMP, "run", "--root", os.fspath(root), "--", "printf",
+                          "%s", argument], capture_output=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    label = f"printf %s {shlex.quote(argument)}"
+
+    def inspect(*args: str | Path) -> str:
+        done = subprocess.run([JOURNAL_INSPECT, "--root", os.fspath(root), *map(str, args)],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    # The journal holds it exactly as given; JSON escapes it itself.
+    (acquired,) = [json.loads(line) for line in inspect("events", "--kind", "lease.acquired",
+                                                        "--json").splitlines()]
+    assert acquired["fields"]["label"] == label
+    escaped = ("bell:\\x07 red:\\x1b[31m title:\\x1b]0;owned\\x07 line:\\x0afake "
+               "c1:\\x9b2J")
+    for text in (inspect("events", "--kind", "lease.acquired"),
+                 inspect("explain", acquired["fields"]["generation"])):
+        assert escaped in text
+        assert not any(c in text for c in "\a\x1b\x9b")
+        assert "\nfake" not in text
+    svg = tmp_path / "t.svg"
+    inspect("timeline", "-o", svg)
+    picture = ElementTree.parse(svg).getroot()  # noqa: S314 (our own output, checked)
+    titles = [t.text or "" for t in picture.iter("{http://www.w3.org/2000/svg}title")]
+    assert any(escaped in t for t in titles)

@@ -41,6 +41,7 @@ __all__ = [
     "Location",
     "Problem",
     "Progress",
+    "counted",
     "generation_of",
     "locate",
     "opened",
@@ -292,3 +293,8 @@ def generation_of(target: str) -> str:
 def when(t: float) -> str:
     """A time for people: local ISO 8601, to the second."""
     return dt.datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds")
+
+
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """*n* things, in words: ``counted(1, "crash", "crashes")`` is "1 crash"."""
+    return f"{n:,} {one if n == 1 else many or one + 's'}"
