@@ -124,7 +124,8 @@ def cmd_run(args: argparse.Namespace, out: console.Out) -> int:
 
 def cmd_recover(args: argparse.Namespace, out: console.Out) -> int:
     root = default_root() if args.root is None else args.root
-    report = recover(root)
+    # On a terminal only: a pass over thousands of directories takes a while.
+    report = recover(root, progress=console.progress("recovering", unit="directories"))
     if args.json:
         # The version of journal-inspect's JSON forms, which this one follows.
         from sessiontemp.inspect import SCHEMA

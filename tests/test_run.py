@@ -496,3 +496,47 @@ def test_recover_reports_what_it_removed_and_why(
                                    "--json").stdout)
     assert again == {"schema": SCHEMA, "root": os.fspath(root), "ran": True, "removed": [],
                      "skipped": [], "dead": []}
+
+
+def test_recover_shows_progress_through_the_directories_on_a_terminal_only(
+    root: Path, tmp_path: Path
+) -> None:
+    from tests.test_cli import Child
+
+    child = Child(root)
+    child.ask("retain")
+    for _ in range(3):
+        child.ask("acquire")
+        child.ask("rotate")
+    child.kill()
+    assert len(leftovers(root)) == 3
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run([os.fspath(SCRIPT), "recover", "--root", os.fspath(root)],
+                              stdout=subprocess.PIPE, stderr=follower, timeout=120)
+        os.close(follower)
+        follower = -1
+        shown = b""
+        while select.select([leader], [], [], 0.5)[0]:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        if follower >= 0:
+            os.close(follower)
+        os.close(leader)
+    assert done.returncode == 0
+    assert b"recovering: 100% (3 / 3 directories)" in shown
+    assert leftovers(root) == []
+    # Piped, nothing but the report.
+    again = Child(root)
+    again.ask("retain")
+    again.ask("acquire")
+    again.kill()
+    piped = sessiontemp(launcher("script"), "recover", "--root", os.fspath(root))
+    assert (piped.returncode, piped.stderr) == (0, "")
+    assert "1 removed, 0 left" in piped.stdout
