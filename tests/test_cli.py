@@ -15,6 +15,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -533,6 +534,64 @@ def test_inspecting_never_writes_the_journal(
         inspect("--root", root, command, ok=0)
     inspect("--root", root, "explain", ids["held"])
     assert journal.read_bytes() == before
+
+
+def journal_files(root: Path) -> dict[str, tuple[int, int, int]]:
+    """The journal's files in *root*: name -> (size, mode, owner)."""
+    return {p.name: (p.stat().st_size, p.stat().st_mode & 0o7777, p.stat().st_uid)
+            for p in sorted(root.iterdir()) if p.name.startswith("journal.sqlite3")}
+
+
+def test_inspecting_a_root_no_writer_has_open_leaves_only_sqlites_empty_wal_and_its_index(
+    tmp_path: Path,
+) -> None:
+    """What SQLite itself makes for a read-only reader, and why it is harmless: an empty
+    -wal and the -shm index, made as the journal is, which the next writer's close removes."""
+    root = tmp_path / "root"
+    with Manager(root) as manager:
+        manager.retain()
+        manager.acquire().release()
+    before = journal_files(root)
+    assert list(before) == ["journal.sqlite3"]  # the last close removed its -wal and -shm
+    content = (root / "journal.sqlite3").read_bytes()
+    for command in ("summary", "events", "state", "verify", "fsck"):
+        inspect("--root", root, command)
+    inspect("--root", root, "timeline", "-o", tmp_path / "t.svg")
+    after = journal_files(root)
+    size, mode, owner = before["journal.sqlite3"]
+    assert after == {"journal.sqlite3": (size, mode, owner),
+                     "journal.sqlite3-shm": (32768, mode & 0o777, owner),
+                     "journal.sqlite3-wal": (0, mode & 0o777, owner)}
+    assert (root / "journal.sqlite3").read_bytes() == content
+    # A writer takes them as its own and, as the last to close, removes them.
+    with Manager(root) as manager:
+        manager.retain()
+        manager.acquire().release()
+    assert list(journal_files(root)) == ["journal.sqlite3"]
+    assert inspect_json("--root", root, "verify")["ok"] is True
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to inspect another user's root")
+def test_root_inspecting_a_users_root_leaves_the_files_sqlite_made_to_that_user() -> None:
+    from tests.test_hostile import NOBODY, run_as_nobody
+
+    # Not under pytest's temporary directory, which only root may enter.
+    place = Path(tempfile.mkdtemp(prefix="sessiontemp-inspect-"))
+    try:
+        os.chmod(place, 0o755)  # noqa: S103 - nobody must reach the root inside it
+        os.chown(place, NOBODY, NOBODY)
+        use = "from sessiontemp import Manager\nwith Manager('root') as m:\n    m.retain()\n"
+        assert run_as_nobody(use, cwd=place).returncode == 0
+        inspect("--root", place / "root")
+        files = journal_files(place / "root")
+        assert set(files) == {"journal.sqlite3", "journal.sqlite3-shm", "journal.sqlite3-wal"}
+        assert {owner for _, _, owner in files.values()} == {NOBODY}
+        # So its owner's next manager, which refuses a -wal of another owner, opens it.
+        again = run_as_nobody(use, cwd=place)
+        assert again.returncode == 0, again.stderr
+        assert list(journal_files(place / "root")) == ["journal.sqlite3"]
+    finally:
+        shutil.rmtree(place)
 
 
 def test_a_copy_without_its_wal_and_whose_shm_cannot_be_made_is_still_read(
