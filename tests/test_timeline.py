@@ -352,7 +352,7 @@ def test_a_real_browser_renders_every_ending_in_its_colour(lived_root: Path, tmp
     subprocess.run([command, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                     f"--screenshot={shot}", "--window-size=1200,500", out.as_uri()],
                    capture_output=True, timeout=120, check=True)
-    # The lanes start 86 px down, below the legend, which shows every colour anyway.
+    # Below row 86 there is no legend (which shows every colour anyway): lanes only.
     colours = png_pixels(shot.read_bytes(), from_row=86)
     for ending in ("normal", "recovery", "live"):
         rgb = tuple(int(COLOURS[ending][i:i + 2], 16) for i in (1, 3, 5))

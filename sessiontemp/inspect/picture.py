@@ -104,9 +104,12 @@ class Lease:
     died: tuple[float, int] | None = None  # never released: its manager found dead (time, seq)
 
     def stop(self, otherwise: float) -> float:
-        """When it ended: released, or gone with its manager, or else *otherwise*."""
-        return self.end if self.end is not None else (
-            self.died[0] if self.died is not None else otherwise)
+        """When it ended: released; else gone with its manager, unless a command started
+        under it may have held the directory on (then, as when nothing is known, *otherwise*:
+        the end of its generation)."""
+        if self.end is not None:
+            return self.end
+        return self.died[0] if self.died is not None and not self.commands else otherwise
 
 
 @attrs.define
@@ -280,8 +283,10 @@ class Picture:
             lines.append(f"released at event {lease.end_seq} ({clock(lease.end)}), "
                          f"{duration(lease.end - lease.start)} after it was taken")
         elif lease.died is not None:
-            lines.append(f"never released: it ended with its manager, found dead at event "
-                         f"{lease.died[1]} ({clock(lease.died[0])})")
+            lines.append(f"never released: its manager was found dead at event "
+                         f"{lease.died[1]} ({clock(lease.died[0])})"
+                         + ("; a command started under it may have held the directory until "
+                            "its removal" if lease.commands else ""))
         else:
             lines.append("never released in the journal")
         text = _fit(lease.label or lease.id[:8], lw - 4, _SMALL_CHAR)
