@@ -86,6 +86,8 @@ class Scale:
                  idle: Sequence[tuple[float, float]] = ()) -> None:
         self.lo, self.hi = lo, hi
         gaps = sorted((a, b) for a, b in idle if lo <= a < b <= hi)
+        if sum(b - a for a, b in gaps) >= hi - lo:
+            gaps = []  # idle throughout: nothing to give the width to, so time to scale
         width = x1 - x0
         gap_px = min(GAP_PX, _GAPS_SHARE * width / len(gaps)) if gaps else 0.0
         active = (hi - lo) - sum(b - a for a, b in gaps)
