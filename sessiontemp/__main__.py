@@ -12,6 +12,7 @@ stderr naming the path, the reason and the fix, and exit status 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
@@ -20,9 +21,11 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import Final, TextIO
 
 from journal.errors import CommandNotStarted, SessionTempError
+from sessiontemp import console
+from sessiontemp.arguments import Parser, not_a_subcommand
 from sessiontemp.recovery import recover
 from sessiontemp.root import default_root
 from sessiontemp.run import run_command
@@ -57,36 +60,34 @@ gone, remove their directories that no running command holds, and print what
 was removed and what was left, with why."""
 
 
-class _Parser(argparse.ArgumentParser):
-    """Bad arguments as one line naming the reason and the fix, and exit status 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message}. See `{self.prog} --help`\n")
+SUBCOMMANDS: Final = ("run", "recover")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog=PROG, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+def build_parser() -> Parser:
+    parser = Parser(
+        prefix=PROG, prog=PROG, epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Private, journaled, crash-recoverable temporary directories for commands.",
     )
     parser.add_argument("--version", action="version",
                         version=f"{PROG} {metadata.version('sessiontemp')}")
-    sub = parser.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
+    parser.add_subcommands(dest="subcommand", metavar="SUBCOMMAND", required=True)
     root_help = f"the root holding the journal and the directories (default: {default_root()})"
 
-    run = sub.add_parser("run", help="run a command in a private temporary directory",
-                         description=RUN_HELP, epilog=EXAMPLES,
-                         formatter_class=argparse.RawDescriptionHelpFormatter,
-                         usage=f"{PROG} run [--root DIR] [--session NAME] -- CMD ARGS...")
+    run = parser.add_subcommand(
+        "run", prefix=f"{PROG} run", help="run a command in a private temporary directory",
+        description=RUN_HELP, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage=f"{PROG} run [--root DIR] [--session NAME] -- CMD ARGS...")
     run.add_argument("--root", type=Path, metavar="DIR", help=root_help)
     run.add_argument("--session", metavar="NAME",
                      help="refused: a run is a session of its own (see Manager(session=))")
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD ARGS...",
                      help="the command and its arguments, after --")
 
-    rec = sub.add_parser("recover", help="remove what dead sessions left",
-                         description=RECOVER_HELP, epilog=EXAMPLES,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    rec = parser.add_subcommand(
+        "recover", prefix=f"{PROG} recover", help="remove what dead sessions left",
+        description=RECOVER_HELP, epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     rec.add_argument("--root", type=Path, metavar="DIR", help=root_help)
     rec.add_argument("--json", action="store_true",
                      help="print one JSON object (schema in the README)")
@@ -94,11 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _fail(where: str, message: str, status: int = 2) -> int:
-    sys.stderr.write(f"{PROG} {where}: {message}\n")
+    console.say(f"{PROG} {where}: {console.shown(message)}\n")
     return status
 
 
-def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_run(args: argparse.Namespace, out: console.Out) -> int:
     command = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
@@ -121,11 +122,16 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     return finished.status
 
 
-def cmd_recover(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_recover(args: argparse.Namespace, out: console.Out) -> int:
     root = default_root() if args.root is None else args.root
-    report = recover(root)
+    # On a terminal only: a pass over thousands of directories takes a while.
+    report = recover(root, progress=console.progress("recovering", unit="directories"))
     if args.json:
+        # The version of journal-inspect's JSON forms, which this one follows.
+        from sessiontemp.inspect import SCHEMA
+
         out.write(json.dumps({
+            "schema": SCHEMA,
             "root": os.fspath(root),
             "ran": report.ran,
             "removed": [{"path": os.fspath(r.path), "generation": r.generation,
@@ -140,23 +146,34 @@ def cmd_recover(args: argparse.Namespace, out: TextIO) -> int:
     for manager in report.dead:
         out.write(f"declared manager {manager} dead: its process is gone\n")
     for removed in report.removed:
-        out.write(f"removed {removed.path}: {removed.reason}\n")
+        out.write(f"removed {console.shown(removed.path)}: {console.shown(removed.reason)}\n")
     for skipped in report.skipped:
-        out.write(f"left {skipped.path}: {skipped.reason}\n")
+        out.write(f"left {console.shown(skipped.path)}: {console.shown(skipped.reason)}\n")
     out.write(f"{root}: {len(report.removed)} removed, {len(report.skipped)} left\n")
     return 0
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Parse *argv* (default: the process's), run the subcommand, return the exit status."""
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    stream = sys.stdout if out is None else out
+    words = list(sys.argv[1:] if argv is None else argv)
+    first = next((w for w in words if not w.startswith("-")), None)
+    if first is not None and first not in SUBCOMMANDS:
+        # Before argparse, whose "invalid choice" names no nearest one.
+        console.say(f"{PROG}: {console.shown(not_a_subcommand(first, SUBCOMMANDS))}\n")
+        return 2
+    parser = build_parser()
+    args, extras = parser.parse_known_args(words)
+    parser.subcommand(args.subcommand).refuse_extras(extras)
+    stream = console.Terminal(sys.stdout if out is None else out)
     try:
         status: int = cmd_run(args, stream) if args.subcommand == "run" else cmd_recover(
             args, stream)
     except SessionTempError as e:
         # Each names the path, what is wrong and the fix.
         return _fail(args.subcommand, str(e))
+    except BrokenPipeError:
+        # stdout's reader left: the work is done; console.exit_with ends quietly.
+        raise
     except OSError as e:
         where = e.filename if e.filename is not None else args.root
         return _fail(args.subcommand, f"{where}: {e.strerror or e}. Check the path, or pass "
@@ -166,13 +183,19 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except KeyboardInterrupt:
         # Held until the operation under way had finished: nothing is half done.
         return 128 + signal.SIGINT
-    stream.flush()
+    if args.subcommand == "run":
+        # The command's status is the answer, whatever became of stdout.
+        with contextlib.suppress(OSError):
+            stream.flush()
+    else:
+        stream.flush()
     return status
 
 
 def entry() -> None:
     """The console script's entry point."""
-    sys.exit(main())
+    console.prepare()
+    console.exit_with(main)
 
 
 if __name__ == "__main__":

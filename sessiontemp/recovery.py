@@ -140,11 +140,14 @@ def recover(
     busy_timeout: float = 30.0,
     step_hook: StepHook | None = None,
     retention: Retention = DEFAULT_RETENTION,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Report:
     """Run one recovery pass on *root* (None: the per-user default), waiting for any other.
 
     *retention* bounds the journal: how large a segment grows and how much
     retired history is kept (see :class:`journal.segments.Retention`).
+    *progress* is called with (directories handled, directories to remove)
+    as the pass works through the generations it found orphaned.
     """
     check_stale_after(stale_after)
     opened = Root.open(root)
@@ -155,7 +158,7 @@ def recover(
                       step_hook=steps.before)
         try:
             return run(opened, store, stale_after=stale_after, clock=clock,
-                       steps=steps, wait=True)
+                       steps=steps, wait=True, progress=progress)
         finally:
             store.close()
     finally:
@@ -172,6 +175,7 @@ def run(
     wait: bool,
     claim: sessions.Claim | None = None,
     remove_artifacts: Sequence[str] = (),
+    progress: Callable[[int, int], None] | None = None,
 ) -> Report:
     """One pass over an open root and journal; with *wait* False, skip if another runs.
 
@@ -194,8 +198,10 @@ def run(
         # Again once the lock is held, however long the wait: the pass acts
         # on what the descriptor holds and reports paths under the name.
         root.check_identity()
-        return _Pass(root, store, stale_after=stale_after, clock=clock, steps=steps,
-                     claim=claim, remove_artifacts=remove_artifacts).run()
+        work = _Pass(root, store, stale_after=stale_after, clock=clock, steps=steps,
+                     claim=claim, remove_artifacts=remove_artifacts)
+        work.progress = progress
+        return work.run()
     finally:
         lock.release()
         # A manager's store lives on and only appends: the history this pass
@@ -251,6 +257,7 @@ class _Pass:
         self.skipped: list[Skipped] = []
         self.dead: list[str] = []
         self.finished_closing: set[str] = set()
+        self.progress: Callable[[int, int], None] | None = None
 
     def run(self) -> Report:
         self.restore()
@@ -262,7 +269,7 @@ class _Pass:
         self.bury_dead_managers()
         self.settle_sessions()
         candidates = [g.id for g in self.state.generations.values() if self.orphaned(g)]
-        for generation_id in candidates:
+        for done, generation_id in enumerate(candidates, start=1):
             # Re-read first: the state may have moved on since the list was
             # made (a manager finishing its close removes its own).
             self.refresh()
@@ -270,6 +277,8 @@ class _Pass:
             # None: removed meanwhile, and forgotten by the state.
             if generation is not None and self.orphaned(generation):
                 self.remove_known(generation)
+            if self.progress is not None:
+                self.progress(done, len(candidates))
         self.sweep_unknown()
         self.sweep_lock_files()
         for artifact in self.remove_artifacts:

@@ -126,8 +126,12 @@ class Root:
         except OSError as e:
             if e.errno in (errno.ELOOP, errno.ENOTDIR):
                 # With O_DIRECTORY, Linux reports a symlink as ENOTDIR, not ELOOP.
-                what = "is a symbolic link" if root.is_symlink() else "is not a directory"
-                raise UnsafeRoot(root, what, "Remove it or pass another root") from None
+                # Not sessiontemp's to move or remove: the fix is the path.
+                if root.is_symlink():
+                    raise UnsafeRoot(root, "is a symbolic link", "Pass the directory itself "
+                                     "(not a link to it) as the root, or another root") from None
+                raise UnsafeRoot(root, "is not a directory", "Pass the path of a directory as "
+                                 "the root (or of one to make)") from None
             raise UnsafeRoot(root, f"cannot be opened ({e.strerror})",
                              "Fix its permissions or pass another root") from None
         st = os.fstat(fd)

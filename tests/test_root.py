@@ -103,7 +103,8 @@ def test_a_root_that_is_a_symlink_is_refused_and_its_target_untouched(
         Manager(root)
     assert fingerprint(tmp_path) == before
     assert target.exists() is target_exists
-    assert_explains(caught.value, root, "is a symbolic link", "Remove it or pass another root")
+    assert_explains(caught.value, root, "is a symbolic link",
+                    "Pass the directory itself (not a link to it) as the root")
 
 
 def test_recover_refuses_a_symlinked_root_too(tmp_path: Path) -> None:
@@ -115,7 +116,8 @@ def test_recover_refuses_a_symlinked_root_too(tmp_path: Path) -> None:
     with pytest.raises(UnsafeRoot) as caught:
         recover(root)
     assert fingerprint(tmp_path) == before
-    assert_explains(caught.value, root, "is a symbolic link", "Remove it or pass another root")
+    assert_explains(caught.value, root, "is a symbolic link",
+                    "Pass the directory itself (not a link to it) as the root")
 
 
 def test_a_root_owned_by_another_user_is_refused(root: Path) -> None:
@@ -150,7 +152,8 @@ def test_a_root_that_is_a_regular_file_is_refused_and_left_as_it_was(root: Path)
     with pytest.raises(UnsafeRoot) as caught:
         Manager(root)
     assert fingerprint(root) == before
-    assert_explains(caught.value, root, "is not a directory", "Remove it or pass another root")
+    assert_explains(caught.value, root, "is not a directory",
+                    "Pass the path of a directory as the root")
 
 
 def test_a_negative_stale_after_is_refused_before_anything_is_created(root: Path) -> None:

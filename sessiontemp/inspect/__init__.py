@@ -36,11 +36,12 @@ from sessiontemp.inspect.read import (
 from sessiontemp.inspect.state import StateAt, state_at
 from sessiontemp.inspect.story import Sentence, Story, explain
 from sessiontemp.inspect.summary import ManagerInfo, Summary, summary
-from sessiontemp.inspect.timeline import COLOURS, Timeline, timeline
+from sessiontemp.inspect.timeline import COLOURS, IDLE, Timeline, timeline
 from sessiontemp.inspect.verify import Verification, verify
 
 __all__ = [
     "COLOURS",
+    "IDLE",
     "SCHEMA",
     "EventFilter",
     "EventRow",

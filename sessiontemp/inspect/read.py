@@ -18,7 +18,7 @@ from typing import Final, Literal, TypeAlias
 
 import attrs
 
-from journal.errors import BadInput, RuleViolation
+from journal.errors import BadInput, JournalCorrupt, RuleViolation
 from journal.events import Event, Record, Unreadable, decode
 from journal.reducer import EMPTY, Fold, History, State
 from journal.store import Store
@@ -41,6 +41,7 @@ __all__ = [
     "Location",
     "Problem",
     "Progress",
+    "counted",
     "generation_of",
     "locate",
     "opened",
@@ -65,6 +66,8 @@ ROOT_FILES: Final = frozenset({
 })
 PROGRESS_EVERY: Final = 50_000
 _ROOT_FIX: Final = "Pass the root directory that holds journal.sqlite3 as --root DIR"
+_NOT_A_JOURNAL_FIX: Final = ("Check the path: name a sessiontemp journal (a root's "
+                             f"{JOURNAL_NAME}, or a copy of one), or pass its root as --root DIR")
 
 
 @attrs.frozen
@@ -106,8 +109,18 @@ def locate(journal: os.PathLike[str] | str | None = None,
 
 @contextlib.contextmanager
 def opened(journal: Path, *, snapshot: bool = False) -> Iterator[Store]:
-    """The journal open read-only; with *snapshot*, every read sees the same moment."""
-    store = Store(journal, readonly=True)
+    """The journal open read-only; with *snapshot*, every read sees the same moment.
+
+    A file that is not a journal is :class:`JournalCorrupt`; unless it is
+    where a root's journal belongs, the fix is to name the right file, never
+    to move this one (a README given by mistake is the user's own).
+    """
+    try:
+        store = Store(journal, readonly=True)
+    except JournalCorrupt as e:
+        if journal.name == JOURNAL_NAME or Path(e.path) != journal:
+            raise
+        raise JournalCorrupt(e.path, e.reason, _NOT_A_JOURNAL_FIX) from None
     try:
         if snapshot:
             with store.snapshot():
@@ -280,3 +293,8 @@ def generation_of(target: str) -> str:
 def when(t: float) -> str:
     """A time for people: local ISO 8601, to the second."""
     return dt.datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds")
+
+
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """*n* things, in words: ``counted(1, "crash", "crashes")`` is "1 crash"."""
+    return f"{n:,} {one if n == 1 else many or one + 's'}"
