@@ -787,6 +787,8 @@ def test_a_mistyped_subcommand_is_answered_with_did_you_mean(
     (["--root", "{root}", "state", "--folow"],
      "'--folow': is not an option of state. Did you mean '--follow' (an option of events)?"),
     (["--root", "{root}", "summary", "extra"], "'extra': is not an argument of summary"),
+    (["--root", "{root}", "state", "--follow"],
+     "'--follow': is not an option of state; it is an option of events. See"),
 ])
 def test_a_mistyped_option_is_one_line_naming_the_nearest_option(
     used_root: tuple[Path, dict[str, Any]], words: list[str], said: str,
