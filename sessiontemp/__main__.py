@@ -23,9 +23,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Final, TextIO
 
-from journal.errors import CommandNotStarted, SessionTempError
+from journal.errors import BadInput, CommandNotStarted, SessionTempError
 from sessiontemp import console
-from sessiontemp.arguments import Parser, not_a_subcommand
+from sessiontemp.arguments import Parser, nearest_option, not_a_subcommand
 from sessiontemp.recovery import recover
 from sessiontemp.root import default_root
 from sessiontemp.run import run_command
@@ -61,6 +61,8 @@ was removed and what was left, with why."""
 
 
 SUBCOMMANDS: Final = ("run", "recover")
+# The options that take the next word as their value, wherever they are given.
+_VALUED: Final = frozenset({"--root", "--session"})
 
 
 def build_parser() -> Parser:
@@ -153,17 +155,43 @@ def cmd_recover(args: argparse.Namespace, out: console.Out) -> int:
     return 0
 
 
+def _arrange(words: list[str], parser: Parser) -> list[str]:
+    """*words* with the subcommand first: an option given before it (``--root DIR run --
+    CMD``) is the subcommand's, as journal-inspect takes ``--root DIR summary``.
+
+    A word where the subcommand belongs that is none is :class:`BadInput`
+    naming the nearest subcommand (argparse's "invalid choice" names none),
+    or, after an option no subcommand has (``--rot DIR run``), that option's
+    nearest: the word is its value.
+    """
+    known = {o for p in (parser, *parser.subcommands.values()) for o in p.options}
+    i = 0
+    while i < len(words) and words[i] != "--":
+        word = words[i]
+        if not word.startswith("-"):
+            if word in SUBCOMMANDS:
+                return [word, *words[:i], *words[i + 1:]]
+            before = words[i - 1].split("=", 1)[0] if i else ""
+            if before.startswith("-") and before not in known:
+                close = nearest_option(before, sorted(known))
+                raise BadInput(repr(before), "is not an option", (
+                    "" if close is None else f"Did you mean {close!r}? ")
+                    + f"See `{PROG} --help`")
+            raise not_a_subcommand(word, SUBCOMMANDS)
+        i += 2 if word in _VALUED else 1
+    return words
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Parse *argv* (default: the process's), run the subcommand, return the exit status."""
-    words = list(sys.argv[1:] if argv is None else argv)
-    first = next((w for w in words if not w.startswith("-")), None)
-    if first is not None and first not in SUBCOMMANDS:
-        # Before argparse, whose "invalid choice" names no nearest one.
-        console.say(f"{PROG}: {console.shown(not_a_subcommand(first, SUBCOMMANDS))}\n")
-        return 2
     parser = build_parser()
+    try:
+        words = _arrange(list(sys.argv[1:] if argv is None else argv), parser)
+    except BadInput as e:
+        console.say(f"{PROG}: {console.shown(e)}\n")
+        return 2
     args, extras = parser.parse_known_args(words)
-    parser.subcommand(args.subcommand).refuse_extras(extras)
+    parser.subcommand(args.subcommand).refuse_extras(extras, others=parser.subcommands)
     stream = console.Terminal(sys.stdout if out is None else out)
     try:
         status: int = cmd_run(args, stream) if args.subcommand == "run" else cmd_recover(

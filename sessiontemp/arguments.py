@@ -97,6 +97,11 @@ class Parser(argparse.ArgumentParser):
         close = nearest_option(given, self.options)
         hint = "" if close is None else f". Did you mean {close!r}?"
         for name, other in (others or {}).items():
-            if close is None and (close := nearest_option(given, other.options)):
+            if close is not None or other is self:
+                continue
+            close = nearest_option(given, other.options)
+            if close == given:
+                hint = f"; it is an option of {name}"
+            elif close is not None:
                 hint = f". Did you mean {close!r} (an option of {name})?"
         self.error(f"{given!r}: is not an option{of}{hint}")

@@ -80,6 +80,23 @@ def test_run_exits_with_the_commands_status_whichever_standard_descriptor_is_clo
     assert directories(root) == []
 
 
+def test_run_into_a_pipe_whose_reader_left_exits_with_the_commands_status(root: Path) -> None:
+    # Into `head -1`: the command's own writes meet the reader's exit; the status is its own.
+    piped = subprocess.run(["bash", "-c", 'set -o pipefail; "$1" run --root "$2" -- sh -c '
+                            '"seq 100000; exit 3" | head -1', "bash", SESSIONTEMP,
+                            os.fspath(root)], capture_output=True, text=True, timeout=120)
+    assert (piped.returncode, piped.stdout, piped.stderr) == (3, "1\n", "")
+    out = broken_pipe()
+    try:
+        done = subprocess.run([SESSIONTEMP, "run", "--root", os.fspath(root), "--", SH, "-c",
+                               "exit 3"], stdout=out, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+    finally:
+        os.close(out)
+    assert (done.returncode, done.stderr) == (3, "")
+    assert directories(root) == []
+
+
 @pytest.mark.parametrize(("closed", "fd"), [(">&-", 1), ("2>&-", 2), ("<&-", 0)])
 def test_the_command_finds_closed_what_the_wrapper_was_given_closed(
     root: Path, closed: str, fd: int,

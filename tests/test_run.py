@@ -428,6 +428,11 @@ def test_bad_arguments_are_one_line_and_exit_status_2(
         (["run", "--sesion", "x", "--", "touch", "{marker}"], "Did you mean '--session'?"),
         (["recover", "--jsn"], "sessiontemp recover: '--jsn': is not an option. Did you mean "
                                "'--json'? See `sessiontemp recover --help`"),
+        (["--rot", "{root}", "run", "--", "touch", "{marker}"],
+         "sessiontemp: '--rot': is not an option. Did you mean '--root'?"),
+        (["--json", "run", "--", "touch", "{marker}"],
+         "sessiontemp run: '--json': is not an option; it is an option of recover. See "
+         "`sessiontemp run --help`"),
     ],
 )
 def test_a_mistyped_subcommand_or_option_is_answered_with_the_nearest_and_nothing_runs(
@@ -439,6 +444,21 @@ def test_a_mistyped_subcommand_or_option_is_answered_with_the_nearest_and_nothin
     assert expected in one_line(done.stderr)
     assert not marker.exists()
     assert not root.exists()
+
+
+def test_an_option_given_before_the_subcommand_is_the_subcommands(
+    wrapper: list[str], root: Path, tmp_path: Path
+) -> None:
+    """As journal-inspect takes ``--root DIR summary``."""
+    marker = tmp_path / "ran"
+    done = sessiontemp(wrapper, "--root", os.fspath(root), "run", "--", "touch",
+                       os.fspath(marker))
+    assert (done.returncode, done.stderr) == (0, "")
+    assert marker.exists()
+    assert leftovers(root) == []
+    report = sessiontemp(wrapper, f"--root={root}", "--json", "recover")
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout)["root"] == os.fspath(root)
 
 
 def test_a_command_not_found_gives_127_and_not_executable_126(

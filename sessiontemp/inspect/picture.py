@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-import textwrap
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final, Literal, TypeAlias
@@ -24,15 +23,16 @@ from xml.sax.saxutils import escape, quoteattr
 
 import attrs
 
+from sessiontemp.inspect.measure import fit, text_width, wrap
 from sessiontemp.inspect.scale import Scale, duration
 
 __all__ = ["COLOURS", "Ending", "Generation", "Lane", "Lease", "Manager", "Mark", "Picture",
            "clock", "xml_attribute", "xml_text"]
 
 Ending: TypeAlias = Literal["normal", "recovery", "live", "refused"]
+"""How a generation ended: removed by its manager, by a recovery, not yet, or refused."""
 Shape: TypeAlias = Callable[[float, float], str]
 """Draws a legend item's mark with its top left at (x, y)."""
-"""How a generation ended: removed by its manager, by a recovery, not yet, or refused."""
 
 # Colour-blind-safe (Okabe-Ito) fills, one per ending, named in the legend.
 COLOURS: Final[Mapping[str, str]] = {
@@ -49,8 +49,9 @@ LABEL: Final = 190  # the left column holding lane names
 _ROW: Final = 14  # one row of bars inside a lane
 _ROWS: Final = 4  # rows a lane packs overlapping bars into, at most
 GROUP_PX: Final = 4  # the width of one grouped column
-_CHAR: Final = 5.6  # about the width of a character at 11 px, for fitting text
-_SMALL_CHAR: Final = 4.1  # the same at 7 px (labels inside lease bars)
+_SIZE: Final = 11  # the picture's font size, px
+_SMALL: Final = 7  # the same for labels inside lease bars
+_LINE: Final = 14  # from one line of the caption and notes to the next
 
 # Characters XML 1.0 forbids (and C1 controls, which it allows but nothing shows), and
 # lone surrogates, which UTF-8 cannot hold.
@@ -74,14 +75,6 @@ def xml_text(text: object) -> str:
 def xml_attribute(text: object) -> str:
     """*text* as a quoted SVG attribute value, quotes included."""
     return quoteattr(_writable(text))
-
-
-def _fit(text: str, px: float, char: float = _CHAR) -> str:
-    """*text* cut to about *px* pixels, with an ellipsis when cut."""
-    room = int(px / char)
-    if len(text) <= room:
-        return text
-    return text[:max(room - 1, 0)] + "…" if room > 0 else ""
 
 
 def clock(t: float) -> str:
@@ -191,7 +184,7 @@ class Picture:
     """The SVG being drawn: lanes down, time across (on *scale*)."""
 
     def __init__(self, scale: Scale, end: float, width: int, lanes: Sequence[Lane],
-                 lane_of: Mapping[str, str], notes: Sequence[tuple[str, str]],
+                 lane_of: Mapping[str, str], caption: str, notes: Sequence[tuple[str, str]],
                  grouped: bool) -> None:
         self.scale, self.end, self.width = scale, end, width
         self.lanes = list(lanes)
@@ -201,12 +194,13 @@ class Picture:
         # Many lanes: one row each, so the picture stays a few screens tall.
         self.row_count = 1 if len(self.lanes) > 30 else _ROWS
         self.rows: dict[str, list[float]] = {lane.key: [] for lane in self.lanes}
-        # Each note wrapped to the width (about 6 px a character at this size).
-        self.notes = [(colour, line) for colour, text in notes
-                      for line in textwrap.wrap(text, max(40, width // 6 - 4))]
-        self.key, rows = self.legend(49 + 14 * len(self.notes))
+        # The caption, then each note, wrapped to the width.
+        self.lines = [(colour, line) for colour, text in [("#333", caption), *notes]
+                      for line in wrap(text, max(width - 20, 200), _SIZE)]
+        below = 35 + _LINE * len(self.lines)
+        self.key, rows = self.legend(below)
         # Below the legend: room for the recovery passes' dots and refused records' marks.
-        self.top = 49 + 14 * len(self.notes) + 16 * rows + 24
+        self.top = below + 16 * rows + 24
         self.lane_height = _ROW * self.row_count + (12 if self.row_count > 1 else 6)
         self.body: list[str] = []
         self.axis_marks: list[str] = []
@@ -289,7 +283,7 @@ class Picture:
                             "its removal" if lease.commands else ""))
         else:
             lines.append("never released in the journal")
-        text = _fit(lease.label or lease.id[:8], lw - 4, _SMALL_CHAR)
+        text = fit(lease.label or lease.id[:8], lw - 4, _SMALL)
         return (f'<g class="lease"><title>{chr(10).join(xml_text(s) for s in lines)}</title>'
                 f'<rect x="{lx0}" y="{y + 7}" width="{round(lw, 2)}" height="3" '
                 f'fill="{_LEASE}"/>'
@@ -364,7 +358,7 @@ class Picture:
 
     # -- the whole ----------------------------------------------------------------------
 
-    def render(self, heading: str, caption: str) -> str:
+    def render(self, heading: str) -> str:
         bottom = self.top + len(self.lanes) * self.lane_height
         height = bottom + 50
         out = [
@@ -379,10 +373,9 @@ class Picture:
             'stroke-width="2.5"/></pattern></defs>',
             f'<rect width="{self.width}" height="{height}" fill="#ffffff"/>',
             f'<text x="10" y="18" font-size="14" font-weight="bold">{xml_text(heading)}</text>',
-            f'<text class="caption" x="10" y="34" fill="#333">{xml_text(caption)}</text>',
         ]
-        for i, (colour, line) in enumerate(self.notes):
-            out.append(f'<text class="caption" x="10" y="{49 + 14 * i}" fill="{colour}">'
+        for i, (colour, line) in enumerate(self.lines):
+            out.append(f'<text class="caption" x="10" y="{34 + _LINE * i}" fill="{colour}">'
                        f'{xml_text(line)}</text>')
         out += ['<g class="legend">', *self.key, "</g>"]
         for i, lane in enumerate(self.lanes):
@@ -401,14 +394,16 @@ class Picture:
     def lane_label(self, lane: Lane, y: int) -> str:
         first = y + min(20, self.lane_height - 6)
         detail = f" {lane.detail}" if lane.detail else ""
-        name = _fit(lane.name, LABEL - 12 - _CHAR * len(detail))
+        name = fit(lane.name, LABEL - 12 - text_width(detail, _SIZE), _SIZE)
         data = "" if lane.kind != "session" else f" data-session={xml_attribute(lane.name)}"
         # Classes apart from the lifetime lines' "manager": a test counts those per manager.
         kind = {"session": " session", "managers": " managers", "strays": " strays"}.get(
             lane.kind, "")
         about = "\n".join(xml_text(line) for line in lane.about.split("\n"))
         label = (f'<g class="lane{kind}"{data}><title>{about}</title>'
-                 f'<text x="6" y="{first}">{xml_text(name)}'
+                 # Kept, the space before the detail: some renderers drop a space that
+                 # starts a <tspan> (librsvg does), and the pid would touch the name.
+                 f'<text x="6" y="{first}" xml:space="preserve">{xml_text(name)}'
                  + (f'<tspan fill="#555">{xml_text(detail)}</tspan>' if detail else "")
                  + "</text></g>")
         mid = y + self.lane_height - 5
@@ -453,7 +448,7 @@ class Picture:
         out = []
         x, row = 10.0, 0
         for shape, offset, text in items:
-            size = offset + _CHAR * len(text) + 14
+            size = offset + 2 + text_width(text, _SIZE) + 9
             if x + size > self.width - 10 and x > 10:
                 x, row = 10.0, row + 1
             y = top + 16 * row

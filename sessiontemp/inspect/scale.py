@@ -18,6 +18,8 @@ from typing import Final
 
 import attrs
 
+from sessiontemp.inspect.measure import text_width
+
 __all__ = ["GAP_PX", "Idle", "Scale", "duration", "idle_stretches"]
 
 # The width of one compressed stretch, at most; all of them together take at most a quarter
@@ -29,7 +31,6 @@ _STEPS: Final = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 
                  120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800,
                  604800)
 _TICK_PX: Final = 110.0
-_LABEL_CHAR: Final = 6.0  # about the width of a digit at 11 px, for keeping labels apart
 _TICK_GAP: Final = 12.0
 
 
@@ -131,10 +132,10 @@ class Scale:
 
         def place(t: float, anchor: str) -> None:
             x, text = self.x(t), _clock(t, fmt)
-            width = _LABEL_CHAR * len(text)
+            width = text_width(text)
             left = x - {"start": 0.0, "middle": width / 2, "end": width}[anchor]
             for px, ptext, panchor in placed:
-                pwidth = _LABEL_CHAR * len(ptext)
+                pwidth = text_width(ptext)
                 pleft = px - {"start": 0.0, "middle": pwidth / 2, "end": pwidth}[panchor]
                 if left < pleft + pwidth + _TICK_GAP and pleft < left + width + _TICK_GAP:
                     return

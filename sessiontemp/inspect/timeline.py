@@ -317,12 +317,6 @@ def timeline(
     gaps = [] if idle is None or nothing else idle_stretches(lo, hi, quiet, busy, idle)
     scale = Scale(lo, hi, LABEL, width - 20, gaps)
     notes = _notes(nothing, len(managers), merged, grouped, len(generations), scale, idle)
-    picture = Picture(scale, end, width, lanes, lane_of, notes, grouped)
-    drawn = picture.groups(generations) if grouped else picture.bars(generations)
-    picture.marks(crashes, recoveries, [
-        Mark(refused_at.get(p.seq or 0, lo), p.seq or 0, f"event {p.seq} refused: {p.message}")
-        for p in marks])
-    ended: Counter[str] = Counter(g.ending() for g in generations)
     sessions = len({m.session for m in managers if m.session is not None})
     window = None if nothing else collector.window
     caption = (f"{counted(len(generations), 'generation')} of "
@@ -334,7 +328,13 @@ def timeline(
                + ("nothing drawn" if nothing else
                   (f"events {window[0]:,} to {window[1]:,} of {events:,}" if window
                    else "no event in the window") + f", {_span(lo, hi)}"))
-    svg = picture.render(f"sessiontemp timeline of {path}", caption)
+    picture = Picture(scale, end, width, lanes, lane_of, caption, notes, grouped)
+    drawn = picture.groups(generations) if grouped else picture.bars(generations)
+    picture.marks(crashes, recoveries, [
+        Mark(refused_at.get(p.seq or 0, lo), p.seq or 0, f"event {p.seq} refused: {p.message}")
+        for p in marks])
+    ended: Counter[str] = Counter(g.ending() for g in generations)
+    svg = picture.render(f"sessiontemp timeline of {path}")
     out = None if output is None else Path(output)
     if out is not None:
         out.write_text(svg, encoding="utf-8")
