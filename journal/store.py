@@ -42,7 +42,7 @@ from urllib.parse import quote
 
 import attrs
 
-from journal import segments
+from journal import segments, sticky
 from journal.errors import (
     JournalBusy,
     JournalCorrupt,
@@ -408,6 +408,10 @@ class Store:
             self._conn = self._connect(busy_timeout)
             try:
                 self._prepare()
+                if not self.immutable:
+                    # Read by now, so SQLite has made its -wal and -shm (a
+                    # reader too, where it may write beside the journal).
+                    sticky.mark_database(self.path)
                 st = os.stat(self.path)
             except BaseException:
                 self._conn.close()
@@ -774,6 +778,9 @@ class Store:
                                      self._segment_fix(path))
             if not self.readonly:
                 conn.execute("PRAGMA synchronous=FULL")
+            if not self.immutable:
+                # Read by now, so SQLite has made its -wal and -shm.
+                sticky.mark_database(file)
         except sqlite3.Error as e:
             conn.close()
             raise self._translate(e, "open", Path(file)) from e
@@ -1553,6 +1560,7 @@ class Store:
                 self._conn = self._connect_segment(self._active.file)
             self._conn.execute("PRAGMA synchronous=FULL")
             self._synced = True
+            sticky.mark_database(self._active.file)
         except (sqlite3.Error, JournalError) as e:
             self._break(f"its connection could not be reopened after a failed write ({e})")
 
