@@ -223,7 +223,8 @@ def test_a_journal_that_is_a_symlink_is_refused_and_its_target_untouched(
         Manager(root)
     assert (fingerprint(journal), fingerprint(elsewhere) if target_exists else None) == before
     assert target.exists() is target_exists
-    assert sorted(os.listdir(root)) == [JOURNAL, "managers"]
+    # Refused before anything is made.
+    assert sorted(os.listdir(root)) == [JOURNAL]
     assert_explains(caught.value, journal, "is a symbolic link", "Remove it or pass another root")
 
 
