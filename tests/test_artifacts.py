@@ -76,14 +76,15 @@ def test_a_copy_is_a_new_private_file_with_the_sources_digest_and_size(
     copy.done()
     path = store(opened) / copy.name
     st = path.stat()
-    assert stat.S_IMODE(st.st_mode) == 0o600
+    # Private, and sticky: an age cleaner never takes it.
+    assert stat.S_IMODE(st.st_mode) == 0o1600
     assert st.st_nlink == 1
     assert (copy.sha256, copy.size) == (hashlib.sha256(data).hexdigest(), len(data))
     assert path.read_bytes() == data
     assert stat.S_IMODE(store(opened).stat().st_mode) == 0o700
 
 
-def test_the_mode_is_0600_whatever_the_umask(opened: Root, work: tuple[Path, int]) -> None:
+def test_the_mode_is_1600_whatever_the_umask(opened: Root, work: tuple[Path, int]) -> None:
     (work[0] / "a").write_text("a")
     old = os.umask(0o777)
     try:
@@ -91,7 +92,8 @@ def test_the_mode_is_0600_whatever_the_umask(opened: Root, work: tuple[Path, int
     finally:
         os.umask(old)
     copy.done()
-    assert stat.S_IMODE((store(opened) / copy.name).stat().st_mode) == 0o600
+    assert stat.S_IMODE((store(opened) / copy.name).stat().st_mode) == 0o1600
+    assert stat.S_IMODE(store(opened).stat().st_mode) == 0o700
 
 
 def test_two_copies_of_one_file_under_one_label_get_two_names(
