@@ -64,8 +64,13 @@ class RootUnusable(SessionTempError, OSError):
         self.reason = reason
         self.fix = fix
         super().__init__(f"{self.path} {reason}. {fix}")
-        # Not a filename: OSError's str() would then print it instead of the message.
+        # As any OSError carries them (no filename: the message names the path).
         self.errno = code
+        self.strerror = None if code is None else os.strerror(code)
+
+    def __str__(self) -> str:
+        # OSError's own would print "[Errno N] strerror" instead of the message.
+        return f"{self.path} {self.reason}. {self.fix}"
 
 
 class RootReadOnly(RootUnusable, PermissionError):
