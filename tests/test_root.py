@@ -659,7 +659,7 @@ def test_a_full_disk_at_every_step_of_a_new_roots_making_gives_a_session_temp_er
     """Inodes run out at each step in turn (a tmpfs of 40): the library's error naming the
     entry, never a bare OSError; once there is room, the same root works."""
     with small_file_system(tmp_path, "nr_inodes=40") as fs:
-        fillers = []
+        fillers: list[Path] = []
         with contextlib.suppress(OSError):
             while True:
                 fillers.append(fs / f"filler-{len(fillers)}")
