@@ -50,6 +50,7 @@ import contextlib
 import os
 import re
 import sqlite3
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
@@ -289,6 +290,10 @@ def create(
         conn.close()
     fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
     try:
+        # Sticky before it has its name: an age cleaner never takes a
+        # segment (no connection to the file is open: closing this
+        # descriptor drops no SQLite lock).
+        os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) | stat.S_ISVTX)
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -577,7 +577,7 @@ def test_inspecting_a_root_no_writer_has_open_leaves_only_sqlites_empty_wal_and_
 
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to inspect another user's root")
 def test_root_inspecting_a_users_root_leaves_the_files_sqlite_made_to_that_user() -> None:
-    from tests.test_hostile import NOBODY, run_as_nobody
+    from tests.nobody import NOBODY, run_as_nobody
 
     # Not under pytest's temporary directory, which only root may enter.
     place = Path(tempfile.mkdtemp(prefix="sessiontemp-inspect-"))

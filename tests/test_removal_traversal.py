@@ -44,7 +44,8 @@ from sessiontemp import Manager, nodes, processes, recover
 from sessiontemp.inspect import state_at
 from sessiontemp.root import GENERATION_PREFIX, TRASH_PREFIX
 from tests.conftest import journal_state
-from tests.test_hostile import NOBODY, as_root, generations_on_disk, outcomes
+from tests.nobody import NOBODY, as_root
+from tests.test_hostile import generations_on_disk, outcomes
 from tests.test_root import fingerprint
 
 REPO = Path(__file__).parent.parent

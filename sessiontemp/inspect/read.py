@@ -28,6 +28,7 @@ from sessiontemp.root import (
     JOURNAL_NAME,
     MANAGERS_DIR,
     RECOVERY_LOCK,
+    check_layout,
     default_root,
     generation_id_of,
 )
@@ -84,7 +85,9 @@ def locate(journal: os.PathLike[str] | str | None = None,
 
     Raises :class:`~sessiontemp.BadInput` for a root that is not a directory, and for a
     directory given as the journal file (with ``--root`` as the fix when it
-    holds a journal).
+    holds a journal); :class:`UnsafeRoot` for a root whose own entries
+    (``managers``, ``artifacts``, the journal's files, ...) are symlinks,
+    of the wrong kind or someone else's: what they lead to is not the root's.
     """
     base = None if root is None else Path(root)
     if base is not None:
@@ -93,6 +96,7 @@ def locate(journal: os.PathLike[str] | str | None = None,
         if not base.is_dir():
             raise BadInput(base, "is not a directory", _ROOT_FIX + (
                 ", or name a journal file as PATH" if journal is None else ""))
+        check_layout(base)
     if journal is not None:
         path = Path(journal)
         if path.is_dir():
@@ -104,6 +108,8 @@ def locate(journal: os.PathLike[str] | str | None = None,
         return Location(path, base)
     if base is None:
         base = Path(default_root())
+        if base.is_dir():
+            check_layout(base)
     return Location(base / JOURNAL_NAME, base)
 
 
