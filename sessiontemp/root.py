@@ -203,12 +203,13 @@ def _kind(mode: int) -> str:
     return "of an unknown kind"
 
 
-def check_entry(path: Path, st: os.stat_result, *, directory: bool, private: bool = True
-                ) -> None:
+def check_entry(path: Path, st: os.stat_result, *, directory: bool, private: bool = True,
+                owner: int | None = None) -> None:
     """Refuse an entry of the layout that is a symlink, of the wrong kind or someone else's.
 
     With *private*, a directory must also be ours alone to write, and
-    writable and searchable by us (a check that writes nothing).
+    writable and searchable by us (a check that writes nothing).  *owner*
+    is whose the entry must be (default: ours).
     """
     if stat.S_ISLNK(st.st_mode):
         raise UnsafeRoot(path, "is a symbolic link", _REMOVE)
@@ -218,9 +219,12 @@ def check_entry(path: Path, st: os.stat_result, *, directory: bool, private: boo
         raise UnsafeRoot(path, f"is not a regular file ({_kind(st.st_mode)})", _REMOVE)
     if directory and private:
         check_owned_private(path, st)
-    elif st.st_uid != os.getuid():
+    elif owner is None and st.st_uid != os.getuid():
         raise UnsafeRoot(path, f"is owned by uid {st.st_uid}, not you (uid {os.getuid()})",
                          _REMOVE)
+    elif owner is not None and st.st_uid != owner:
+        raise UnsafeRoot(path, f"is owned by uid {st.st_uid}, not by the root's owner "
+                         f"(uid {owner})", _REMOVE)
 
 
 def check_layout(root: os.PathLike[str] | str) -> None:
@@ -228,9 +232,15 @@ def check_layout(root: os.PathLike[str] | str) -> None:
 
     For the inspector, which reads a root without opening it as a
     :class:`Root`: a symlink at ``managers`` or ``artifacts`` would make it
-    probe and list another directory as the root's own.
+    probe and list another directory as the root's own.  An entry must be
+    the root's owner's, not the reader's: an administrator may read a
+    user's root after an incident.
     """
     base = Path(root)
+    try:
+        owner = os.lstat(base).st_uid
+    except OSError as e:
+        raise os_error(base, e, "examined") from None
     for name in (*DIRECTORIES, *FILES):
         path = base / name
         try:
@@ -239,7 +249,7 @@ def check_layout(root: os.PathLike[str] | str) -> None:
             continue
         except OSError as e:
             raise os_error(path, e, "examined") from None
-        check_entry(path, st, directory=name in DIRECTORIES, private=False)
+        check_entry(path, st, directory=name in DIRECTORIES, private=False, owner=owner)
 
 
 def hold_shared(fd: int, *, patience: float) -> bool:
