@@ -23,6 +23,9 @@ __all__ = [
     "JournalFull",
     "JournalReadOnly",
     "JournalVersionError",
+    "NoSuchRoot",
+    "RootReadOnly",
+    "RootUnusable",
     "RuleViolation",
     "SessionOwned",
     "SessionTempError",
@@ -45,6 +48,42 @@ class UnsafeRoot(SessionTempError, PermissionError):
         self.reason = reason
         self.fix = fix
         super().__init__(f"{self.path} {reason}. {fix}")
+
+
+class RootUnusable(SessionTempError, OSError):
+    """The operating system refuses what the root needs: to make, open, read or write an entry.
+
+    Not a question of trust (that is :class:`UnsafeRoot`) but of means: a
+    full disk, too many open files, a component of the path that is a file.
+    ``errno`` is the operating system's reason, ``path`` the entry refused.
+    """
+
+    def __init__(self, path: os.PathLike[str] | str, reason: str, fix: str,
+                 code: int | None = None) -> None:
+        self.path = os.fspath(path)
+        self.reason = reason
+        self.fix = fix
+        super().__init__(f"{self.path} {reason}. {fix}")
+        # As any OSError carries them (no filename: the message names the path).
+        self.errno = code
+        self.strerror = None if code is None else os.strerror(code)
+
+    def __str__(self) -> str:
+        # OSError's own would print "[Errno N] strerror" instead of the message.
+        return f"{self.path} {self.reason}. {self.fix}"
+
+
+class RootReadOnly(RootUnusable, PermissionError):
+    """The root, or an entry of it, cannot be written: its mode, a read-only file system."""
+
+
+class NoSuchRoot(RootUnusable, FileNotFoundError):
+    """The root does not exist, and the call that was given it never creates one.
+
+    Only a :class:`~sessiontemp.Manager` (and ``sessiontemp run``) creates a
+    root: a recovery, a removal or an inspection of a mistyped path must not
+    leave a new root behind.
+    """
 
 
 class Unavailable(SessionTempError, RuntimeError):

@@ -119,7 +119,7 @@ class Retention:
         sealed: a pass that finds it larger than the history budget keeps
         (or past ``segment_bytes``, where a checkpoint would roll it over)
         seals it at a checkpoint of its own, so that it can be retired.
-        Never below :data:`ROLL_FLOOR`.
+        Never below ``ROLL_FLOOR`` (256 KiB).
         """
         return max(ROLL_FLOOR, min(self.segment_bytes, self.history_bytes))
 
@@ -298,6 +298,10 @@ def create(
         conn.close()
     fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
     try:
+        # Sticky before it has its name: an age cleaner never takes a
+        # segment (no connection to the file is open: closing this
+        # descriptor drops no SQLite lock).
+        os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) | stat.S_ISVTX)
         os.fsync(fd)
     finally:
         os.close(fd)

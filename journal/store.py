@@ -43,7 +43,7 @@ from urllib.parse import quote
 
 import attrs
 
-from journal import segments
+from journal import segments, sticky
 from journal.errors import (
     JournalBusy,
     JournalCorrupt,
@@ -53,6 +53,7 @@ from journal.errors import (
     JournalVersionError,
     RuleViolation,
     UnknownKind,
+    UnsafeRoot,
 )
 from journal.events import Event, Record, Unreadable, decode, encode
 from journal.segments import DEFAULT_RETENTION, MAX_KEPT, SEGMENT_SQL, Retention, Segment
@@ -212,6 +213,21 @@ def _forget_unlisted(journal: Path, listed: list[Segment]) -> None:
 
 
 _SYNCHRONOUS: Final = {True: "PRAGMA synchronous=FULL", False: "PRAGMA synchronous=NORMAL"}
+
+
+def _unopenable(journal: Path, e: OSError) -> JournalError:
+    """The journal's error for an OSError met while opening *journal*'s files."""
+    where = Path(os.fsdecode(e.filename)) if e.filename else journal
+    why = f"{where} cannot be opened ({e.strerror or e})"
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return JournalReadOnly(journal, why, "Make it readable and writable, or pass a root "
+                               "on a writable file system")
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return JournalFull(journal, why, "Free space on it; nothing already committed was lost")
+    if e.errno in (errno.EMFILE, errno.ENFILE):
+        return JournalError(journal, why, "Too many files are open: close some, or raise the "
+                            "limit (ulimit -n), then try again")
+    return JournalError(journal, why, "Check the file system holding it, then try again")
 
 
 def _any_kind(kinds: Sequence[str]) -> str:
@@ -423,27 +439,38 @@ class Store:
         # Counts the times a folded state had to be worked out again, or
         # was thrown away: a caller holding a speculative state rereads tip.
         self.epoch = 0
-        with _OPEN_LOCK:
-            self._check_header()
-            self._conn = self._connect(busy_timeout)
-            try:
-                self._prepare()
-                st = os.stat(self.path)
-            except BaseException:
-                self._conn.close()
-                raise
-            self._identity = (st.st_dev, st.st_ino)
-            _OPEN[self._identity] += 1
-            _PEERS.setdefault(self._identity, weakref.WeakSet()).add(self)
         try:
-            self._open_active()
-            if not self.readonly and not self._active.is_head:
-                # A segment made before rollovers carried them: recovery's
-                # lookups of the few names it finds on disk read by index.
-                self._ensure_indexes()
-        except BaseException:
-            self.close()
-            raise
+            with _OPEN_LOCK:
+                self._check_header()
+                self._conn = self._connect(busy_timeout)
+                try:
+                    self._prepare()
+                    if not self.immutable:
+                        # Read by now, so SQLite has made its -wal and -shm (a
+                        # reader too, where it may write beside the journal).
+                        sticky.mark_database(self.path)
+                    st = os.stat(self.path)
+                except BaseException:
+                    self._conn.close()
+                    raise
+                self._identity = (st.st_dev, st.st_ino)
+                _OPEN[self._identity] += 1
+                _PEERS.setdefault(self._identity, weakref.WeakSet()).add(self)
+            try:
+                self._open_active()
+                if not self.readonly and not self._active.is_head:
+                    # A segment made before rollovers carried them: recovery's
+                    # lookups of the few names it finds on disk read by index.
+                    self._ensure_indexes()
+            except BaseException:
+                self.close()
+                raise
+        except OSError as e:
+            if isinstance(e, JournalError | UnsafeRoot):
+                raise
+            # Met opening or listing the journal's files (no descriptor left,
+            # a directory that cannot be read): never a bare OSError.
+            raise _unopenable(self.path, e) from e
         self._ready = True
 
     # -- opening -------------------------------------------------------------
@@ -807,6 +834,9 @@ class Store:
                                      self._segment_fix(path))
             if not self.readonly:
                 conn.execute("PRAGMA synchronous=FULL")
+            if not self.immutable:
+                # Read by now, so SQLite has made its -wal and -shm.
+                sticky.mark_database(file)
         except sqlite3.Error as e:
             conn.close()
             raise self._translate(e, "open", Path(file)) from e
@@ -1640,6 +1670,7 @@ class Store:
                 self._conn = self._connect_segment(self._active.file)
             self._conn.execute("PRAGMA synchronous=FULL")
             self._synced = True
+            sticky.mark_database(self._active.file)
         except (sqlite3.Error, JournalError) as e:
             self._break(f"its connection could not be reopened after a failed write ({e})")
 

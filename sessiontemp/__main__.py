@@ -12,6 +12,7 @@ stderr naming the path, the reason and the fix, and exit status 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
@@ -20,9 +21,11 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import Final, TextIO
 
-from journal.errors import CommandNotStarted, SessionTempError
+from journal.errors import BadInput, CommandNotStarted, SessionTempError
+from sessiontemp import console
+from sessiontemp.arguments import Parser, nearest_option, not_a_subcommand
 from sessiontemp.recovery import recover
 from sessiontemp.root import default_root
 from sessiontemp.run import run_command
@@ -57,36 +60,36 @@ gone, remove their directories that no running command holds, and print what
 was removed and what was left, with why."""
 
 
-class _Parser(argparse.ArgumentParser):
-    """Bad arguments as one line naming the reason and the fix, and exit status 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message}. See `{self.prog} --help`\n")
+SUBCOMMANDS: Final = ("run", "recover")
+# The options that take the next word as their value, wherever they are given.
+_VALUED: Final = frozenset({"--root", "--session"})
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog=PROG, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+def build_parser() -> Parser:
+    parser = Parser(
+        prefix=PROG, prog=PROG, epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Private, journaled, crash-recoverable temporary directories for commands.",
     )
     parser.add_argument("--version", action="version",
                         version=f"{PROG} {metadata.version('sessiontemp')}")
-    sub = parser.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
+    parser.add_subcommands(dest="subcommand", metavar="SUBCOMMAND", required=True)
     root_help = f"the root holding the journal and the directories (default: {default_root()})"
 
-    run = sub.add_parser("run", help="run a command in a private temporary directory",
-                         description=RUN_HELP, epilog=EXAMPLES,
-                         formatter_class=argparse.RawDescriptionHelpFormatter,
-                         usage=f"{PROG} run [--root DIR] [--session NAME] -- CMD ARGS...")
+    run = parser.add_subcommand(
+        "run", prefix=f"{PROG} run", help="run a command in a private temporary directory",
+        description=RUN_HELP, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage=f"{PROG} run [--root DIR] [--session NAME] -- CMD ARGS...")
     run.add_argument("--root", type=Path, metavar="DIR", help=root_help)
     run.add_argument("--session", metavar="NAME",
                      help="refused: a run is a session of its own (see Manager(session=))")
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD ARGS...",
                      help="the command and its arguments, after --")
 
-    rec = sub.add_parser("recover", help="remove what dead sessions left",
-                         description=RECOVER_HELP, epilog=EXAMPLES,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    rec = parser.add_subcommand(
+        "recover", prefix=f"{PROG} recover", help="remove what dead sessions left",
+        description=RECOVER_HELP, epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     rec.add_argument("--root", type=Path, metavar="DIR", help=root_help)
     rec.add_argument("--json", action="store_true",
                      help="print one JSON object (schema in the README)")
@@ -94,11 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _fail(where: str, message: str, status: int = 2) -> int:
-    sys.stderr.write(f"{PROG} {where}: {message}\n")
+    console.say(f"{PROG} {where}: {console.shown(message)}\n")
     return status
 
 
-def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_run(args: argparse.Namespace, out: console.Out) -> int:
     command = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
@@ -121,11 +124,16 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     return finished.status
 
 
-def cmd_recover(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_recover(args: argparse.Namespace, out: console.Out) -> int:
     root = default_root() if args.root is None else args.root
-    report = recover(root)
+    # On a terminal only: a pass over thousands of directories takes a while.
+    report = recover(root, progress=console.progress("recovering", unit="directories"))
     if args.json:
+        # The version of journal-inspect's JSON forms, which this one follows.
+        from sessiontemp.inspect import SCHEMA
+
         out.write(json.dumps({
+            "schema": SCHEMA,
             "root": os.fspath(root),
             "ran": report.ran,
             "removed": [{"path": os.fspath(r.path), "generation": r.generation,
@@ -140,23 +148,60 @@ def cmd_recover(args: argparse.Namespace, out: TextIO) -> int:
     for manager in report.dead:
         out.write(f"declared manager {manager} dead: its process is gone\n")
     for removed in report.removed:
-        out.write(f"removed {removed.path}: {removed.reason}\n")
+        out.write(f"removed {console.shown(removed.path)}: {console.shown(removed.reason)}\n")
     for skipped in report.skipped:
-        out.write(f"left {skipped.path}: {skipped.reason}\n")
+        out.write(f"left {console.shown(skipped.path)}: {console.shown(skipped.reason)}\n")
     out.write(f"{root}: {len(report.removed)} removed, {len(report.skipped)} left\n")
     return 0
 
 
+def _arrange(words: list[str], parser: Parser) -> list[str]:
+    """*words* with the subcommand first: an option given before it (``--root DIR run --
+    CMD``) is the subcommand's, as journal-inspect takes ``--root DIR summary``.
+
+    A word where the subcommand belongs that is none is :class:`BadInput`
+    naming the nearest subcommand (argparse's "invalid choice" names none),
+    or, after an option no subcommand has (``--rot DIR run``), that option's
+    nearest: the word is its value.
+    """
+    known = {o for p in (parser, *parser.subcommands.values()) for o in p.options}
+    i = 0
+    while i < len(words) and words[i] != "--":
+        word = words[i]
+        if not word.startswith("-"):
+            if word in SUBCOMMANDS:
+                return [word, *words[:i], *words[i + 1:]]
+            before = words[i - 1].split("=", 1)[0] if i else ""
+            if before.startswith("-") and before not in known:
+                close = nearest_option(before, sorted(known))
+                raise BadInput(repr(before), "is not an option", (
+                    "" if close is None else f"Did you mean {close!r}? ")
+                    + f"See `{PROG} --help`")
+            raise not_a_subcommand(word, SUBCOMMANDS)
+        i += 2 if word in _VALUED else 1
+    return words
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Parse *argv* (default: the process's), run the subcommand, return the exit status."""
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    stream = sys.stdout if out is None else out
+    parser = build_parser()
+    try:
+        words = _arrange(list(sys.argv[1:] if argv is None else argv), parser)
+    except BadInput as e:
+        console.say(f"{PROG}: {console.shown(e)}\n")
+        return 2
+    args, extras = parser.parse_known_args(words)
+    parser.subcommand(args.subcommand).refuse_extras(extras, others=parser.subcommands)
+    stream = console.Terminal(sys.stdout if out is None else out)
     try:
         status: int = cmd_run(args, stream) if args.subcommand == "run" else cmd_recover(
             args, stream)
     except SessionTempError as e:
         # Each names the path, what is wrong and the fix.
         return _fail(args.subcommand, str(e))
+    except BrokenPipeError:
+        # stdout's reader left: the work is done; console.exit_with ends quietly.
+        raise
     except OSError as e:
         where = e.filename if e.filename is not None else args.root
         return _fail(args.subcommand, f"{where}: {e.strerror or e}. Check the path, or pass "
@@ -166,13 +211,19 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except KeyboardInterrupt:
         # Held until the operation under way had finished: nothing is half done.
         return 128 + signal.SIGINT
-    stream.flush()
+    if args.subcommand == "run":
+        # The command's status is the answer, whatever became of stdout.
+        with contextlib.suppress(OSError):
+            stream.flush()
+    else:
+        stream.flush()
     return status
 
 
 def entry() -> None:
     """The console script's entry point."""
-    sys.exit(main())
+    console.prepare()
+    console.exit_with(main)
 
 
 if __name__ == "__main__":

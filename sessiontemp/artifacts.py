@@ -4,11 +4,18 @@
 ``ROOT/artifacts/<id>-<label>``: a new file (mode 0600, a name never used
 before), written, fsynced, its directory fsynced, and only then journaled
 with its SHA-256 digest and size (``artifact.kept``).  A record therefore
-always names a complete file; a crash before the record leaves a file no
-record names, which ``journal-inspect fsck`` reports (``unreferenced``) and
-the next recovery removes.  An artifact outlives every rotation, release,
-close and crash of the session that kept it, and goes only by an explicit,
-journaled removal.
+always names a complete file.  An artifact outlives every rotation,
+release, close and crash of the session that kept it, and goes only by an
+explicit, journaled removal (:func:`remove_artifact`).
+
+A file of the store that no record names (a crash between the copy and its
+record, a removal cut short, a journal moved aside) is the user's data all
+the same: no recovery pass removes it.  ``journal-inspect fsck`` reports it
+(``unreferenced``), and :func:`remove_artifact` given its id removes it,
+once the journal confirms it keeps no artifact of that id.
+
+Every file of the store is made with the sticky bit (mode 1600): an
+age-based cleaner configured on the root (systemd-tmpfiles) never takes it.
 
 The source is reached through descriptors from the lease's own directory,
 with ``O_NOFOLLOW`` at every component, and must be a regular file with one
@@ -39,7 +46,7 @@ from journal import ids
 from journal.errors import BadInput
 from journal.reducer import ArtifactState
 from sessiontemp.locks import try_exclusive
-from sessiontemp.root import DIR_FLAGS, Root
+from sessiontemp.root import ARTIFACTS_DIR, DIR_FLAGS, FILE_MODE, Root, os_error
 from sessiontemp.steps import Steps
 
 __all__ = [
@@ -51,6 +58,7 @@ __all__ = [
     "check_label",
     "copy_in",
     "file_name",
+    "files_of",
     "id_of",
     "remove_artifact",
     "remove_file",
@@ -58,13 +66,14 @@ __all__ = [
     "unreferenced",
 ]
 
-ARTIFACTS_DIR: Final = "artifacts"
 # The largest file kept (16 MiB): an artifact is a result worth keeping (a
 # report, a log, a patch), not a build tree; the store never fills a disk.
 MAX_BYTES: Final = 16 * 1024 * 1024
 
-# The reason a recovery pass reports for an artifact removed by remove_artifact.
+# The reasons a recovery pass reports for an artifact removed by remove_artifact:
+# a kept one, and a file of the store no record keeps.
 ON_REQUEST: Final = "removed on request (remove_artifact)"
+UNRECORDED: Final = ON_REQUEST + ": no record kept it"
 
 _CHUNK: Final = 1 << 20
 # How a source file is opened: never through a symlink, never blocking on
@@ -205,7 +214,7 @@ def copy_in(
         name = file_name(artifact, label)
         try:
             steps.before("copy", name)
-            fd = os.open(name, _NEW_FLAGS, 0o600, dir_fd=store)
+            fd = os.open(name, _NEW_FLAGS, FILE_MODE, dir_fd=store)
         except BaseException:
             os.close(store)
             raise
@@ -214,8 +223,9 @@ def copy_in(
             # Locked before a byte is written: a recovery that finds the file
             # unreferenced leaves it while this keeper may still record it.
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            # O_CREAT's mode passes through the umask: make it exactly 0600.
-            os.fchmod(fd, 0o600)
+            # O_CREAT's mode passes through the umask: make it exactly 1600
+            # (private, and sticky: no age cleaner ever takes an artifact).
+            os.fchmod(fd, FILE_MODE)
             copy.sha256, copy.size = _copy(source, fd, shown, max_bytes)
             # The file's bytes, then its name in the directory: after a
             # power loss, a record never names a file that is not all there.
@@ -312,8 +322,13 @@ def remove_artifact(
 
     The removal is journaled (``artifact.removed``) before the file is
     unlinked, by a recovery pass that also does whatever else a pass does.
-    Returns False when no kept artifact has that id (already removed, or
-    never kept).
+    An id the journal keeps no artifact of removes the store's file of
+    that id if there is one (``journal-inspect fsck`` lists such files as
+    ``unreferenced``): it is no artifact of the journal's, so nothing is
+    journaled, and a file a keeper still holds (being copied and
+    recorded right now) is left.  Returns whether a file was removed:
+    False when there was none (already removed, or never kept).  Raises
+    :class:`NoSuchRoot` for a root that does not exist (none is created).
     """
     # Imported here: recovery imports this module for its sweep.
     from journal.store import Store
@@ -323,7 +338,7 @@ def remove_artifact(
     if not isinstance(artifact_id, str) or not ids.ARTIFACT.fullmatch(artifact_id):
         raise ValueError(f"{artifact_id!r} is not an artifact id (16 lower-case hex digits); "
                          "pass the Artifact lease.keep returned, or its id")
-    opened = Root.open(root)
+    opened = Root.open(root, create=False)
     try:
         opened.check_journal()
         store = Store(opened.journal_path, busy_timeout=busy_timeout)
@@ -335,8 +350,8 @@ def remove_artifact(
             store.close()
     finally:
         opened.close()
-    return any(id_of(removed.path.name) == artifact_id and removed.reason == ON_REQUEST
-               for removed in report.removed)
+    return any(id_of(removed.path.name) == artifact_id
+               and removed.reason.startswith(ON_REQUEST) for removed in report.removed)
 
 
 def remove_file(root: Root, artifact: ArtifactState) -> bool:
@@ -351,16 +366,28 @@ def remove_file(root: Root, artifact: ArtifactState) -> bool:
         os.close(store)
 
 
-def unreferenced(root: Root, kept: frozenset[str]) -> list[str]:
-    """Names in the store that no kept artifact's record names (*kept*: their file names)."""
+def _listed(root: Root) -> list[str]:
+    """The names in the store (none when it was never made)."""
     try:
-        store = os.open(ARTIFACTS_DIR, DIR_FLAGS, dir_fd=root.fd)
+        store = root.open_private(ARTIFACTS_DIR, create=False)
     except FileNotFoundError:
         return []
     try:
-        return sorted(name for name in os.listdir(store) if name not in kept)
+        return os.listdir(store)
+    except OSError as e:
+        raise os_error(root.path / ARTIFACTS_DIR, e, "listed") from None
     finally:
         os.close(store)
+
+
+def unreferenced(root: Root, kept: frozenset[str]) -> list[str]:
+    """Names in the store that no kept artifact's record names (*kept*: their file names)."""
+    return sorted(name for name in _listed(root) if name not in kept)
+
+
+def files_of(root: Root, artifact: str) -> list[str]:
+    """The names in the store of artifact *artifact*'s file (by its id), sorted."""
+    return sorted(name for name in _listed(root) if id_of(name) == artifact)
 
 
 def remove_unreferenced(root: Root, name: str,

@@ -17,18 +17,19 @@ import argparse
 import datetime as dt
 import difflib
 import importlib.metadata
-import io
 import json
 import os
 import sqlite3
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, TextIO
 
 from journal.errors import BadInput, SessionTempError
-from sessiontemp import inspect
+from sessiontemp import console, inspect
+from sessiontemp.arguments import Parser, nearest, nearest_option, not_a_subcommand
+from sessiontemp.console import shown
+from sessiontemp.inspect.read import counted
 
 __all__ = ["main"]
 
@@ -41,12 +42,13 @@ def _when(t: float | None) -> str:
     return dt.datetime.fromtimestamp(t).astimezone().isoformat(timespec="milliseconds")
 
 
-def _emit(obj: object, out: TextIO) -> None:
+def _emit(obj: object, out: console.Out) -> None:
     out.write(json.dumps(obj, sort_keys=True) + "\n")
 
 
-def _table(rows: Sequence[Sequence[object]], out: TextIO) -> None:
-    cells = [[str(c) for c in row] for row in rows]
+def _table(rows: Sequence[Sequence[object]], out: console.Out) -> None:
+    # Every cell on one line: a label's newline or escape sequence is shown as \x0a, \x1b.
+    cells = [[shown(c) for c in row] for row in rows]
     if not cells:
         return
     widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
@@ -54,35 +56,14 @@ def _table(rows: Sequence[Sequence[object]], out: TextIO) -> None:
         out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
 
 
-class _Progress:
-    """Progress of a long replay on stderr, only when it is a terminal."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.shown = False
-        self.last = 0.0
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        if done < total and now - self.last < 0.2:
-            return
-        self.last = now
-        percent = 100 * done // total if total else 100
-        sys.stderr.write(f"\r{self.label}: {percent:3d}% ({done:,} / {total:,} events)")
-        self.shown = True
-        if done >= total:
-            sys.stderr.write("\r\x1b[K")
-        sys.stderr.flush()
-
-
 def _progress(args: argparse.Namespace, label: str) -> inspect.Progress | None:
-    return _Progress(label) if sys.stderr.isatty() and not args.no_progress else None
+    return console.progress(label, hidden=args.no_progress)
 
 
 # -- subcommands ------------------------------------------------------------------
 
 
-def cmd_summary(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_summary(args: argparse.Namespace, out: console.Out) -> int:
     where = inspect.locate(args.path, args.root)
     s = inspect.summary(where.journal, where.root)
     if args.json:
@@ -124,15 +105,15 @@ def cmd_summary(args: argparse.Namespace, out: TextIO) -> int:
                 *[(r.id, r.pid, _when(r.opened_at), r.owners, "yes" if r.sealed else "no",
                    r.current or "-", r.liveness, r.session or "-") for r in s.running]], out)
     for p in s.verify.problems:
-        out.write(f"problem: {p.message}\n")
+        out.write(f"problem: {shown(p.message)}\n")
     return 0
 
 
 def _fields_text(fields: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in fields.items())
+    return " ".join(f"{k}={shown(v)}" for k, v in fields.items())
 
 
-def cmd_events(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_events(args: argparse.Namespace, out: console.Out) -> int:
     where = inspect.locate(args.path, args.root)
     since = None if args.since is None else inspect.parse_moment(args.since)
     until = None if args.until is None else inspect.parse_moment(args.until)
@@ -146,9 +127,13 @@ def cmd_events(args: argparse.Namespace, out: TextIO) -> int:
         until_time=until if isinstance(until, float) else None,
         limit=args.limit,
     )
-    if not args.json:
-        out.write(f"{'seq':>8}  {'time':<29}  {'kind':<18}  fields\n")
+    # Written with the first row: nothing is printed before the journal opens (a
+    # README.md given as the journal is one line on stderr, alone).
+    header = None if args.json else f"{'seq':>8}  {'time':<29}  {'kind':<18}  fields\n"
     for row in inspect.events(where.journal, selection, follow=args.follow):
+        if header is not None:
+            out.write(header)
+            header = None
         if args.json:
             _emit(inspect.as_json(row), out)
         else:
@@ -156,10 +141,12 @@ def cmd_events(args: argparse.Namespace, out: TextIO) -> int:
                       f"{_fields_text(dict(row.fields))}\n")
         if args.follow:
             out.flush()
+    if header is not None:
+        out.write(header)
     return 0
 
 
-def cmd_state(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_state(args: argparse.Namespace, out: console.Out) -> int:
     where = inspect.locate(args.path, args.root)
     at = None if args.at is None else inspect.parse_moment(args.at)
     result = inspect.state_at(where.journal, at, progress=_progress(args, "replaying"),
@@ -199,7 +186,7 @@ def cmd_state(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def cmd_explain(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_explain(args: argparse.Namespace, out: console.Out) -> int:
     where = inspect.locate(args.path, args.root)
     story = inspect.explain(where.journal, args.target, where.root,
                             progress=_progress(args, "replaying"))
@@ -213,11 +200,11 @@ def cmd_explain(args: argparse.Namespace, out: TextIO) -> int:
         return 1
     out.write(f"Generation {story.generation} ({story.status}):\n")
     for s in story.sentences:
-        out.write(f"  [{s.seq}] {s.text}\n")
+        out.write(f"  [{s.seq}] {shown(s.text)}\n")
     return 0
 
 
-def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_verify(args: argparse.Namespace, out: console.Out) -> int:
     where = inspect.locate(args.path, args.root)
     result = inspect.verify(where.journal, progress=_progress(args, "verifying"))
     if args.json:
@@ -227,11 +214,11 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     else:
         out.write(f"{result.journal}: {len(result.problems)} problems\n")
         for p in result.problems:
-            out.write(f"  [{p.check}] {p.message}\n")
+            out.write(f"  [{p.check}] {shown(p.message)}\n")
     return 0 if result.ok else 1
 
 
-def cmd_fsck(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_fsck(args: argparse.Namespace, out: console.Out) -> int:
     if args.path is not None and args.root is None:
         raise SystemExit(_usage_error("fsck compares a journal with its root: pass --root DIR"))
     where = inspect.locate(None, args.root)
@@ -247,13 +234,13 @@ def cmd_fsck(args: argparse.Namespace, out: TextIO) -> int:
         for m in r.dead:
             out.write(f"repair: declared manager {m} dead\n")
         for path, _gid, reason in r.removed:
-            out.write(f"repair: removed {path}: {reason}\n")
+            out.write(f"repair: removed {shown(path)}: {shown(reason)}\n")
         for path, reason in r.skipped:
-            out.write(f"repair: left {path}: {reason}\n")
+            out.write(f"repair: left {shown(path)}: {shown(reason)}\n")
     for f in result.findings:
-        out.write(f"[{f.check}] {f.path}: {f.message}.\n    fix: {f.fix}\n")
+        out.write(f"[{f.check}] {shown(f.path)}: {shown(f.message)}.\n    fix: {shown(f.fix)}\n")
     for f in result.held:
-        out.write(f"[{f.check}] {f.path}: {f.message}. {f.fix}\n")
+        out.write(f"[{f.check}] {shown(f.path)}: {shown(f.message)}. {shown(f.fix)}\n")
     commands = sum(f.check == "held" for f in result.held)
     kept = len(result.held) - commands
     held = (f", {commands} held by running commands" if commands else "") + (
@@ -263,23 +250,33 @@ def cmd_fsck(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if result.ok else 1
 
 
-def cmd_timeline(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_timeline(args: argparse.Namespace, out: console.Out) -> int:
     where = inspect.locate(args.path, args.root)
     since = None if args.since is None else inspect.parse_moment(args.since)
     until = None if args.until is None else inspect.parse_moment(args.until)
     target = None if args.output == "-" else Path(args.output)
     result = inspect.timeline(where.journal, target, manager=args.manager, since=since,
-                              until=until, max_bars=args.max_bars,
+                              until=until, max_bars=args.max_bars, all_lanes=args.all_lanes,
+                              idle=None if args.idle == 0 else args.idle,
                               progress=_progress(args, "replaying"))
     if target is None:
         out.write(result.svg)
     elif args.json:
         _emit(inspect.as_json(result), out)
+    elif result.nothing:
+        out.write(f"{result.output}: nothing drawn: {result.nothing}\n")
     else:
         ended = ", ".join(f"{n} {k}" for k, n in result.ended.items())
-        out.write(f"{result.output}: {result.generations:,} generations ({ended}) of "
-                  f"{result.managers} managers, {result.crashes} crashes, {result.recoveries} "
-                  f"recovery passes, {len(result.refused)} refused records"
+        window = ("no event in the window" if result.window is None else
+                  f"events {result.window[0]:,} to {result.window[1]:,}")
+        idle = "" if not result.idle else (
+            f"; {counted(result.idle, 'idle stretch', 'idle stretches')} compressed")
+        out.write(f"{result.output}: {counted(result.generations, 'generation')} ({ended}) "
+                  f"in {counted(result.lanes, 'lane')}, of "
+                  f"{counted(result.managers, 'manager')}, "
+                  f"{counted(result.crashes, 'crash', 'crashes')}, "
+                  f"{counted(result.recoveries, 'recovery pass', 'recovery passes')}, "
+                  f"{counted(len(result.refused), 'refused record')}; {window}{idle}"
                   f"{'; bars grouped' if result.grouped else ''}\n")
     return 0
 
@@ -288,20 +285,23 @@ def cmd_timeline(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _usage_error(message: str) -> int:
-    sys.stderr.write(f"journal-inspect: {message}\n")
+    console.say(f"journal-inspect: {console.shown(message)}\n")
     return 2
 
 
-def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--root", type=Path, default=None,
+def _common(parser: Parser) -> None:
+    """The options every subcommand takes."""
+    parser.add_argument("--root", type=Path, default=None,
                         help="the root holding journal.sqlite3 (default: the per-user root)")
-    common.add_argument("--json", action="store_true",
+    parser.add_argument("--json", action="store_true",
                         help="print the documented JSON form (one object per line)")
-    common.add_argument("--no-progress", action="store_true",
+    parser.add_argument("--no-progress", action="store_true",
                         help="never show progress, even on a terminal")
-    parser = argparse.ArgumentParser(
-        prog="journal-inspect",
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prefix="journal-inspect", prog="journal-inspect",
         epilog="Subcommands: " + ", ".join(SUBCOMMANDS) + ".",
         usage="journal-inspect [PATH] [--root DIR] [SUBCOMMAND] [options]",
         description="Replay a sessiontemp journal to explain what happened. PATH names a "
@@ -309,12 +309,14 @@ def build_parser() -> argparse.ArgumentParser:
         "0 ok, 1 problems found, 2 bad input.",
     )
     parser.add_argument("--version", action="version", version=_version())
-    sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND")
+    parser.add_subcommands(dest="command", metavar="SUBCOMMAND")
 
-    def add(name: str, run: Callable[[argparse.Namespace, TextIO], int], text: str
-            ) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, parents=[common], help=text, description=text,
-                           prog=f"journal-inspect [PATH] {name}")
+    def add(name: str, run: Callable[[argparse.Namespace, console.Out], int], text: str
+            ) -> Parser:
+        p = parser.add_subcommand(name, prefix="journal-inspect",
+                                  command=f"journal-inspect {name}", help=text,
+                                  description=text, prog=f"journal-inspect [PATH] {name}")
+        _common(p)
         p.set_defaults(run=run)
         return p
 
@@ -352,6 +354,12 @@ def build_parser() -> argparse.ArgumentParser:
     timeline.add_argument("--until", help="up to this time or sequence number")
     timeline.add_argument("--max-bars", type=_count, default=2000, metavar="N",
                           help="group the bars of each lane past N generations (default 2000)")
+    timeline.add_argument("--idle", type=_seconds, default=inspect.IDLE, metavar="SECONDS",
+                          help="draw stretches longer than this with no event and no lease "
+                          f"held compressed and hatched (default {inspect.IDLE:g}; 0 draws "
+                          "time to scale throughout)")
+    timeline.add_argument("--all-lanes", action="store_true",
+                          help="a lane for every manager, even one with nothing drawn in it")
     return parser
 
 
@@ -375,7 +383,19 @@ def _count(text: str) -> int:
     return value
 
 
-def _arrange(argv: list[str]) -> tuple[str | None, list[str]]:
+def _seconds(text: str) -> float:
+    """A number of seconds, 0 or more, for argparse: its error names the value and the fix."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds of 0 or more; "
+                                         "pass one such as 60")
+    return value
+
+
+def _arrange(argv: list[str], parser: Parser) -> tuple[str | None, list[str]]:
     """Split off the optional journal PATH and put the subcommand first (summary if none).
 
     A first word that is no subcommand, names nothing on disk and is close
@@ -392,7 +412,16 @@ def _arrange(argv: list[str]) -> tuple[str | None, list[str]]:
             return path, [word, *argv[:i], *argv[i + 1:]]
     stray = _first_word(argv)
     if stray is not None:
-        raise BadInput(repr(stray), "is not a subcommand", _suggest(stray))
+        # `--rot DIR`: the stray word is the value of a mistyped option, which is what to name.
+        known = {o for p in parser.subcommands.values() for o in p.options}
+        for word in argv[:argv.index(stray)]:
+            if word.startswith("-") and word.split("=", 1)[0] not in known:
+                given = word.split("=", 1)[0]
+                close = nearest_option(given, sorted(known))
+                raise BadInput(repr(given), "is not an option", (
+                    "" if close is None else f"Did you mean {close!r}? ")
+                    + "See `journal-inspect --help`")
+        raise not_a_subcommand(stray, SUBCOMMANDS)
     return path, ["summary", *argv]
 
 
@@ -411,25 +440,22 @@ def _check_path_word(word: str) -> None:
     if os.path.lexists(word):
         return
     if difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=0.6):
-        raise BadInput(repr(word), "is not a subcommand, nor a file", _suggest(word))
+        raise not_a_subcommand(word, SUBCOMMANDS, also=", nor a file")
     if "/" not in word and "." not in word:
         raise BadInput(repr(word), "is neither a subcommand nor an existing journal file",
-                       "Check the spelling, or pass --root DIR. " + _suggest(word))
-
-
-def _suggest(word: str) -> str:
-    close = difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=0.6)
-    hint = f"Did you mean {close[0]!r}? " if close else ""
-    return f"{hint}Subcommands: {', '.join(SUBCOMMANDS)}"
+                       f"Check the spelling, or pass --root DIR. {nearest(word, SUBCOMMANDS)}"
+                       f"Subcommands: {', '.join(SUBCOMMANDS)}")
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
-    stream = sys.stdout if out is None else out
+    stream = console.Terminal(sys.stdout if out is None else out)
+    parser = build_parser()
     try:
-        path, words = _arrange(list(sys.argv[1:] if argv is None else argv))
+        path, words = _arrange(list(sys.argv[1:] if argv is None else argv), parser)
     except BadInput as e:
         return _usage_error(str(e))
-    args = build_parser().parse_args(words)
+    args, extras = parser.parse_known_args(words)
+    parser.subcommand(args.command).refuse_extras(extras, args.command, parser.subcommands)
     args.path = path
     try:
         code: int = args.run(args, stream)
@@ -454,21 +480,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
 def run() -> None:
     """The console script's entry point."""
-    # Paths are bytes to the kernel: one that is not UTF-8 arrives in argv
-    # with surrogate escapes, and is written back out as the same bytes.
-    for stream in (sys.stdout, sys.stderr):
-        if isinstance(stream, io.TextIOWrapper):
-            stream.reconfigure(errors="surrogateescape")
-    try:
-        code = main()
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # Piped into `head`: the reader left; say nothing more, and keep the
-        # interpreter's own flush at exit from failing again.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        code = 0
-    sys.exit(code)
+    console.prepare()
+    console.exit_with(main)
 
 
 if __name__ == "__main__":

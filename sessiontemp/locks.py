@@ -1,7 +1,7 @@
 """Liveness from the kernel: the locks that say who is still alive.
 
-Three kinds, all ``flock`` locks, released by the kernel when their holder
-dies, so a crash can never leave a lock that lies:
+All ``flock`` locks, released by the kernel when their holder dies, so a
+crash can never leave a lock that lies:
 
 * a manager's liveness lock, an exclusive lock on ``ROOT/managers/<id>.lock``
   held for the manager's lifetime (:class:`Liveness`);
@@ -10,13 +10,19 @@ dies, so a crash can never leave a lock that lies:
   runs, so the lock lives until the command exits even if the manager dies
   first;
 * a shared lock on the root directory, held by every live manager
-  (:func:`hold_root`).
+  (:func:`hold_root`), and on each of the root's own directories, held by
+  every open root (:class:`sessiontemp.root.Root`);
+* the exclusive ``ROOT/recovery.lock`` of the one recovery pass running
+  (:class:`RecoveryLock`).
 
-systemd-tmpfiles probes every directory it would age-clean with
+systemd-tmpfiles probes every subdirectory it would age-clean with
 ``flock(LOCK_EX | LOCK_NB)`` and skips the whole subtree of one it cannot
-lock: the root's lock keeps the journal and the lock files safe from it
-while any manager lives, a generation's lock keeps the generation safe
-while any command uses it.
+lock: the root's lock keeps the root safe from a line on its parent while
+any manager lives, the directories' locks keep the lock files, artifacts
+and segments safe from a line on the root itself, and a generation's lock
+keeps the generation safe while any command uses it.  It never probes the
+directory its line names nor a plain file: the root's plain files carry the
+sticky bit instead (:data:`sessiontemp.root.FILE_MODE`).
 
 A lock is only ever given up by closing its descriptor, never by
 ``LOCK_UN``: a forked child shares the open file description, and an
@@ -33,13 +39,24 @@ import errno
 import fcntl
 import os
 import secrets
-from time import monotonic, sleep
+import stat
 from typing import Final
 
-from sessiontemp.root import DIR_FLAGS, lock_file_name
+from sessiontemp.root import (
+    DIR_FLAGS,
+    FILE_MODE,
+    RECOVERY_LOCK,
+    Root,
+    check_entry,
+    hold_shared,
+    lock_file_name,
+    os_error,
+    path_of,
+)
 
 __all__ = [
     "Liveness",
+    "RecoveryLock",
     "hold_root",
     "is_locked",
     "lock_shared",
@@ -63,9 +80,15 @@ class Liveness:
         self._dir = managers_fd
         self.name = lock_file_name(manager)
         # A new manager's file: no recovery looks for it until the journal
-        # names the manager, which happens only after this.
-        fd = os.open(self.name, _FILE_FLAGS | os.O_CREAT, 0o600, dir_fd=managers_fd)
+        # names the manager, which happens only after this.  Sticky: an age
+        # cleaner must never take a live manager's lock file, however old.
         try:
+            fd = os.open(self.name, _FILE_FLAGS | os.O_CREAT, FILE_MODE, dir_fd=managers_fd)
+        except OSError as e:
+            raise os_error(path_of(managers_fd, self.name), e, "created") from None
+        try:
+            # Exactly FILE_MODE whatever the umask: a probe must be able to open it.
+            os.fchmod(fd, FILE_MODE)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             self._changed = os.fstat(fd).st_ctime_ns
         except BaseException:
@@ -97,8 +120,9 @@ class Liveness:
         # Made and locked under another name, then renamed into place: a
         # recovery that probes the name must never find it unlocked.
         spare = f".{self.name}.{secrets.token_hex(4)}"
-        fd = os.open(spare, _FILE_FLAGS | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=self._dir)
+        fd = os.open(spare, _FILE_FLAGS | os.O_CREAT | os.O_EXCL, FILE_MODE, dir_fd=self._dir)
         try:
+            os.fchmod(fd, FILE_MODE)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.rename(spare, self.name, src_dir_fd=self._dir, dst_dir_fd=self._dir)
             changed = os.fstat(fd).st_ctime_ns
@@ -137,11 +161,25 @@ def probe_liveness(managers_fd: int, manager: str) -> int | None:
     finished closing; close it when done), or None while the manager lives.
     Raises FileNotFoundError when there is no lock file: opening it would
     create one and always win its lock, declaring dead a manager that may
-    well be alive.
+    well be alive; and UnsafeRoot when something else stands at its name.
     """
     name = lock_file_name(manager)
     while True:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=managers_fd)
+        # O_NONBLOCK: a FIFO planted at the name must not hang the probe.
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                         dir_fd=managers_fd)
+        except FileNotFoundError:
+            raise
+        except OSError as e:
+            raise os_error(path_of(managers_fd, name), e, "opened") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+                check_entry(path_of(managers_fd, name), st, directory=False)
+        except BaseException:
+            os.close(fd)
+            raise
         if not try_exclusive(fd):
             os.close(fd)
             return None
@@ -175,15 +213,73 @@ def hold_root(root_fd: int, *, patience: float) -> bool:
     of the root.  Returns False when it stays blocked; the manager works on
     without it.
     """
-    deadline = monotonic() + patience
-    while True:
+    return hold_shared(root_fd, patience=patience)
+
+
+class RecoveryLock:
+    """``ROOT/recovery.lock`` held exclusively: one recovery pass at a time per root.
+
+    Opened relative to the root's descriptor, never by path, and never
+    through a symlink (``O_NOFOLLOW``): a link planted at the name would
+    otherwise have the lock file made, or truncated, wherever it points.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._pid = os.getpid()
+
+    @classmethod
+    def take(cls, root: Root, *, wait: bool) -> RecoveryLock | None:
+        """Lock the root's recovery lock, waiting for another pass when *wait*; None if busy.
+
+        Raises :class:`UnsafeRoot` when something other than our own
+        regular file stands at the name, and :class:`RootUnusable` (or
+        :class:`RootReadOnly`) when it cannot be made or opened.
+        """
+        path = root.recovery_lock_path
         try:
-            fcntl.flock(root_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            return True
+            # O_NONBLOCK: never hang on a FIFO planted at the name.
+            fd = os.open(RECOVERY_LOCK, _FILE_FLAGS | os.O_CREAT | os.O_NONBLOCK, FILE_MODE,
+                         dir_fd=root.fd)
         except OSError as e:
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN) or monotonic() >= deadline:
-                return False
-        sleep(0.01)
+            raise os_error(path, e, "opened") from None
+        try:
+            st = os.fstat(fd)
+            check_entry(path, st, directory=False)
+            if stat.S_IMODE(st.st_mode) != FILE_MODE:
+                # Made by an earlier version (not sticky), or under a umask.
+                os.fchmod(fd, FILE_MODE)
+            try:
+                # Blocking when waiting: interrupted by a signal, the wait is
+                # resumed once its handler returns (PEP 475).
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except OSError as e:
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise os_error(path, e, "locked") from None
+                os.close(fd)
+                return None
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
+        return cls(fd)
+
+    def release(self) -> None:
+        """Let the next pass run.
+
+        The one lock here given up by an unlock before the close: a child
+        forked meanwhile (by another thread) shares the open file
+        description, and would otherwise keep every other pass waiting until
+        it exits.  A forked child's copy only closes: the lock is not its own.
+        """
+        if self.fd < 0:
+            return
+        fd, self.fd = self.fd, -1
+        try:
+            if self._pid == os.getpid():
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
 
 
 def lock_shared(dir_fd: int, name: str) -> int:

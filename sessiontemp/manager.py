@@ -69,7 +69,7 @@ from sessiontemp.handles import Handles
 from sessiontemp.lease import Lease
 from sessiontemp.locks import Liveness, hold_root, lock_shared
 from sessiontemp.log import debugging, logger
-from sessiontemp.removal import Target, remove
+from sessiontemp.removal import Blocked, Target, remove
 from sessiontemp.root import Root, default_root, generation_name
 from sessiontemp.shield import shielded
 from sessiontemp.steps import StepHook, Steps
@@ -117,8 +117,10 @@ class Manager:
     """A session's private temporary directories, journaled under *root*.
 
     *root* None means the per-user root under the system temporary directory.
-    Opening creates the root (0700) if needed, refuses an unsafe one
-    (:class:`UnsafeRoot`), opens ``root / "journal.sqlite3"``, runs recovery
+    Opening creates the root if needed, and any missing parent of it, each
+    0700 whatever the umask (nothing wider is ever made); refuses an unsafe
+    one (:class:`UnsafeRoot`) or one it cannot use (:class:`RootReadOnly`,
+    :class:`RootUnusable`), opens ``root / "journal.sqlite3"``, runs recovery
     (removing what dead managers left, unknown entries older than
     *stale_after* seconds) and starts with zero owners: call :meth:`retain`.
     It is a context manager: leaving the block closes it.
@@ -130,8 +132,8 @@ class Manager:
     file goes) and lets the others (leases, their release, owners,
     rotations) reach the disk with the next sync: a process crash loses
     none of them, a power loss may lose the last ones, which then describe
-    leases and owners of processes that died with it (README, "Commits and
-    durability").
+    leases and owners of processes that died with it (the documentation's
+    "Commits and durability").
 
     *clock* gives the wall-clock time written into events and used for the
     stale sweep; *busy_timeout* bounds the wait for another process's journal
@@ -152,7 +154,8 @@ class Manager:
     (:class:`UnsafeRoot`), or with ``workdir_policy="warn"`` warned about.
 
     A forked child owns nothing of its parent's manager: its copy refuses
-    every operation with :class:`ForkedCopy`, and closing it does nothing.
+    every operation with :class:`~journal.errors.ForkedCopy`, and closing
+    it does nothing.
     """
 
     def __init__(
@@ -199,6 +202,8 @@ class Manager:
         # The generation leases were last handed out on: its name and path.
         self._named: tuple[str | None, str, str] = (None, "", "")
         self.recovery = recovery.Report(ran=False)
+        # What each generation's removal had to leave, as last warned of.
+        self._blocked: dict[str, frozenset[Blocked]] = {}
         self._handles = shielded(
             lambda: self._open(root, stale_after, busy_timeout, claim, window),
             lambda handles: self.close(),
@@ -949,6 +954,17 @@ class Manager:
                     os.close(held)
                 else:
                     self._handles.generations[generation] = held
+        if result.outcome == "blocked":
+            # Each obstacle is warned of once: every later operation tries
+            # the removal again, and would otherwise repeat it.
+            said = self._blocked.get(generation, frozenset())
+            for entry in result.blocked:
+                (logger.debug if entry in said else logger.warning)(
+                    "generation.blocked", manager=self.id, generation=generation,
+                    path=entry.path, seq=self._state.seq, reason=entry.reason, fix=entry.fix)
+            self._blocked[generation] = frozenset(result.blocked)
+            return
+        self._blocked.pop(generation, None)
         log = logger.info if result.outcome in ("removed", "absent") else logger.warning
         log(f"generation.{result.outcome}", manager=self.id, generation=generation,
             path=os.path.join(self.root, generation_name(generation)), seq=self._state.seq,

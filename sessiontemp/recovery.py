@@ -12,18 +12,28 @@ history the retention rule no longer keeps; then it:
    (a command started by a lease outlived its manager): that one is skipped
    and the next pass looks again;
 3. sweeps entries with the generation or trash prefix that the journal does
-   not know (a lost journal's leftovers): trash at once, generations once
-   their mtime is older than *stale_after*; never one whose lock is held.
+   not know (a lost journal's leftovers), and liveness lock files no record
+   names: each once its mtime is older than *stale_after*, and never one
+   whose lock is held.
+
+The rule behind 3: nothing the journal does not record as the library's
+own is removed without both an age guard and a lock probe.  Artifacts are
+never swept at all: a file in ``ROOT/artifacts`` that no record names (its
+keeper died between the copy and its record, or the journal was moved
+aside) may be the only copy of what a session made.  ``journal-inspect
+fsck`` reports it (``unreferenced``) and only an explicit
+:func:`sessiontemp.remove_artifact` removes it.
 
 A live manager's generations are never touched: they are its own business.
 Nor is the generation a named session's dead owner left, while it is kept
 for a resume (:mod:`sessiontemp.sessions`): a pass discards it once its
 window has passed (or when the session's new owner, or ``remove_session``,
-asks), and it is then removed as any other.  Artifact files no record names
-(a keeper died between the copy and its record) are removed unless a keeper
-still holds them.
+asks), and it is then removed as any other.
 Each removal is journaled; one entry that cannot be handled is logged,
-reported as skipped and does not stop the pass.
+reported as skipped and does not stop the pass.  A removal that has to
+leave something (a mount point, another user's subtree, an immutable file:
+:mod:`sessiontemp.removal`) removes the rest, reports each such entry by its
+own path with the fix, and stays due for the next pass.
 
 The journal is replayed tolerantly: a record the lifecycle rules refuse (a
 bug, a forgery, a torn edit) does not stop the pass; everything it names is
@@ -51,10 +61,9 @@ from pathlib import Path
 from typing import Final
 
 import attrs
-import filelock
 
 from journal import checkpoint, ids
-from journal.errors import JournalError
+from journal.errors import JournalError, SessionTempError
 from journal.events import (
     ArtifactRemoved,
     Event,
@@ -69,15 +78,18 @@ from journal.reducer import Fold, GenerationState, State, held_by, kept_for_resu
 from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Store
 from sessiontemp import artifacts, sessions
-from sessiontemp.locks import probe_liveness, try_exclusive
+from sessiontemp.locks import RecoveryLock, probe_liveness, try_exclusive
 from sessiontemp.log import logger
 from sessiontemp.removal import Target, remove
 from sessiontemp.root import (
+    ARTIFACTS_DIR,
+    MANAGERS_DIR,
     TRASH_PREFIX,
     Root,
     generation_id_of,
     generation_name,
     lock_file_name,
+    os_error,
     trash_name,
 )
 from sessiontemp.steps import StepHook, Steps
@@ -85,11 +97,8 @@ from sessiontemp.steps import StepHook, Steps
 __all__ = ["DEFAULT_STALE_AFTER", "Removed", "Report", "Skipped", "check_stale_after",
            "maintain", "recover", "run"]
 
-# Unknown generation directories older than this (seconds) are swept.
+# Unknown generation directories, trash and lock files older than this (seconds) are swept.
 DEFAULT_STALE_AFTER: Final = 86400.0
-
-# How old an unknown liveness lock file must be before it counts as litter.
-_LOCK_GRACE = 60.0
 
 
 @attrs.frozen
@@ -137,14 +146,19 @@ def recover(
     busy_timeout: float = 30.0,
     step_hook: StepHook | None = None,
     retention: Retention = DEFAULT_RETENTION,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Report:
     """Run one recovery pass on *root* (None: the per-user default), waiting for any other.
 
     *retention* bounds the journal: how large a segment grows and how much
     retired history is kept (see :class:`journal.segments.Retention`).
+    *progress* is called with (directories handled, directories to remove)
+    as the pass works through the generations it found orphaned.
+    A root that does not exist is never created: :class:`NoSuchRoot`
+    (a mistyped path must not leave a new root behind).
     """
     check_stale_after(stale_after)
-    opened = Root.open(root)
+    opened = Root.open(root, create=False)
     try:
         opened.check_journal()
         steps = Steps(step_hook)
@@ -152,7 +166,7 @@ def recover(
                       step_hook=steps.before)
         try:
             return run(opened, store, stale_after=stale_after, clock=clock,
-                       steps=steps, wait=True)
+                       steps=steps, wait=True, progress=progress)
         finally:
             store.close()
     finally:
@@ -169,6 +183,7 @@ def run(
     wait: bool,
     claim: sessions.Claim | None = None,
     remove_artifacts: Sequence[str] = (),
+    progress: Callable[[int, int], None] | None = None,
 ) -> Report:
     """One pass over an open root and journal; with *wait* False, skip if another runs.
 
@@ -178,21 +193,27 @@ def run(
     longer names the directory *root* holds: the lock file is opened by path.
     """
     root.check_identity()
-    lock = filelock.FileLock(
-        root.recovery_lock_path, timeout=-1 if wait else 0,
-        thread_local=False, fallback_to_soft=False,
-    )
-    try:
-        lock.acquire()
-    except filelock.Timeout:
+    lock = RecoveryLock.take(root, wait=wait)
+    if lock is None:
         logger.info("recovery.skipped", path=str(root.path), reason="another pass is running")
         return Report(ran=False)
     try:
         # Again once the lock is held, however long the wait: the pass acts
         # on what the descriptor holds and reports paths under the name.
         root.check_identity()
-        return _Pass(root, store, stale_after=stale_after, clock=clock, steps=steps,
-                     claim=claim, remove_artifacts=remove_artifacts).run()
+        work = _Pass(root, store, stale_after=stale_after, clock=clock, steps=steps,
+                     claim=claim, remove_artifacts=remove_artifacts)
+        work.progress = progress
+        report = work.run()
+        # A rollover of this pass may have made the segment directory.
+        root.hold_existing()
+        return report
+    except OSError as e:
+        if isinstance(e, SessionTempError):
+            raise
+        # What no step could handle on its own (a listing of the root
+        # refused, no descriptor left): named, with the fix, never bare.
+        raise os_error(root.path, e, "recovered") from e
     finally:
         lock.release()
         # A manager's store lives on and only appends: the history this pass
@@ -209,11 +230,11 @@ def maintain(root: Root, store: Store, seq: int = 0, *, clock: Callable[[], floa
     thread of its own, with the *seq* it reached.  Skipped when a recovery pass holds the root (that
     pass does the same); never raises: only the journal's bound is late.
     """
-    lock = filelock.FileLock(root.recovery_lock_path, timeout=0, thread_local=False,
-                             fallback_to_soft=False)
     try:
-        lock.acquire()
-    except (filelock.Timeout, OSError):
+        lock = RecoveryLock.take(root, wait=False)
+    except OSError:
+        return
+    if lock is None:
         return
     try:
         work = _Pass(root, store, stale_after=DEFAULT_STALE_AFTER, clock=clock, steps=steps)
@@ -248,6 +269,7 @@ class _Pass:
         self.skipped: list[Skipped] = []
         self.dead: list[str] = []
         self.finished_closing: set[str] = set()
+        self.progress: Callable[[int, int], None] | None = None
 
     def run(self) -> Report:
         self.restore()
@@ -259,7 +281,7 @@ class _Pass:
         self.bury_dead_managers()
         self.settle_sessions()
         candidates = [g.id for g in self.state.generations.values() if self.orphaned(g)]
-        for generation_id in candidates:
+        for done, generation_id in enumerate(candidates, start=1):
             # Re-read first: the state may have moved on since the list was
             # made (a manager finishing its close removes its own).
             self.refresh()
@@ -267,11 +289,12 @@ class _Pass:
             # None: removed meanwhile, and forgotten by the state.
             if generation is not None and self.orphaned(generation):
                 self.remove_known(generation)
+            if self.progress is not None:
+                self.progress(done, len(candidates))
         self.sweep_unknown()
         self.sweep_lock_files()
         for artifact in self.remove_artifacts:
             self.remove_artifact(artifact)
-        self.sweep_artifacts()
         if self.started:
             logger.info("recovery.finished", recovery=self.id, removed=len(self.removed),
                         skipped=len(self.skipped), dead=len(self.dead))
@@ -371,6 +394,12 @@ class _Pass:
                           f"the liveness lock of manager {manager.id} is missing, so whether "
                           "it lives cannot be told; its generations are left alone", "")
                 continue
+            except OSError as e:
+                # Something else planted at its name: whether it lives cannot be told.
+                self.skip(self.root.manager_lock_path(manager.id),
+                          f"the liveness lock of manager {manager.id} could not be probed "
+                          f"({e}); its generations are left alone", "")
+                continue
             if fd is None:
                 continue
             try:
@@ -411,7 +440,13 @@ class _Pass:
                 continue
             if not sessions.expired(session, self.clock()):
                 continue
-            lock = sessions.try_lock(self.root, session.name)
+            try:
+                lock = sessions.try_lock(self.root, session.name)
+            except OSError as e:
+                self.skip(self.root.path / generation_name(kept.id),
+                          f"kept for session {session.name}, whose lock could not be taken "
+                          f"({e}); it is discarded once it can be", kept.id)
+                continue
             if lock is None:
                 continue
             try:
@@ -424,42 +459,43 @@ class _Pass:
                 lock.close()
 
     def remove_artifact(self, artifact: str) -> None:
-        """Remove a kept artifact: journaled first, then its file unlinked."""
+        """Remove an artifact on request: journaled first, then its file unlinked.
+
+        An id the journal keeps no artifact of may still name a file of the
+        store (its keeper died before recording it, its removal was cut
+        short, the journal was moved aside): asked for by its id, it is
+        removed too, once no keeper holds it and the journal, read again
+        under its lock, still names no such artifact.
+        """
         kept = self.state.artifacts.get(artifact)
         if kept is None:
+            self.remove_unrecorded(artifact)
             return
-        path = self.root.path / artifacts.ARTIFACTS_DIR / artifacts.file_name(kept.id,
-                                                                             kept.label)
+        path = self.root.path / ARTIFACTS_DIR / artifacts.file_name(kept.id, kept.label)
         self.append([ArtifactRemoved(artifact, self.id)])
         self.steps.before("unlink", path.name)
         artifacts.remove_file(self.root, kept)
         self.removed.append(Removed(path, "", artifacts.ON_REQUEST))
         logger.info("artifact.removed", recovery=self.id, path=str(path), seq=self.state.seq)
 
-    def sweep_artifacts(self) -> None:
-        """Remove artifact files no record names, unless a keeper still holds one."""
+    def remove_unrecorded(self, artifact: str) -> None:
+        """Remove the store's files of *artifact*, which no record keeps, on request."""
 
-        def recorded() -> frozenset[str]:
-            return frozenset(artifacts.file_name(a.id, a.label)
-                             for a in self.state.artifacts.values())
-
-        def still_unreferenced(name: str) -> bool:
+        def still_unrecorded(name: str) -> bool:
             # A keeper records before it lets go of its lock: read again.
             self.refresh()
-            return name not in recorded()
+            return artifact not in self.state.artifacts
 
-        for name in artifacts.unreferenced(self.root, recorded()):
-            path = self.root.path / artifacts.ARTIFACTS_DIR / name
-            try:
-                self.steps.before("unlink", name)
-                if artifacts.remove_unreferenced(self.root, name, still_unreferenced):
-                    reason = "an artifact file no record names (its keeper died before " \
-                             "recording it, or its removal was interrupted)"
-                    self.removed.append(Removed(path, "", reason))
-                    logger.info("artifact.unreferenced", recovery=self.id, path=str(path),
-                                reason=reason)
-            except OSError as e:
-                self.skip(path, f"could not be checked ({e})", "")
+        for name in artifacts.files_of(self.root, artifact):
+            path = self.root.path / ARTIFACTS_DIR / name
+            self.steps.before("unlink", name)
+            if artifacts.remove_unreferenced(self.root, name, still_unrecorded):
+                self.removed.append(Removed(path, "", artifacts.UNRECORDED))
+                logger.info("artifact.removed", recovery=self.id, path=str(path),
+                            reason=artifacts.UNRECORDED)
+            else:
+                self.skip(path, "its keeper still holds it, or the journal now keeps it; "
+                          "left", "")
 
     def orphaned(self, generation: GenerationState) -> bool:
         """Whether *generation* is recovery's to remove: nobody else will ever do it.
@@ -495,6 +531,9 @@ class _Pass:
                 fd = probe_liveness(self.root.managers_fd, manager_id)
             except FileNotFoundError:
                 fd = -1
+            except OSError:
+                # Something else at its name: it may still be closing.
+                return False
             if fd is None:
                 return False
             if fd >= 0:
@@ -559,6 +598,10 @@ class _Pass:
             self.skip(path, f"still in use: {result.detail}", target.generation)
         elif result.outcome == "refused":
             self.skip(path, f"{result.detail}; left alone", target.generation)
+        elif result.outcome == "blocked":
+            # Each by its own path, once: what a person must fix, and where.
+            for entry in result.blocked:
+                self.skip(Path(entry.path), f"{entry.reason}. {entry.fix}", target.generation)
         else:
             self.removed.append(Removed(path, target.generation, reason))
             logger.info(f"generation.{result.outcome}", recovery=self.id,
@@ -621,15 +664,23 @@ class _Pass:
         )
 
     def remove_stray(self, name: str, generation: str, *, reappeared: bool = False) -> None:
+        """Remove an entry of generation or trash name the journal does not know.
+
+        Only once older than *stale_after*, trash too: nothing the journal
+        does not record as the library's own goes without an age guard (and
+        the removal's lock probe).  A journal moved aside leaves every
+        directory of the old one unknown, and a trash name may have been
+        given to a directory by hand.
+        """
         is_trash = name.startswith(TRASH_PREFIX)
-        if not is_trash:
-            try:
-                st = os.stat(name, dir_fd=self.root.fd, follow_symlinks=False)
-            except FileNotFoundError:
-                return
-            if self.clock() - st.st_mtime < self.stale_after:
-                return
-        reason = ("unknown to the journal, left in the trash" if is_trash else
+        try:
+            st = os.stat(name, dir_fd=self.root.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if self.clock() - st.st_mtime < self.stale_after:
+            return
+        reason = (f"unknown to the journal, left in the trash and older than "
+                  f"{self.stale_after:g} s" if is_trash else
                   f"unknown to the journal and older than {self.stale_after:g} s")
         start: Event = (Reappeared(generation, self.id) if reappeared
                         else RemovalStarted(generation, self.id, reason))
@@ -641,28 +692,33 @@ class _Pass:
         """Remove liveness lock files that no manager will use again.
 
         A closed manager's file is left when it was killed right after its
-        close was journaled; an unknown one when a manager was killed after
-        taking its lock and before the journal named it.  An unknown file is
-        only touched once older than a minute: a manager being opened right
-        now creates its file a moment before it locks it.
+        close was journaled, and goes once its lock is free.  A file no
+        record names (a manager killed after taking its lock and before the
+        journal named it, or every file of a journal moved aside) goes only
+        once older than *stale_after* and free: a manager being opened right
+        now creates its file a moment before it locks it.  Only the names
+        the library gives (``<manager id>.lock``, and the spare name a lock
+        file is made under before it is put back) are ever touched.
         """
         managers_fd = self.root.managers_fd
-        names = sorted(os.listdir(managers_fd))
+        names = sorted(n for n in os.listdir(managers_fd) if _manager_of(n) is not None)
         # A manager the state does not hold either ended and was let go of
         # (the journal says so), or was never journaled at all.
         ended = self.store.manager_ends({
-            n.removesuffix(".lock") for n in names
-            if n.removesuffix(".lock") not in self.state.managers})
+            m for m in map(_manager_of, names) if m is not None and m not in self.state.managers})
         for name in names:
-            manager_id = name.removesuffix(".lock")
+            manager_id = _manager_of(name)
+            assert manager_id is not None
             known = self.state.managers.get(manager_id)
-            if known is not None and known.ended is None:
+            if known is not None and known.ended is None and name == lock_file_name(manager_id):
                 continue
             try:
-                if known is None and manager_id not in ended and self.clock() - os.stat(
-                    name, dir_fd=managers_fd, follow_symlinks=False
-                ).st_mtime < _LOCK_GRACE:
-                    continue
+                if (known is None and manager_id not in ended) or name != lock_file_name(
+                        manager_id):
+                    age = self.clock() - os.stat(name, dir_fd=managers_fd,
+                                                 follow_symlinks=False).st_mtime
+                    if age < self.stale_after:
+                        continue
                 fd = probe_liveness(managers_fd, manager_id) if name.endswith(".lock") else (
                     _probe_file(managers_fd, name)
                 )
@@ -676,12 +732,28 @@ class _Pass:
             except FileNotFoundError:
                 continue
             except OSError as e:
-                self.skip(self.root.path / "managers" / name, f"could not be checked ({e})", "")
+                self.skip(self.root.path / MANAGERS_DIR / name, f"could not be checked ({e})",
+                          "")
 
     def skip(self, path: Path, reason: str, generation: str) -> None:
         self.skipped.append(Skipped(path, reason))
         logger.warning("generation.skipped", recovery=self.id, generation=generation,
                        path=str(path), reason=reason)
+
+
+def _manager_of(name: str) -> str | None:
+    """The manager a name in ``ROOT/managers`` belongs to, None if the library never gives it.
+
+    ``<id>.lock``, or ``.<id>.lock.<hex>``: the spare a lock file is made
+    under before it is renamed into place (:meth:`Liveness.check`).
+    """
+    if name.startswith("."):
+        stem, dot, tag = name[1:].rpartition(".")
+        if not dot or not tag or any(c not in "0123456789abcdef" for c in tag):
+            return None
+        name = stem
+    manager = name.removesuffix(".lock")
+    return manager if manager != name and ids.MANAGER.fullmatch(manager) else None
 
 
 def _probe_file(dir_fd: int, name: str) -> int | None:

@@ -7,16 +7,25 @@ journaling through the callable it is given:
 1. :func:`seize` finds the entry under its generation or trash name and takes
    an exclusive lock on it.  The lock fails while any lease or command still
    holds its shared lock, and then nothing is touched; so does a recorded
-   command that still runs (:mod:`sessiontemp.processes`).
+   command that still runs (:mod:`sessiontemp.processes`), and a file system
+   mounted on the generation itself.
 2. The start of the removal is journaled.
 3. :func:`finish` renames it to its trash name (claiming it: a crash from
    here on leaves a name the sweep recognises even without a journal), then
    empties and removes it through directory descriptors.
-4. The end is journaled.
+4. The end is journaled, unless something had to stay.
 
-Nothing is ever resolved by path: each directory is opened relative to its
-parent's descriptor with O_NOFOLLOW, so a symlink planted inside a generation
-is unlinked, never followed, and a hard link is unlinked, never truncated.
+The emptying is a :mod:`sessiontemp.walk`: nothing is resolved by path,
+a symlink planted inside is unlinked, never followed, a hard link is
+unlinked, never truncated, and the walk never leaves the generation's file
+system.  On the way the remover makes its own way through modes its owner
+set (a ``chmod 555`` directory, as the Go module cache and many tarballs
+leave, or a ``chmod 0`` one): the owner may change them back, through the
+descriptor the walk holds, never a name.  What it still cannot remove (a
+mount point, a directory of another user, an immutable file) stays, each
+reported once as :class:`Blocked` with its path and the fix; everything else
+goes, and the removal stays journaled as started, so the next pass (the
+manager's next operation, or a recovery) finishes it once the fix is made.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import shlex
 import stat
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Literal, TypeAlias
@@ -33,18 +43,21 @@ import attrs
 
 from journal.events import Event, RemovalFinished, RemovalStarted
 from journal.reducer import GenerationState
-from sessiontemp import processes
+from sessiontemp import nodes, processes, walk
 from sessiontemp.locks import try_exclusive
-from sessiontemp.root import DIR_FLAGS as _DIR_FLAGS
+from sessiontemp.nodes import Node
 from sessiontemp.root import generation_name, trash_name
 from sessiontemp.steps import Steps
 
-__all__ = ["Found", "Outcome", "Result", "Target", "finish", "remove", "seize"]
+__all__ = ["Blocked", "Found", "Outcome", "Result", "Target", "blocked", "finish", "remove",
+           "seize"]
 
-Outcome: TypeAlias = Literal["removed", "absent", "busy", "refused"]
+Outcome: TypeAlias = Literal["removed", "absent", "busy", "refused", "blocked"]
 Journal: TypeAlias = Callable[[Sequence[Event]], object]
-# Descriptors a removal holds at most, whatever the depth of the tree.
-_MAX_HELD: Final = 32
+
+# An entry's top is opened as a path first: that needs no permission, and
+# with O_NOFOLLOW | O_DIRECTORY it can only be a directory, never a link.
+_PATH_FLAGS: Final = os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 @attrs.frozen
@@ -52,26 +65,34 @@ class Found:
     """What :func:`seize` found at a generation's names.
 
     ``status`` is "seized" (``fd`` holds the exclusive lock, or ``symlink``
-    is set), "absent", "busy" (someone holds its lock) or "refused" (not
-    ours to remove; ``reason`` says why).
+    is set), "absent", "busy" (someone holds its lock), "refused" (not
+    ours to remove; ``reason`` says why) or "blocked" (it cannot be
+    removed yet: a file system is mounted on it, or its mode shuts out its
+    remover; ``obstacle`` says which).  ``mode`` is the mode its owner had
+    left it, when it had to be changed to lock it.
     """
 
-    status: Literal["seized", "absent", "busy", "refused"]
+    status: Literal["seized", "absent", "busy", "refused", "blocked"]
     name: str | None = None
     fd: int | None = None
     symlink: bool = False
     reason: str = ""
     held: bool = False
+    obstacle: walk.Obstacle | None = None
+    mode: int | None = None
 
     def abandon(self) -> None:
         """Give up a seized entry without removing it.
 
         A lock seized through the remover's own descriptor (``held``) is
         turned back into the shared lock it was, and the descriptor stays
-        open: its holder keeps the generation alive as before.
+        open: its holder keeps the generation alive as before.  A mode
+        changed to lock it is put back.
         """
         if self.fd is None:
             return
+        if self.mode is not None:
+            os.fchmod(self.fd, self.mode)
         if self.held:
             _share(self.fd)
         else:
@@ -99,9 +120,10 @@ def seize(
     without a lock of the remover's until its removal is journaled.  When
     it is busy, the shared lock is taken back at once.
     """
+    under = nodes.of(root_fd)
     for name in names:
         try:
-            fd = os.open(name, _DIR_FLAGS, dir_fd=root_fd)
+            path_fd = os.open(name, _PATH_FLAGS, dir_fd=root_fd)
         except FileNotFoundError:
             continue
         except OSError as e:
@@ -113,32 +135,77 @@ def seize(
             return Found("refused", name=name,
                          reason=f"it is a {_kind(st.st_mode)}, not a directory")
         try:
-            st = os.fstat(fd)
-            if identity is not None and (st.st_dev, st.st_ino) != identity:
-                os.close(fd)
-                return Found("refused", name=name,
-                             reason="it was replaced by another directory since it was made")
-            if held is not None:
-                if (st.st_dev, st.st_ino) != _identity(held):
-                    os.close(fd)
-                    return Found("refused", name=name,
-                                 reason="it is not the directory its manager holds")
-                os.close(fd)
-                fd = held
-            steps.before("lock", name)
-            if not try_exclusive(fd):
-                if held is None:
-                    os.close(fd)
-                else:
-                    # A failed conversion has dropped the shared lock too.
-                    _share(held)
-                return Found("busy", name=name)
-        except BaseException:
-            if fd != held:
-                os.close(fd)
-            raise
-        return Found("seized", name=name, fd=fd, held=held is not None)
+            return _seize_at(path_fd, name, under, identity=identity, steps=steps, held=held)
+        finally:
+            os.close(path_fd)
     return Found("absent")
+
+
+def _seize_at(path_fd: int, name: str, under: Node, *, identity: tuple[int, int] | None,
+              steps: Steps, held: int | None) -> Found:
+    """Lock the directory held as *path_fd* (an O_PATH descriptor of *name*) exclusively."""
+    node = nodes.of(path_fd)
+    if not nodes.same_mount(node, under):
+        # A file system mounted on the generation itself: what is seen
+        # there is not the generation, and nothing of it may be touched.
+        return Found("blocked", name=name, obstacle=walk.Obstacle((), "mount"))
+    if identity is not None and node.identity != identity:
+        return Found("refused", name=name,
+                     reason="it was replaced by another directory since it was made")
+    mode = None
+    if held is not None:
+        if node.identity != _identity(held):
+            return Found("refused", name=name, reason="it is not the directory its manager holds")
+        fd = held
+    else:
+        opened = _open_to_lock(path_fd, node)
+        if isinstance(opened, walk.Obstacle):
+            return Found("blocked", name=name, obstacle=opened)
+        fd, mode = opened
+    try:
+        steps.before("lock", name)
+        if not try_exclusive(fd):
+            if mode is not None:
+                os.fchmod(fd, mode)
+            if held is None:
+                os.close(fd)
+            else:
+                # A failed conversion has dropped the shared lock too.
+                _share(held)
+            return Found("busy", name=name)
+    except BaseException:
+        if fd != held:
+            os.close(fd)
+        raise
+    return Found("seized", name=name, fd=fd, held=held is not None, mode=mode)
+
+
+def _open_to_lock(path_fd: int, node: Node) -> tuple[int, int | None] | walk.Obstacle:
+    """Open the directory held as *path_fd* for a lock; with the mode to put back if changed.
+
+    Through /proc, the kernel reaches the very inode *path_fd* holds, not
+    whatever its name means now.  A directory its owner made unreadable
+    (``chmod 0`` on TMPDIR itself) is given its owner's read bit for the
+    open, since a lock needs a descriptor that is not O_PATH; the caller puts
+    the mode back if the lock then says the generation is still in use.
+    """
+    proc = f"/proc/self/fd/{path_fd}"
+    try:
+        return walk.reopen(path_fd), None
+    except PermissionError:
+        if node.uid != os.geteuid():
+            return walk.Obstacle((), "foreign", node.uid, errno.EACCES)
+    mode = stat.S_IMODE(node.mode)
+    try:
+        os.chmod(proc, mode | stat.S_IRUSR)
+    except PermissionError as e:
+        # Immutable (chattr +i): not even its owner may change its mode.
+        return walk.Obstacle((), "error", node.uid, e.errno or errno.EPERM)
+    try:
+        return walk.reopen(path_fd), mode
+    except BaseException:
+        os.chmod(proc, mode)
+        raise
 
 
 def _identity(fd: int) -> tuple[int, int]:
@@ -156,27 +223,32 @@ def _share(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
 
 
-def finish(root_fd: int, found: Found, trash: str, *, steps: Steps) -> None:
+def finish(root_fd: int, found: Found, trash: str, *, steps: Steps) -> list[walk.Obstacle]:
     """Remove what :func:`seize` locked: claim it under *trash*, empty it, remove it.
 
-    Raises OSError when something inside cannot be removed; what is left
-    stays under the trash name for the next recovery.
+    Returns what had to stay (each below *trash*); then *trash* stays too,
+    holding only that, for the next pass.  Raises OSError when the walk
+    cannot go on at all (no descriptor left, a directory moved meanwhile);
+    what is left stays under the trash name for the next recovery.
     """
     assert found.status == "seized"
     assert found.name is not None
     if found.symlink:
         steps.before("unlink", found.name)
         os.unlink(found.name, dir_fd=root_fd)
-        return
+        return []
     assert found.fd is not None
     try:
         if found.name != trash:
             _clear_trash_name(root_fd, trash, steps)
             steps.before("rename", f"{found.name} -> {trash}")
             os.rename(found.name, trash, src_dir_fd=root_fd, dst_dir_fd=root_fd)
-        _empty(found.fd, steps)
+        obstacles = walk.walk(found.fd, _Remover(steps))
+        if obstacles:
+            return obstacles
         steps.before("rmdir", trash)
         os.rmdir(trash, dir_fd=root_fd)
+        return []
     finally:
         try:
             steps.before("unlock", trash)
@@ -185,16 +257,6 @@ def finish(root_fd: int, found: Found, trash: str, *, steps: Steps) -> None:
             # lock) must go: a process that carries on would otherwise hold
             # it, and keep the generation "busy" for itself, until it exits.
             os.close(found.fd)
-
-
-@attrs.define
-class _Frame:
-    """One directory on the walk's path: its descriptor (-1 while let go), name, identity."""
-
-    fd: int
-    name: str
-    pending: list[str]
-    identity: tuple[int, int]
 
 
 def _clear_trash_name(root_fd: int, trash: str, steps: Steps) -> None:
@@ -214,99 +276,48 @@ def _clear_trash_name(root_fd: int, trash: str, steps: Steps) -> None:
         os.unlink(trash, dir_fd=root_fd)
 
 
-def _empty(top: int, steps: Steps) -> None:
-    """Remove everything inside the directory open as *top*, without recursion.
+class _Remover:
+    """The removal's part of a walk: make way through modes the owner may change, then remove."""
 
-    An explicit stack instead of recursion: a command can leave a tree
-    thousands of levels deep, and Python's recursion limit would stop a
-    recursive walk half-way.  Nor does the walk hold a descriptor per level,
-    which would run out under a low RLIMIT_NOFILE: past _MAX_HELD levels the
-    shallowest descriptors are let go, and on the way back up each parent is
-    re-opened as ".." of the child still held, then checked against the
-    identity it had on the way down.
-    """
-    st = os.fstat(top)
-    stack = [_Frame(top, "", os.listdir(top), (st.st_dev, st.st_ino))]
-    # Frames 1..let_go are closed (always the shallowest: they are the ones
-    # given up first, and re-opened last); frame 0 is the caller's.
-    let_go = 0
-    try:
-        while stack:
-            frame = stack[-1]
-            if not frame.pending:
-                stack.pop()
-                if not stack:
-                    break
-                parent = stack[-1]
-                if parent.fd < 0:
-                    parent.fd = _reopen_parent(frame.fd, parent)
-                    let_go -= 1
-                os.close(frame.fd)
-                frame.fd = -1
-                steps.before("rmdir", frame.name)
-                os.rmdir(frame.name, dir_fd=parent.fd)
-                continue
-            entry = frame.pending.pop()
-            child = _open_child(frame.fd, entry)
-            if child is None:
-                # Anything but a directory, symlinks included: unlinking
-                # removes the name only, never the target's contents.
-                steps.before("unlink", entry)
-                os.unlink(entry, dir_fd=frame.fd)
-                continue
-            try:
-                cst = os.fstat(child)
-                stack.append(_Frame(child, entry, os.listdir(child), (cst.st_dev, cst.st_ino)))
-            except BaseException:
-                os.close(child)
-                raise
-            if len(stack) - 1 - let_go > _MAX_HELD:
-                let_go += 1
-                os.close(stack[let_go].fd)
-                stack[let_go].fd = -1
-    finally:
-        for frame in stack[1:]:
-            if frame.fd >= 0:
-                os.close(frame.fd)
+    def __init__(self, steps: Steps) -> None:
+        self.steps = steps
+        self.uid = os.geteuid()
 
+    def enter(self, fd: int, node: Node) -> None:
+        if nodes.pinned(fd):
+            # Immutable or append-only: not one entry of it can go, so it
+            # stays as a whole (reported once), its entries unvisited.
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM))
+        if node.uid == self.uid:
+            if node.mode & 0o700 != 0o700 or node.mode & stat.S_ISVTX:
+                # A mode its owner set (0555 from a module cache or a
+                # tarball, 0400, sticky): the owner may change it, and must,
+                # to remove what is inside.  Through the descriptor the walk
+                # holds, so a symlink swapped in at its name cannot catch it.
+                os.fchmod(fd, 0o700)
+        elif not os.access(f"/proc/self/fd/{fd}", os.W_OK | os.X_OK,
+                           effective_ids=os.access in os.supports_effective_ids):
+            # Another user's, and not writable: its mode is not ours to
+            # change (a chown is not tried either), so it stays as a whole.
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
 
-def _reopen_parent(child: int, parent: _Frame) -> int:
-    """Open the parent of the directory held as *child* again, if it is still *parent*.
+    def unreadable(self, fd: int, node: Node) -> bool:
+        if node.uid != self.uid:
+            return False
+        # fd is an O_PATH descriptor, which fchmod refuses; /proc reaches
+        # the same inode, never a symlink's target.
+        os.chmod(f"/proc/self/fd/{fd}", 0o700)
+        return True
 
-    ".." is resolved by the kernel from the directory held, not from a path
-    that could be re-pointed; and the identity check refuses a child that
-    was moved elsewhere meanwhile, whose ".." is no longer the directory it
-    came from: removing it there would rmdir in a place nobody chose.
-    """
-    fd = os.open("..", _DIR_FLAGS, dir_fd=child)
-    st = os.fstat(fd)
-    if (st.st_dev, st.st_ino) != parent.identity:
-        os.close(fd)
-        raise OSError(errno.ESTALE, "a directory was moved while it was being removed; "
-                      "what is left stays for the next recovery", parent.name)
-    return fd
+    def entry(self, parent: int, name: str) -> None:
+        # Unlinking removes the name only, never a link's target, and never
+        # truncates a hard link's other names.
+        self.steps.before("unlink", name)
+        os.unlink(name, dir_fd=parent)
 
-
-def _open_child(parent: int, name: str) -> int | None:
-    """Open *name* as a directory without following links; None for a non-directory."""
-    try:
-        return os.open(name, _DIR_FLAGS, dir_fd=parent)
-    except OSError as e:
-        if e.errno in (errno.ELOOP, errno.ENOTDIR):
-            return None
-        if e.errno != errno.EACCES:
-            raise
-    # A directory its owner made unreadable (chmod 0): make it ours to read
-    # again.  It is opened as a path first, without following links, and the
-    # mode is changed through /proc on that very inode, so a symlink swapped
-    # in meanwhile cannot redirect the chmod.
-    path_fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC,
-                      dir_fd=parent)
-    try:
-        os.chmod(f"/proc/self/fd/{path_fd}", 0o700)
-    finally:
-        os.close(path_fd)
-    return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    def leave(self, parent: int, name: str) -> None:
+        self.steps.before("rmdir", name)
+        os.rmdir(name, dir_fd=parent)
 
 
 def _kind(mode: int) -> str:
@@ -356,11 +367,61 @@ class Target:
 
 
 @attrs.frozen
+class Blocked:
+    """Something a removal had to leave: its path, why, and what a person does about it."""
+
+    path: str
+    reason: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.path} {self.reason}. {self.fix}"
+
+
+_THEN: Final = "the next recovery, or its manager's next operation, finishes the removal"
+
+
+def blocked(path: str, obstacle: walk.Obstacle) -> Blocked:
+    """What *obstacle*, found at *path*, says to a person."""
+    where = shlex.quote(path)
+    if obstacle.kind == "mount":
+        return Blocked(path, "is a mount point: another file system is mounted there, and "
+                       "nothing on it was touched", f"Unmount it (umount {where}); {_THEN}")
+    if obstacle.kind == "foreign":
+        me = os.geteuid()
+        return Blocked(
+            path, f"is owned by uid {obstacle.uid}, and uid {me} may not remove what is in it",
+            f"Remove it as uid {obstacle.uid} or root (rm -rf --one-file-system {where}), or "
+            f"give it to uid {me} (chown -R {me} {where}); {_THEN}")
+    name = errno.errorcode.get(obstacle.error, str(obstacle.error))
+    reason = f"cannot be removed: {os.strerror(obstacle.error)} ({name})"
+    if obstacle.error == errno.EPERM:
+        fix = (f"Clear the flag that keeps it (lsattr -d {where}; as root, chattr -i -a "
+               f"{where})")
+    elif obstacle.error == errno.EROFS:
+        fix = "Make its file system writable again (mount -o remount,rw)"
+    else:
+        fix = f"Give its owner write access to it (chmod u+rwx {where})"
+    return Blocked(path, reason, f"{fix}; {_THEN}")
+
+
+@attrs.frozen
 class Result:
-    """How a removal ended; ``detail`` says why for "busy" and "refused"."""
+    """How a removal ended; ``detail`` says why for "busy", "refused" and "blocked".
+
+    "blocked": what could be removed was, and ``blocked`` lists what stays,
+    each once; the removal stays due (journaled as started when it got that
+    far), and the next pass tries again.
+    """
 
     outcome: Outcome
     detail: str = ""
+    blocked: tuple[Blocked, ...] = ()
+
+    @classmethod
+    def stays(cls, where: Iterable[Blocked]) -> Result:
+        entries = tuple(where)
+        return cls("blocked", "; ".join(map(str, entries)), entries)
 
 
 def remove(root_fd: int, target: Target, *, journal: Journal, steps: Steps,
@@ -369,18 +430,24 @@ def remove(root_fd: int, target: Target, *, journal: Journal, steps: Steps,
 
     The journal hears of the removal after the exclusive lock is taken (so a
     busy generation leaves no trace) and before anything is renamed or
-    deleted (so a crash from there on is finished by recovery).  OSError
-    from the removal itself propagates; what is left stays for the next
-    recovery.
+    deleted (so a crash from there on is finished by recovery).  What the
+    removal has to leave is returned as "blocked"; OSError from a removal
+    that cannot go on propagates.  Either way what is left stays for the
+    next pass.
 
     *held* (see :func:`seize`) is the remover's own shared lock on the
     generation: it is closed once the removal's start is journaled, and
     until then stays the caller's, shared, whatever is returned or raised.
     """
     gid = target.generation
+    root = os.path.dirname(target.path)
     found = seize(root_fd, target.names, identity=target.identity, steps=steps, held=held)
     if found.status == "busy":
         return Result("busy", "a lease or a running command holds its lock")
+    if found.status == "blocked":
+        assert found.name is not None
+        assert found.obstacle is not None
+        return Result.stays([blocked(os.path.join(root, found.name), found.obstacle)])
     if found.status == "seized" and target.commands:
         holders = _holders(target)
         if holders:
@@ -399,7 +466,10 @@ def remove(root_fd: int, target: Target, *, journal: Journal, steps: Steps,
     except BaseException:
         found.abandon()
         raise
-    finish(root_fd, found, trash_name(gid), steps=steps)
+    trash = trash_name(gid)
+    stays = finish(root_fd, found, trash, steps=steps)
+    if stays:
+        return Result.stays(blocked(os.path.join(root, trash, *o.parts), o) for o in stays)
     journal([RemovalFinished(gid, target.by, "removed")])
     return Result("removed")
 

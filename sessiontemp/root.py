@@ -1,57 +1,109 @@
 """The root directory: where a journal and its generations live, and why it can be trusted.
 
-A root is created 0700 for the current user and refused when it is a
-symbolic link, someone else's, or writable by group or others: anyone who
-can write to the root can rename or swap a generation under a running
-command.  Once checked, the root is held open as a directory descriptor and
-every create, rename, lock and removal of a generation is done relative to
-that descriptor, never by re-resolving the path.
+A root is created 0700 for the current user (with any missing parent,
+0700 too) and refused when it is a symbolic link, someone else's, or
+writable by group or others: anyone who can write to the root can rename
+or swap a generation under a running command.  Once checked, the root is
+held open as a directory descriptor and every create, rename, lock and
+removal of a generation is done relative to that descriptor, never by
+re-resolving the path.  Only a manager creates a root: a recovery, a
+removal or an inspection given a path that does not exist says so
+(:class:`NoSuchRoot`) and leaves nothing behind.
 
 Layout::
 
     ROOT/journal.sqlite3            the event journal (+ -wal, -shm)
+    ROOT/journal.sqlite3.d/         its later segments
     ROOT/recovery.lock              serialises recovery passes
     ROOT/managers/<id>.lock         one liveness lock per live manager
     ROOT/sessiontemp-gen-<id>/      a generation directory
     ROOT/sessiontemp-trash-<id>/    a generation being removed
     ROOT/sessions/<name>.lock       a named session's owner lock
     ROOT/artifacts/<id>-<label>     a durable artifact
+
+Every entry of the layout but the generations is checked on open (never a
+symlink, of the kind it must be, ours), so that a planted one is refused
+with its path, the reason and the fix, not met later as a bare OSError.
+
+An age-based cleaner (systemd-tmpfiles) configured on the root or on its
+parent must never take the root's own files.  tmpfiles skips a directory
+whose BSD flock it cannot take, but only a subdirectory of the one its line
+names, and it never probes plain files; it does skip a regular file with
+the sticky bit set (the XDG_RUNTIME_DIR convention; the bit means nothing
+else for a regular file on Linux).  So every file the library makes in the
+root carries the bit (:data:`FILE_MODE`; the journal's, which SQLite makes,
+are marked by :mod:`journal.sticky`), which protects them when no process
+holds the root, and every open :class:`Root` holds a shared flock on each
+directory of the layout (``managers``, ``sessions``, ``artifacts``,
+``journal.sqlite3.d``), so that a cleaner skips them whole while the root
+is in use.  Generations carry their own locks.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
+import fcntl
 import os
 import stat
 import tempfile
 from pathlib import Path
+from time import monotonic, sleep
 from typing import Final
 
 import attrs
 
 from journal import ids
-from journal.errors import UnsafeRoot
+from journal.errors import (
+    NoSuchRoot,
+    RootReadOnly,
+    RootUnusable,
+    SessionTempError,
+    UnsafeRoot,
+)
 
 __all__ = [
+    "ARTIFACTS_DIR",
+    "DIRECTORIES",
     "DIR_FLAGS",
+    "FILES",
+    "FILE_MODE",
     "GENERATION_PREFIX",
     "JOURNAL_NAME",
+    "MANAGERS_DIR",
+    "RECOVERY_LOCK",
+    "SEGMENTS_DIR",
+    "SESSIONS_DIR",
     "TRASH_PREFIX",
     "Root",
+    "check_layout",
     "default_root",
     "generation_id_of",
     "generation_name",
+    "hold_shared",
     "lock_file_name",
     "new_generation_id",
+    "os_error",
+    "path_of",
     "trash_name",
 ]
 
 GENERATION_PREFIX: Final = "sessiontemp-gen-"
 TRASH_PREFIX: Final = "sessiontemp-trash-"
 JOURNAL_NAME: Final = "journal.sqlite3"
+SEGMENTS_DIR: Final = JOURNAL_NAME + ".d"
 MANAGERS_DIR: Final = "managers"
+SESSIONS_DIR: Final = "sessions"
+ARTIFACTS_DIR: Final = "artifacts"
 RECOVERY_LOCK: Final = "recovery.lock"
+# The root's own directories and plain files, as the library makes them.
+DIRECTORIES: Final = (MANAGERS_DIR, SESSIONS_DIR, ARTIFACTS_DIR, SEGMENTS_DIR)
+FILES: Final = (JOURNAL_NAME, f"{JOURNAL_NAME}-wal", f"{JOURNAL_NAME}-shm", RECOVERY_LOCK)
+_JOURNAL_ENTRIES: Final = (*FILES[:3], SEGMENTS_DIR)
+
+# The mode of every plain file the library makes in the root: private, and
+# sticky, so that systemd-tmpfiles' age clean never removes it (it skips
+# such files, and the bit has no other meaning for a regular file).
+FILE_MODE: Final = 0o600 | stat.S_ISVTX
 
 # How every directory under the root is opened: never through a symlink
 # (O_NOFOLLOW), never mistaking a file for a directory, never leaked into
@@ -59,6 +111,11 @@ RECOVERY_LOCK: Final = "recovery.lock"
 DIR_FLAGS: Final = (
     os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 )
+# How long an open waits for an age cleaner that holds one of the root's
+# directories exclusively (it does so only while it cleans it) before it
+# works on without that directory's lock: its files are sticky all the same.
+_HOLD_PATIENCE: Final = 5.0
+_REMOVE: Final = "Remove it or pass another root"
 
 
 def default_root() -> Path:
@@ -94,42 +151,216 @@ def generation_id_of(name: str) -> str | None:
     return None
 
 
+def os_error(path: os.PathLike[str] | str, error: OSError, doing: str) -> SessionTempError:
+    """The library's error for *error*, raised while *doing* something to the root's *path*.
+
+    Names the path, the operating system's reason and what to do: a bare
+    OSError would name at best a file name relative to a descriptor.
+    """
+    code = error.errno
+    why = f"cannot be {doing} ({error.strerror or error})"
+    if code in (errno.EACCES, errno.EPERM):
+        return RootReadOnly(path, why, "Give yourself read and write access to it (chmod u+rwX; "
+                            "chattr -i if it is immutable), or pass another root", code)
+    if code == errno.EROFS:
+        return RootReadOnly(path, why, "Its file system is read-only: remount it read-write, "
+                            "or pass a root on a writable file system", code)
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return RootUnusable(path, why, "The disk (or your quota) is full: free some space, "
+                            "then try again", code)
+    if code in (errno.EMFILE, errno.ENFILE):
+        return RootUnusable(path, why, "Too many files are open: close some, or raise the "
+                            "limit (ulimit -n), then try again", code)
+    if code == errno.ELOOP:
+        return UnsafeRoot(path, "is a symbolic link", _REMOVE)
+    if code == errno.ENOTDIR:
+        return RootUnusable(path, why, "A component of the path is not a directory: pass "
+                            "another root", code)
+    if code == errno.ENOENT:
+        return RootUnusable(path, why, "It was removed meanwhile; try again", code)
+    return RootUnusable(path, why, "Check the path and its file system, then try again", code)
+
+
+def path_of(dir_fd: int, name: str) -> Path:
+    """The full path of *name* under the directory *dir_fd*, for an error message.
+
+    The kernel's own name for the descriptor's directory, which is where
+    *name* really is whatever was renamed since; *name* alone if unknown.
+    """
+    try:
+        return Path(os.readlink(f"/proc/self/fd/{dir_fd}")) / name
+    except OSError:
+        return Path(name)
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISREG, "a regular file"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device")):
+        if test(mode):
+            return name
+    return "of an unknown kind"
+
+
+def check_entry(path: Path, st: os.stat_result, *, directory: bool, private: bool = True,
+                owner: int | None = None) -> None:
+    """Refuse an entry of the layout that is a symlink, of the wrong kind or someone else's.
+
+    With *private*, a directory must also be ours alone to write, and
+    writable and searchable by us (a check that writes nothing).  *owner*
+    is whose the entry must be (default: ours).
+    """
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafeRoot(path, "is a symbolic link", _REMOVE)
+    if directory and not stat.S_ISDIR(st.st_mode):
+        raise UnsafeRoot(path, f"is not a directory ({_kind(st.st_mode)})", _REMOVE)
+    if not directory and not stat.S_ISREG(st.st_mode):
+        raise UnsafeRoot(path, f"is not a regular file ({_kind(st.st_mode)})", _REMOVE)
+    if directory and private:
+        check_owned_private(path, st)
+    elif owner is None and st.st_uid != os.getuid():
+        raise UnsafeRoot(path, f"is owned by uid {st.st_uid}, not you (uid {os.getuid()})",
+                         _REMOVE)
+    elif owner is not None and st.st_uid != owner:
+        raise UnsafeRoot(path, f"is owned by uid {st.st_uid}, not by the root's owner "
+                         f"(uid {owner})", _REMOVE)
+
+
+def check_layout(root: os.PathLike[str] | str) -> None:
+    """Refuse, by path and writing nothing, a root whose layout entries were tampered with.
+
+    For the inspector, which reads a root without opening it as a
+    :class:`Root`: a symlink at ``managers`` or ``artifacts`` would make it
+    probe and list another directory as the root's own.  An entry must be
+    the root's owner's, not the reader's: an administrator may read a
+    user's root after an incident.
+    """
+    base = Path(root)
+    try:
+        owner = os.lstat(base).st_uid
+    except OSError as e:
+        raise os_error(base, e, "examined") from None
+    for name in (*DIRECTORIES, *FILES):
+        path = base / name
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise os_error(path, e, "examined") from None
+        check_entry(path, st, directory=name in DIRECTORIES, private=False, owner=owner)
+
+
+def hold_shared(fd: int, *, patience: float) -> bool:
+    """Hold a shared flock on the directory *fd*, waiting up to *patience* seconds.
+
+    Only an exclusive holder blocks it: an age-based cleaner in the middle
+    of that directory.  Returns False when it stays blocked.
+    """
+    deadline = monotonic() + patience
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return True
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN) or monotonic() >= deadline:
+                return False
+        sleep(0.01)
+
+
+def _make(root: Path) -> None:
+    """Make *root* and every missing parent, each 0700: nothing wider is ever created."""
+    missing = []
+    here = root
+    while not os.path.lexists(here) and here != here.parent:
+        missing.append(here)
+        here = here.parent
+    for directory in reversed(missing):
+        _make_private(directory, None, directory)
+
+
+def _make_private(name: os.PathLike[str] | str, dir_fd: int | None, path: Path) -> bool:
+    """Make the directory *name* (under *dir_fd*) exactly 0700, whatever the umask.
+
+    Returns False when something is there already (left for the caller's
+    checks).  The mode is set through an ``O_PATH`` descriptor, which needs
+    no access to the directory and never follows a link put in its place.
+    """
+    try:
+        os.mkdir(name, 0o700, dir_fd=dir_fd)
+    except FileExistsError:
+        return False
+    except OSError as e:
+        raise os_error(path, e, "created") from None
+    try:
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+    except OSError:
+        return True
+    try:
+        st = os.fstat(fd)
+        if st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) != 0o700:
+            os.chmod(f"/proc/self/fd/{fd}", 0o700)
+    except OSError as e:
+        raise os_error(path, e, "made private") from None
+    finally:
+        os.close(fd)
+    return True
+
+
 @attrs.define
 class Root:
-    """An open, checked root directory, and its ``managers`` directory, held open."""
+    """An open, checked root directory, and its ``managers`` directory, held open.
+
+    ``held`` maps each directory of the layout that exists to a descriptor
+    holding a shared flock on it, for as long as the root is open.
+    """
 
     path: Path
     fd: int
     device: int
     inode: int
     managers_fd: int = -1
+    held: dict[str, int] = attrs.field(factory=dict)
 
     @classmethod
-    def open(cls, path: os.PathLike[str] | str | None = None) -> Root:
-        """Create *path* if missing (0700), check it, and hold it open.
+    def open(cls, path: os.PathLike[str] | str | None = None, *, create: bool = True) -> Root:
+        """Check *path*, creating it (0700, missing parents too) when *create*; hold it open.
 
-        Raises :class:`UnsafeRoot` naming the path, what is wrong and the fix,
-        and ValueError for an empty path (which would mean the current
-        directory: never a choice to make by accident).
+        Raises :class:`UnsafeRoot` naming the path, what is wrong and the fix;
+        :class:`NoSuchRoot` when *path* does not exist and *create* is
+        False; :class:`RootReadOnly` or :class:`RootUnusable` when the
+        operating system refuses what is needed; ValueError for an empty
+        path (which would mean the current directory: never a choice to
+        make by accident).
         """
         if path is not None and not os.fspath(path):
             raise ValueError("the root is an empty path; pass a directory, or None for the "
                              f"per-user default ({default_root()})")
         root = Path(os.path.abspath(default_root() if path is None else path))
-        root.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(root, 0o700)
+        if create:
+            _make(root)
         try:
             # O_NOFOLLOW: a root pre-created as a symlink by another user
             # would otherwise send every generation to a place they chose.
             fd = os.open(root, DIR_FLAGS)
+        except FileNotFoundError:
+            default = default_root()
+            raise NoSuchRoot(root, "does not exist", "Check the path" + (
+                f" (the default root is {default})" if root != default else "") +
+                ": only a Manager creates a root, recovery and removal never do",
+                errno.ENOENT) from None
         except OSError as e:
             if e.errno in (errno.ELOOP, errno.ENOTDIR):
                 # With O_DIRECTORY, Linux reports a symlink as ENOTDIR, not ELOOP.
-                what = "is a symbolic link" if root.is_symlink() else "is not a directory"
-                raise UnsafeRoot(root, what, "Remove it or pass another root") from None
-            raise UnsafeRoot(root, f"cannot be opened ({e.strerror})",
-                             "Fix its permissions or pass another root") from None
+                # Not sessiontemp's to move or remove: the fix is the path.
+                if root.is_symlink():
+                    raise UnsafeRoot(root, "is a symbolic link", "Pass the directory itself "
+                                     "(not a link to it) as the root, or another root") from None
+                raise UnsafeRoot(root, "is not a directory", "Pass the path of a directory as "
+                                 "the root (or of one to make)") from None
+            raise os_error(root, e, "opened") from None
         st = os.fstat(fd)
         opened = cls(path=root, fd=fd, device=st.st_dev, inode=st.st_ino)
         try:
@@ -138,11 +369,24 @@ class Root:
             # the name between our open and now would get the journal and
             # the lock files, which are opened by path, into their directory.
             opened.check_identity()
+            opened.check_entries()
             opened.managers_fd = opened._open_managers()
+            opened.hold_existing()
         except BaseException:
             opened.close()
             raise
         return opened
+
+    def check_entries(self, names: tuple[str, ...] = (*DIRECTORIES, *FILES)) -> None:
+        """Refuse the root if one of the layout's entries *names* is not what the library made."""
+        for name in names:
+            try:
+                st = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                raise os_error(self.path / name, e, "examined") from None
+            check_entry(self.path / name, st, directory=name in DIRECTORIES)
 
     def _open_managers(self) -> int:
         """Make ``managers`` if missing, check it, and return a descriptor holding it."""
@@ -151,29 +395,78 @@ class Root:
         # litter in it, wherever the link points.
         return self.open_private(MANAGERS_DIR)
 
-    def open_private(self, name: str) -> int:
+    def open_private(self, name: str, *, create: bool = True) -> int:
         """Make the directory *name* in the root if missing (0700), check it, and hold it open.
 
         Refused (:class:`UnsafeRoot`) when it is a symlink or something
         other than a directory, someone else's, or open to others.  Whatever
         is made and probed in it afterwards goes relative to the returned
-        descriptor, never through a path.
+        descriptor, never through a path.  The directory's shared flock is
+        held from now on (see :attr:`held`).  With *create* False, a
+        missing directory raises FileNotFoundError.
         """
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(name, 0o700, dir_fd=self.fd)
         path = self.path / name
-        found = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
-        if not stat.S_ISDIR(found.st_mode):
-            raise UnsafeRoot(path, "is not a directory (" + (
-                "a symbolic link" if stat.S_ISLNK(found.st_mode) else "another kind"
-            ) + ")", "Remove it or pass another root")
-        check_owned_private(path, found)
-        fd = os.open(name, DIR_FLAGS, dir_fd=self.fd)
-        if os.fstat(fd).st_ino != found.st_ino:
+        if create:
+            _make_private(name, self.fd, path)
+        try:
+            found = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+            check_entry(path, found, directory=True)
+            fd = os.open(name, DIR_FLAGS, dir_fd=self.fd)
+        except FileNotFoundError:
+            if not create:
+                raise
+            raise UnsafeRoot(path, "was removed while it was opened",
+                             "Find out who removed it; then open the root again") from None
+        except OSError as e:
+            if isinstance(e, SessionTempError):
+                raise
+            raise os_error(path, e, "opened") from None
+        try:
+            if os.fstat(fd).st_ino != found.st_ino:
+                raise UnsafeRoot(path, "was replaced while it was opened",
+                                 "Find out who moved it; then open the root again")
+            self._hold(name, fd)
+        except BaseException:
             os.close(fd)
-            raise UnsafeRoot(path, "was replaced while it was opened",
-                             "Find out who moved it; then open the root again")
+            raise
         return fd
+
+    def _hold(self, name: str, fd: int) -> None:
+        """Hold the shared flock of the root's directory *name*, open as *fd*.
+
+        Through a descriptor of its own, kept until :meth:`close`: an age
+        cleaner on the root skips a directory it cannot lock.  A directory
+        made again after a removal is held anew.
+        """
+        mine = os.fstat(fd)
+        old = self.held.get(name)
+        if old is not None:
+            st = os.fstat(old)
+            if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino) and st.st_nlink:
+                return
+        try:
+            hold = os.open(".", DIR_FLAGS, dir_fd=fd)
+        except OSError as e:
+            raise os_error(self.path / name, e, "opened") from None
+        try:
+            hold_shared(hold, patience=_HOLD_PATIENCE)
+        except BaseException:
+            os.close(hold)
+            raise
+        self.held[name] = hold
+        if old is not None:
+            os.close(old)
+
+    def hold_existing(self) -> None:
+        """Hold every directory of the layout that exists (one a pass made since, too)."""
+        for name in DIRECTORIES:
+            if name in self.held and os.fstat(self.held[name]).st_nlink:
+                continue
+            try:
+                fd = self.open_private(name, create=False)
+            except FileNotFoundError:
+                continue
+            os.close(fd)
 
     def managers_removed(self) -> bool:
         """Whether the ``managers`` directory held open was removed (``rm -r``) since."""
@@ -189,14 +482,13 @@ class Root:
         """Refuse a root whose path no longer names the directory held open, or gone unsafe.
 
         Everything done through the descriptor stays in the directory that
-        was checked, but SQLite and filelock take paths: if the path were
-        renamed and replaced after the open, the journal and the lock files
-        would be opened in the replacement (someone else's choice) while the
-        generations stay in the original.  The mode and owner are re-read
-        too (the path names the very inode held, so they are its own), and
-        a root opened to others after it was checked is refused.  One cheap
-        lstat, done before every use of the path and before each recovery
-        pass acts.
+        was checked, but SQLite takes paths: if the path were renamed and
+        replaced after the open, the journal would be opened in the
+        replacement (someone else's choice) while the generations stay in
+        the original.  The mode and owner are re-read too (the path names
+        the very inode held, so they are its own), and a root opened to
+        others after it was checked is refused.  One cheap lstat, done
+        before every use of the path and before each recovery pass acts.
         """
         try:
             # follow_symlinks=False: a symlink put in place of the root, even
@@ -231,27 +523,24 @@ class Root:
         """Refuse a journal that is a symlink: SQLite would follow it out of the root.
 
         The root's identity is checked first: SQLite opens the journal by
-        path, through the root's name.
+        path, through the root's name.  SQLite follows a symlink at any of
+        its three files (the -wal and -shm are written to as much as the
+        journal itself), and the segment directory holds the journal's
+        later files.
         """
         self.check_identity()
-        # SQLite follows a symlink at any of its three files: the -wal and
-        # -shm are written to as much as the journal itself; the segment
-        # directory holds the journal's later files.
-        for name in (JOURNAL_NAME, f"{JOURNAL_NAME}-wal", f"{JOURNAL_NAME}-shm",
-                     f"{JOURNAL_NAME}.d"):
-            try:
-                st = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            if stat.S_ISLNK(st.st_mode):
-                raise UnsafeRoot(self.path / name, "is a symbolic link",
-                                 "Remove it or pass another root")
-            if st.st_uid != os.getuid():
-                raise UnsafeRoot(self.path / name, f"is owned by uid {st.st_uid}, not you "
-                                 f"(uid {os.getuid()})", "Remove it or pass another root")
+        self.check_entries(_JOURNAL_ENTRIES)
 
     def close(self) -> None:
-        """Close both descriptors (in a forked child too: it closes only its copies)."""
+        """Close every descriptor (in a forked child too: it closes only its copies).
+
+        The directories' flocks go with the last descriptor of each, in
+        whichever process that is: a forked child that keeps its copies
+        only keeps a cleaner out a little longer.
+        """
+        held, self.held = self.held, {}
+        for fd in held.values():
+            os.close(fd)
         for name in ("managers_fd", "fd"):
             fd = getattr(self, name)
             if fd >= 0:
@@ -260,14 +549,23 @@ class Root:
 
 
 def check_owned_private(path: Path, st: os.stat_result) -> None:
-    """Refuse a directory that is not ours alone to write."""
+    """Refuse a directory that is not ours alone to write, or that we cannot use."""
     uid = os.getuid()
     if st.st_uid != uid:
         raise UnsafeRoot(path, f"is owned by uid {st.st_uid}, not you (uid {uid})",
-                         "Remove it or pass another root")
+                         _REMOVE)
     if st.st_mode & 0o022:
         raise UnsafeRoot(
             path,
             f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})",
             f"Run `chmod 700 {path}` or pass another root",
+        )
+    if st.st_mode & 0o700 != 0o700:
+        # Refused for root too, which the bits would not stop: the same root
+        # must work, or not, whoever opens it.
+        raise RootReadOnly(
+            path,
+            f"is not readable, writable and searchable by you (mode "
+            f"{stat.S_IMODE(st.st_mode):04o})",
+            f"Run `chmod 700 {path}` or pass another root", errno.EACCES,
         )

@@ -81,18 +81,19 @@ def run_command(
 
     Opens a manager (running recovery), leases a fresh directory labelled
     with the command line, starts the command with the temporary variables
-    set on it, tracks it, and waits, forwarding :data:`FORWARDED` signals;
+    set on it, tracks it, and waits, forwarding the ``FORWARDED`` signals;
     then releases the lease and closes the manager, which removes the
     directory unless something still holds it.  Call it from the main
     thread: it takes over SIGCHLD while it runs.
 
     A forwarded signal that comes before the command could start stops it
     from starting (the status is then 128+N), except SIGWINCH, which is
-    passed on once it has started.  Raises :class:`BadInput` for an empty
-    *command* or a call from another thread than the main one,
-    :class:`CommandNotStarted` when the command is not found or not
-    executable, and the manager's errors
-    (:class:`UnsafeRoot`, :class:`Unavailable`, a :class:`JournalError`)
+    passed on once it has started.  Raises :class:`~sessiontemp.BadInput`
+    for an empty *command* or a call from another thread than the main
+    one, :class:`~sessiontemp.CommandNotStarted` when the command is not
+    found or not executable, and the manager's errors
+    (:class:`~sessiontemp.UnsafeRoot`, :class:`~sessiontemp.Unavailable`,
+    a :class:`~sessiontemp.JournalError`)
     before starting it.
     """
     if not command:

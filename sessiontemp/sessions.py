@@ -9,6 +9,10 @@ rules, so the name is guarded by an exclusive ``flock`` on
 manager's lifetime.  The kernel releases it when its holder dies, so a crash
 never leaves a session owned by nobody alive.
 
+The lock file is made with the sticky bit (mode 1600) and its directory is
+share-locked while the root is open: an age-based cleaner never takes it,
+which would let a second owner in beside a live one.
+
 The owner writes its pid into the lock file for one purpose: to name it in
 the error a second owner gets.  The pid is never used to decide whether the
 owner lives (pids are reused); the lock alone says that.
@@ -30,6 +34,7 @@ import errno
 import fcntl
 import math
 import os
+import stat
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
@@ -40,7 +45,7 @@ from journal import ids
 from journal.errors import SessionOwned
 from journal.reducer import GenerationState, ManagerState, SessionState, State, kept_for_resume
 from sessiontemp.locks import still_named
-from sessiontemp.root import DIR_FLAGS, Root
+from sessiontemp.root import FILE_MODE, SESSIONS_DIR, Root, check_entry, os_error, path_of
 from sessiontemp.steps import Steps
 
 if TYPE_CHECKING:
@@ -61,7 +66,6 @@ __all__ = [
     "try_lock",
 ]
 
-SESSIONS_DIR: Final = "sessions"
 # How long a dead owner's directory waits for its session to be resumed
 # (seconds, from its journaled death): a day, like the stale sweep, so a
 # restart the next morning still finds yesterday's files.
@@ -178,9 +182,11 @@ class SessionLock:
             os.close(sessions_fd)
             raise
         try:
-            # For the error message of whoever comes next, nothing more.
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            # For the error message of whoever comes next, nothing more: a
+            # full disk that refuses these few bytes costs only that message.
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except BaseException:
             os.close(fd)
             os.close(sessions_fd)
@@ -214,15 +220,30 @@ class SessionLock:
 
 
 def _lock(sessions_fd: int, name: str) -> int | None:
-    """Open (creating) and lock session *name*'s file; None while someone else holds it."""
+    """Open (creating) and lock session *name*'s file; None while someone else holds it.
+
+    Raises :class:`UnsafeRoot` when something other than our own regular
+    file stands at its name (a symlink is never followed: ``O_NOFOLLOW``),
+    and :class:`RootUnusable` when it cannot be made.
+    """
     while True:
-        fd = os.open(lock_name(name), _FILE_FLAGS | os.O_CREAT, 0o600, dir_fd=sessions_fd)
         try:
+            fd = os.open(lock_name(name), _FILE_FLAGS | os.O_CREAT, FILE_MODE,
+                         dir_fd=sessions_fd)
+        except OSError as e:
+            raise os_error(path_of(sessions_fd, lock_name(name)), e, "opened") from None
+        try:
+            st = os.fstat(fd)
+            check_entry(path_of(sessions_fd, lock_name(name)), st, directory=False)
+            if stat.S_IMODE(st.st_mode) != FILE_MODE:
+                # Made by an earlier version (not sticky), or under a umask.
+                os.fchmod(fd, FILE_MODE)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
                 if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise
+                    raise os_error(path_of(sessions_fd, lock_name(name)), e,
+                                   "locked") from None
                 os.close(fd)
                 return None
             # A remover unlinks the file while holding its lock.
@@ -244,7 +265,7 @@ def try_lock(root: Root, name: str) -> SessionLock | None:
     passed: holding the lock, no claimer can be adopting it meanwhile.
     """
     try:
-        sessions_fd = os.open(SESSIONS_DIR, DIR_FLAGS, dir_fd=root.fd)
+        sessions_fd = root.open_private(SESSIONS_DIR, create=False)
     except FileNotFoundError:
         return None
     try:
@@ -286,14 +307,15 @@ def remove_session(
     ended owners that no command holds, removed by a recovery pass; the
     pass's report says what was removed and what a running command still
     holds (removed by a later pass, once the command exits).  Artifacts are
-    kept: they go only by :func:`sessiontemp.remove_artifact`.
+    kept: they go only by :func:`sessiontemp.remove_artifact`.  Raises
+    :class:`NoSuchRoot` for a root that does not exist (none is created).
     """
     # Imported here: recovery imports this module for the session lock.
     from journal.store import Store
     from sessiontemp import recovery
 
     check_name(name)
-    opened = Root.open(root)
+    opened = Root.open(root, create=False)
     try:
         lock = SessionLock.take(opened, name)
         try:

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Literal, TypeAlias
 
 from journal import State, Store, checkpoint, replay
-from journal.errors import ForkedCopy, JournalBusy
+from journal.errors import ForkedCopy, JournalBusy, NoSuchRoot
 from journal.reducer import Fold, History, kept_for_resume, removal_due
 from sessiontemp import (
     Artifact,
@@ -453,6 +453,9 @@ class World:
         self.lease_ids: dict[str, str] = {}
         self.owing: set[str | None] = set()
         self.artifacts: dict[str, Artifact] = {}
+        # Files of the artifact store a killed keeper left unrecorded: the
+        # user's data, which no recovery removes (fsck reports them).
+        self.unrecorded: set[str] = set()
         self._lateness = 0.0
         self._counter = itertools.count()
 
@@ -516,8 +519,22 @@ class World:
         owner = self.model.sessions.get(session)
         return self.model.owned(session) or (owner is not None and owner.owner in self.unclosed)
 
+    def _no_root_yet(self, call: Callable[[], object]) -> bool:
+        """Before any manager made the root, *call* (a recovery or a removal) is refused
+        with NoSuchRoot and makes nothing: checked, and True; False once the root exists."""
+        if os.path.lexists(self.root):
+            return False
+        try:
+            call()
+        except NoSuchRoot:
+            assert not os.path.lexists(self.root), "a recovery or removal made the root"
+            return True
+        raise AssertionError("a recovery or removal of a root that does not exist ran")
+
     def remove_session(self, session: str) -> None:
         """Remove *session*'s leftovers; refused (and checked so) while it is owned."""
+        if self._no_root_yet(lambda: remove_session(self.root, session)):
+            return
         if self.owned(session):
             try:
                 remove_session(self.root, session, busy_timeout=BUSY_TIMEOUT)
@@ -534,6 +551,8 @@ class World:
         # clock) is past its window for the next.
         self._lateness += LATE
         ahead = self._lateness
+        if self._no_root_yet(lambda: recover(self.root)):
+            return
         recover(self.root, busy_timeout=BUSY_TIMEOUT, step_hook=self.step_hook,
                 clock=lambda: time.time() + ahead)
         self.model.recover(late=True)
@@ -585,8 +604,14 @@ class World:
         simulate_kill(manager)
         self._forget_leases(manager)
         self.model.crash(name)
+        store = self.root / ARTIFACTS_DIR
+        if store.exists():
+            recorded = {f"{a.id}-{a.label}" for a in self.journal_state().artifacts.values()}
+            self.unrecorded |= set(os.listdir(store)) - recorded
 
     def recover(self) -> None:
+        if self._no_root_yet(lambda: recover(self.root)):
+            return
         recover(self.root, busy_timeout=BUSY_TIMEOUT, step_hook=self.step_hook)
         self.model.recover()
         self._recovered()
@@ -933,15 +958,18 @@ class World:
         return view
 
     def check_artifacts(self, state: State, *, full: bool) -> None:
-        """The store holds exactly the journal's artifacts, each as recorded, 0600."""
+        """The store holds the journal's artifacts, each as recorded, 1600 (sticky), and
+        besides them only what a killed keeper left unrecorded."""
         store = self.root / ARTIFACTS_DIR
-        on_disk = sorted(os.listdir(store)) if store.exists() else []
+        on_disk = sorted(set(os.listdir(store)) - self.unrecorded) if store.exists() else []
         recorded = {f"{a.id}-{a.label}": a for a in state.artifacts.values()}
         assert on_disk == sorted(recorded), f"artifact store {on_disk} != journal {recorded}"
+        for name in self.unrecorded:
+            assert (store / name).is_file(), f"{name}, left unrecorded, was removed"
         for name, a in recorded.items():
             path = store / name
             assert (_digest(path), path.stat().st_size) == (a.sha256, a.size), f"{path} changed"
-            assert stat.S_IMODE(path.stat().st_mode) == 0o600
+            assert stat.S_IMODE(path.stat().st_mode) == 0o1600
             assert path.stat().st_nlink == 1
         if full:
             assert {a.label: (store / name).read_text() for name, a in recorded.items()} == (

@@ -31,6 +31,9 @@ What is here, and how to reuse it:
   model's :class:`Snapshot`, so the two can be compared.  The model keeps
   the whole history; :func:`live_part` restricts one of its snapshots to
   what the reducer's state holds (what is alive or still owes work).
+* Activity on a timeline: :func:`activities` draws a window's event times
+  and the intervals leases were held, spread from milliseconds to days apart,
+  for the timeline's compression of idle stretches (``sessiontemp.inspect.scale``).
 * Faults a process lives through (for the state machine):
   :func:`faulted_operations`, :func:`fault_steps`, :func:`store_failures`,
   :func:`interrupt_ways`; the hook that injects them is in ``tests/faults.py``.
@@ -78,10 +81,12 @@ __all__ = [
     "FIELD_VALUES",
     "MANAGER_EVENT_CLASSES",
     "NAMED_FIELD_VALUES",
+    "Activity",
     "Lifecycle",
     "ModelGeneration",
     "ModelManager",
     "Snapshot",
+    "activities",
     "event_fields",
     "events",
     "events_of",
@@ -273,6 +278,37 @@ def records(
         )
         start = draw(times())
         return [Record(seq, start + seq, event) for seq, event in enumerate(drawn, start=1)]
+
+    return build()
+
+
+@attrs.frozen
+class Activity:
+    """A timeline's window [lo, hi]: when events were written, and when leases were held."""
+
+    lo: float
+    hi: float
+    events: tuple[float, ...]
+    leases: tuple[tuple[float, float], ...]
+
+
+def activities() -> st.SearchStrategy[Activity]:
+    """Events and leases over a window, the steps between them from 1 ms to 2 days."""
+
+    @st.composite
+    def build(draw: st.DrawFn) -> Activity:
+        start = draw(st.floats(min_value=1.6e9, max_value=1.9e9))
+        steps = draw(st.lists(st.sampled_from([0.001, 0.5, 5.0, 59.0, 61.0, 600.0, 7200.0,
+                                               172800.0]), min_size=1, max_size=30))
+        moments = [start]
+        for step in steps:
+            moments.append(moments[-1] + step)
+        leases = []
+        for _ in range(draw(st.integers(0, 4))):
+            a = draw(st.sampled_from(moments))
+            b = a + draw(st.sampled_from([0.01, 30.0, 3600.0, 86400.0]))
+            leases.append((a, min(b, moments[-1])))
+        return Activity(moments[0], moments[-1], tuple(moments), tuple(leases))
 
     return build()
 

@@ -10,9 +10,12 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import json
 import os
+import shutil
 import socket
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +23,7 @@ import pytest
 
 from journal import ids
 from journal.errors import BadInput, UnsafeRoot
+from sessiontemp import Manager, recover, remove_artifact
 from sessiontemp.artifacts import (
     ARTIFACTS_DIR,
     MAX_BYTES,
@@ -33,8 +37,10 @@ from sessiontemp.artifacts import (
     source_parts,
     unreferenced,
 )
-from sessiontemp.root import DIR_FLAGS, Root
+from sessiontemp.inspect import fsck
+from sessiontemp.root import DIR_FLAGS, JOURNAL_NAME, Root
 from sessiontemp.steps import StepKind, Steps
+from tests import zygote
 
 
 @pytest.fixture
@@ -76,14 +82,15 @@ def test_a_copy_is_a_new_private_file_with_the_sources_digest_and_size(
     copy.done()
     path = store(opened) / copy.name
     st = path.stat()
-    assert stat.S_IMODE(st.st_mode) == 0o600
+    # Private, and sticky: an age cleaner never takes it.
+    assert stat.S_IMODE(st.st_mode) == 0o1600
     assert st.st_nlink == 1
     assert (copy.sha256, copy.size) == (hashlib.sha256(data).hexdigest(), len(data))
     assert path.read_bytes() == data
     assert stat.S_IMODE(store(opened).stat().st_mode) == 0o700
 
 
-def test_the_mode_is_0600_whatever_the_umask(opened: Root, work: tuple[Path, int]) -> None:
+def test_the_mode_is_1600_whatever_the_umask(opened: Root, work: tuple[Path, int]) -> None:
     (work[0] / "a").write_text("a")
     old = os.umask(0o777)
     try:
@@ -91,7 +98,8 @@ def test_the_mode_is_0600_whatever_the_umask(opened: Root, work: tuple[Path, int
     finally:
         os.umask(old)
     copy.done()
-    assert stat.S_IMODE((store(opened) / copy.name).stat().st_mode) == 0o600
+    assert stat.S_IMODE((store(opened) / copy.name).stat().st_mode) == 0o1600
+    assert stat.S_IMODE(store(opened).stat().st_mode) == 0o700
 
 
 def test_two_copies_of_one_file_under_one_label_get_two_names(
@@ -348,3 +356,104 @@ def test_a_file_recorded_meanwhile_is_not_removed(opened: Root, work: tuple[Path
     # Listed as unreferenced, but the journal, read again under its lock, names it.
     assert not remove_unreferenced(opened, copy.name, lambda name: False)
     assert os.listdir(store(opened)) == [copy.name]
+
+
+# -- a fresh journal, and every sweep of what the journal does not know --------------------------
+
+KEEPER = """
+import json, sys
+from sessiontemp import Manager
+manager = Manager(sys.argv[1], session="chat-42")
+manager.retain()
+with manager.acquire() as lease:
+    (lease.path / "report.txt").write_text("the only copy")
+    artifact = lease.keep("report.txt", "report.txt")
+manager.release()
+manager.close()
+print(json.dumps({"path": str(artifact.path), "id": artifact.id}))
+"""
+
+
+def kept_by_a_process(root: Path) -> tuple[Path, str]:
+    """An artifact kept by a real process that then closed its manager: its path and id."""
+    done = zygote.shared("sessiontemp").run(["-c", str(root)], script=KEEPER)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    return Path(report["path"]), report["id"]
+
+
+def move_journal_aside(root: Path, to: Path) -> None:
+    """The README's way out of a refused record: the journal's files moved, no manager running."""
+    to.mkdir()
+    for name in os.listdir(root):
+        if name.startswith(JOURNAL_NAME):
+            os.rename(root / name, to / name)
+
+
+def test_a_fresh_journal_keeps_every_artifact_and_fsck_names_each_with_its_fix(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    path, artifact = kept_by_a_process(root)
+    move_journal_aside(root, tmp_path / "aside")
+    with Manager(root) as fresh:
+        assert path not in [r.path for r in fresh.recovery.removed]
+    report = recover(root, stale_after=0)
+    assert path not in [r.path for r in report.removed]
+    assert path.read_text() == "the only copy"
+    [finding] = fsck(root).findings
+    assert (finding.check, finding.path) == ("unreferenced", path)
+    assert "no recovery removes it" in finding.message
+    assert f"sessiontemp.remove_artifact({str(root)!r}, {artifact!r})" in finding.fix
+    # Only the explicit call removes it.
+    assert remove_artifact(root, artifact)
+    assert not path.exists()
+    assert fsck(root).ok
+    assert not remove_artifact(root, artifact)
+
+
+def test_a_file_of_the_store_still_being_kept_is_left_by_an_explicit_removal(
+    opened: Root, work: tuple[Path, int]
+) -> None:
+    (work[0] / "a").write_text("a")
+    artifact = ids.new_artifact()
+    copy = copy_in(opened, work[1], ("a",), artifact, "a", steps=Steps())
+    try:
+        # Its keeper holds it (it is about to record it): never removed under it.
+        assert not remove_artifact(opened.path, artifact)
+        assert os.listdir(store(opened)) == [copy.name]
+    finally:
+        copy.done()
+
+
+def test_an_explicit_removal_cut_short_before_its_unlink_is_finished_by_the_same_call(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    path, artifact = kept_by_a_process(root)
+    saved = tmp_path / "saved"
+    shutil.copy2(path, saved)
+    assert remove_artifact(root, artifact)
+    # As if the process had died between the journaled removal and the unlink.
+    os.rename(saved, path)
+    [finding] = fsck(root).findings
+    assert finding.check == "unreferenced"
+    assert "its removal was journaled at event" in finding.message
+    recover(root, stale_after=0)
+    assert path.exists(), "a recovery removed a file of the store"
+    assert remove_artifact(root, artifact)
+    assert not path.exists()
+    assert fsck(root).ok
+
+
+def test_what_sessiontemp_did_not_name_in_the_store_is_never_touched(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    path, _ = kept_by_a_process(root)
+    notes = path.parent / "notes.txt"
+    notes.write_text("mine")
+    old = time.time() - 30 * 86400
+    os.utime(notes, (old, old))
+    recover(root, stale_after=0)
+    assert notes.read_text() == "mine"
+    [finding] = fsck(root).findings
+    assert (finding.check, finding.path) == ("unknown", notes)

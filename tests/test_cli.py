@@ -1,7 +1,7 @@
 """journal-inspect on journals written by real managers, each run a process of its own.
 
 One journal comes from a process killed with SIGKILL (``tests/crashchild.py``);
-the JSON output is checked against the schema documented in the README.
+the JSON output is checked against the schema documented in docs/reference/json.md.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +34,7 @@ from tests.zygote import journal_inspect
 
 SCRIPT = Path(sys.executable).with_name("journal-inspect")
 CHILD = Path(__file__).with_name("crashchild.py")
-README = Path(__file__).parents[1] / "README.md"
+JSON_DOC = Path(__file__).parents[1] / "docs" / "reference" / "json.md"
 
 
 def inspect(*args: str | Path, ok: int = 0) -> subprocess.CompletedProcess[str]:
@@ -55,15 +56,15 @@ def inspect_json(*args: str | Path, ok: int = 0) -> Any:
 
 
 def documented_schema() -> dict[str, Any]:
-    section = README.read_text().split("## journal-inspect", 1)[1]
+    section = JSON_DOC.read_text().split("## journal-inspect --json", 1)[1]
     block = re.search(r"```json\n(.*?)```", section, re.S)
-    assert block is not None, "the README documents the JSON schema in a json block"
+    assert block is not None, "the JSON reference documents the schema in a json block"
     schema: dict[str, Any] = json.loads(block.group(1))
     return schema
 
 
 def conforms(value: Any, schema: Any, types: dict[str, Any], where: str = "$") -> list[str]:
-    """Where *value* departs from *schema* in the README's small type language."""
+    """Where *value* departs from *schema* in the documented small type language."""
     if isinstance(schema, str):
         for alternative in schema.split("|"):
             if alternative in types:
@@ -482,6 +483,30 @@ def test_a_corrupt_or_foreign_file_is_one_clear_line_and_exit_2(
         assert str(path) in result.stderr
 
 
+def test_a_users_file_given_as_the_journal_is_answered_with_the_path_to_pass(
+    tmp_path: Path,
+) -> None:
+    """Advice to move a file aside is for a root's journal.sqlite3 alone, and nothing is
+    printed before the journal is opened."""
+    readme = tmp_path / "README.md"
+    readme.write_text("# my project\n")
+    for command in SUBCOMMANDS:
+        if command in ("fsck", "explain", "timeline"):
+            continue
+        result = inspect(readme, command, ok=2)
+        assert result.stdout == ""
+        line = result.stderr.strip()
+        assert len(line.splitlines()) == 1
+        assert f"journal {readme}: is not a SQLite database. Check the path" in line
+        assert "--root DIR" in line
+        assert "Move it aside" not in line
+    assert readme.read_text() == "# my project\n"
+    misplaced = tmp_path / "root" / "journal.sqlite3"
+    misplaced.parent.mkdir()
+    misplaced.write_text("# my project\n")
+    assert "Move it aside" in inspect(misplaced, "events", ok=2).stderr
+
+
 def test_a_foreign_sqlite_database_is_refused_with_exit_2(tmp_path: Path) -> None:
     path = tmp_path / "other.db"
     conn = sqlite3.connect(path)
@@ -509,6 +534,68 @@ def test_inspecting_never_writes_the_journal(
         inspect("--root", root, command, ok=0)
     inspect("--root", root, "explain", ids["held"])
     assert journal.read_bytes() == before
+
+
+def journal_files(root: Path) -> dict[str, tuple[int, int, int]]:
+    """The journal's files in *root*: name -> (size, permission bits, owner).
+
+    The bits alone: whether the sticky bit is set on them (which keeps an age
+    cleaner off) is the writer's business, not what SQLite makes for a reader.
+    """
+    return {p.name: (p.stat().st_size, p.stat().st_mode & 0o777, p.stat().st_uid)
+            for p in sorted(root.iterdir()) if p.name.startswith("journal.sqlite3")}
+
+
+def test_inspecting_a_root_no_writer_has_open_leaves_only_sqlites_empty_wal_and_its_index(
+    tmp_path: Path,
+) -> None:
+    """What SQLite itself makes for a read-only reader, and why it is harmless: an empty
+    -wal and the -shm index, made as the journal is, which the next writer's close removes."""
+    root = tmp_path / "root"
+    with Manager(root) as manager:
+        manager.retain()
+        manager.acquire().release()
+    before = journal_files(root)
+    assert list(before) == ["journal.sqlite3"]  # the last close removed its -wal and -shm
+    content = (root / "journal.sqlite3").read_bytes()
+    for command in ("summary", "events", "state", "verify", "fsck"):
+        inspect("--root", root, command)
+    inspect("--root", root, "timeline", "-o", tmp_path / "t.svg")
+    after = journal_files(root)
+    size, mode, owner = before["journal.sqlite3"]
+    assert after == {"journal.sqlite3": (size, mode, owner),
+                     "journal.sqlite3-shm": (32768, mode, owner),
+                     "journal.sqlite3-wal": (0, mode, owner)}
+    assert (root / "journal.sqlite3").read_bytes() == content
+    # A writer takes them as its own and, as the last to close, removes them.
+    with Manager(root) as manager:
+        manager.retain()
+        manager.acquire().release()
+    assert list(journal_files(root)) == ["journal.sqlite3"]
+    assert inspect_json("--root", root, "verify")["ok"] is True
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to inspect another user's root")
+def test_root_inspecting_a_users_root_leaves_the_files_sqlite_made_to_that_user() -> None:
+    from tests.nobody import NOBODY, run_as_nobody
+
+    # Not under pytest's temporary directory, which only root may enter.
+    place = Path(tempfile.mkdtemp(prefix="sessiontemp-inspect-"))
+    try:
+        os.chmod(place, 0o755)  # noqa: S103 - nobody must reach the root inside it
+        os.chown(place, NOBODY, NOBODY)
+        use = "from sessiontemp import Manager\nwith Manager('root') as m:\n    m.retain()\n"
+        assert run_as_nobody(use, cwd=place).returncode == 0
+        inspect("--root", place / "root")
+        files = journal_files(place / "root")
+        assert set(files) == {"journal.sqlite3", "journal.sqlite3-shm", "journal.sqlite3-wal"}
+        assert {owner for _, _, owner in files.values()} == {NOBODY}
+        # So its owner's next manager, which refuses a -wal of another owner, opens it.
+        again = run_as_nobody(use, cwd=place)
+        assert again.returncode == 0, again.stderr
+        assert list(journal_files(place / "root")) == ["journal.sqlite3"]
+    finally:
+        shutil.rmtree(place)
 
 
 def test_a_copy_without_its_wal_and_whose_shm_cannot_be_made_is_still_read(
@@ -697,6 +784,26 @@ def test_a_mistyped_subcommand_is_answered_with_did_you_mean(
     assert "does not exist" not in err
 
 
+@pytest.mark.parametrize(("words", "said"), [
+    (["--jsn"], "'--jsn': is not an option of summary. Did you mean '--json'?"),
+    (["--rot", "{root}"], "'--rot': is not an option. Did you mean '--root'?"),
+    (["--root", "{root}", "events", "--kindd", "x"], "Did you mean '--kind'?"),
+    (["--root", "{root}", "state", "--folow"],
+     "'--folow': is not an option of state. Did you mean '--follow' (an option of events)?"),
+    (["--root", "{root}", "summary", "extra"], "'extra': is not an argument of summary"),
+    (["--root", "{root}", "state", "--follow"],
+     "'--follow': is not an option of state; it is an option of events. See"),
+])
+def test_a_mistyped_option_is_one_line_naming_the_nearest_option(
+    used_root: tuple[Path, dict[str, Any]], words: list[str], said: str,
+) -> None:
+    root, _ = used_root
+    result = inspect(*(w.format(root=root) for w in words), ok=2)
+    assert said in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert result.stdout == ""
+
+
 def test_a_word_that_is_neither_a_subcommand_nor_a_file_is_not_read_as_a_journal() -> None:
     err = inspect("frobnicate", ok=2).stderr
     assert "'frobnicate': is neither a subcommand" in err
@@ -830,7 +937,7 @@ def test_explain_names_a_leases_label_and_the_commands_it_started(tmp_path: Path
                for t in texts)
     title = (tmp_path / "t.svg")
     inspect("--root", root, "timeline", "-o", title)
-    assert f"lease {lease.id} (make test): taken at event" in title.read_text()
+    assert f"lease {lease.id}: make test\ntaken at event" in title.read_text()
     assert f"command pid {command.pid} started at event" in title.read_text()
 
 

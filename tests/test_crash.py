@@ -682,8 +682,10 @@ def test_a_manager_killed_while_opening_leaves_no_liveness_lock_behind(
     sessiontemp.recover(root, busy_timeout=TIMEOUT)
     assert litter.exists()
 
-    # A minute on (the clock is passed in) it can only be litter.
-    sessiontemp.recover(root, busy_timeout=TIMEOUT, clock=lambda: time.time() + 120)
+    # No record names it: it goes once older than stale_after (the clock is
+    # passed in), and its lock is free.
+    sessiontemp.recover(root, busy_timeout=TIMEOUT, stale_after=60,
+                        clock=lambda: time.time() + 120)
     assert not litter.exists()
     assert_only_live_left(root, live=())
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect as pyinspect
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,20 @@ def undocumented(module_name: str) -> list[str]:
 def test_every_public_name_and_its_public_members_have_a_docstring(module_name: str) -> None:
     assert importlib.import_module(module_name).__doc__
     assert undocumented(module_name) == []
+
+
+def test_every_error_in_the_reference_table_is_exported_from_sessiontemp() -> None:
+    import builtins
+
+    import sessiontemp
+
+    section = (REPO / "docs" / "reference" / "errors.md").read_text()
+    named = re.findall(r"^\| `(\w+)` \|", section, re.M)
+    ours = [name for name in named if not hasattr(builtins, name)]
+    assert "ForkedCopy" in ours
+    assert [name for name in ours if name not in sessiontemp.__all__] == []
+    for name in ours:
+        assert issubclass(getattr(sessiontemp, name), sessiontemp.SessionTempError), name
 
 
 def test_mypy_strict_in_a_project_outside_the_repository_finds_sessiontemp(tmp_path: Path

@@ -18,11 +18,10 @@ import os
 import stat
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,10 +33,10 @@ from sessiontemp.recovery import run as run_recovery
 from sessiontemp.root import GENERATION_PREFIX, TRASH_PREFIX, Root
 from sessiontemp.steps import Steps
 from tests.conftest import journal_state
+from tests.nobody import NOBODY, as_root, nobodys_place, run_as_nobody
 from tests.test_root import fingerprint
 
-NOBODY = 65534
-as_root = pytest.mark.skipif(os.getuid() != 0, reason="needs root to act as a second user")
+__all__ = ["nobodys_place"]  # a fixture, used by name
 
 
 @pytest.fixture
@@ -106,7 +105,9 @@ def test_an_unknown_symlink_at_a_trash_name_is_unlinked_by_recovery_and_its_targ
         pass
     (root / f"{TRASH_PREFIX}aaaaaaaaaaaaaaaa").symlink_to(outside, target_is_directory=True)
     before = fingerprint(outside)
-    report = recover(root)
+    # Unknown to the journal: swept only once older than stale_after.
+    assert recover(root).removed == ()
+    report = recover(root, stale_after=0)
     assert fingerprint(outside) == before
     assert generations_on_disk(root) == []
     assert [r.generation for r in report.removed] == ["aaaaaaaaaaaaaaaa"]
@@ -222,34 +223,6 @@ def test_names_that_are_not_valid_utf8_are_removed(manager: Manager) -> None:
 
 
 # -- unreadable and deep trees -------------------------------------------------------------------
-
-
-def run_as_nobody(script: str, *, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run *script* in a child Python that has dropped to uid and gid 65534.
-
-    The library is imported first, as root: the interpreter's own files may
-    not be readable by nobody.
-    """
-    prologue = (
-        "import os, pathlib, importlib.metadata, sessiontemp, sqlite_utils.plugins\n"
-        "sqlite_utils.plugins.ensure_plugins_loaded()\n"
-        f"os.setgroups([])\nos.setgid({NOBODY})\nos.setuid({NOBODY})\n"
-    )
-    return subprocess.run(
-        [sys.executable, "-c", prologue + textwrap.dedent(script)],
-        cwd=cwd, capture_output=True, text=True, timeout=120, check=False,
-    )
-
-
-@pytest.fixture
-def nobodys_place() -> Iterator[Path]:
-    """A directory nobody (uid 65534) owns, reachable by nobody (pytest's tmp is root's 0700)."""
-    place = Path(tempfile.mkdtemp(prefix="sessiontemp-hostile-"))
-    os.chmod(place, 0o755)  # noqa: S103 - nobody must reach the root inside it
-    try:
-        yield place
-    finally:
-        subprocess.run(["rm", "-rf", "--one-file-system", str(place)], check=True)
 
 
 @as_root

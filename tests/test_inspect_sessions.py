@@ -3,7 +3,7 @@
 The root is made by real processes: an owner of session "chat" is SIGKILLed
 with a file in its directory, its successor resumes it and keeps an
 artifact; an owner of session "other" is SIGKILLed and nobody resumes it.
-The JSON output is checked against the schema the README documents.
+The JSON output is checked against the schema the JSON reference documents.
 """
 
 from __future__ import annotations

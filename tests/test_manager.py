@@ -622,9 +622,15 @@ def test_the_sweep_removes_an_old_prefixed_symlink_without_touching_its_target(
     assert (target / "precious.txt").read_text() == "do not delete"
 
 
-def test_the_sweep_removes_unknown_unlocked_trash_at_once_regardless_of_age(swept: Path) -> None:
+def test_the_sweep_removes_unknown_unlocked_trash_only_once_older_than_stale_after(
+    swept: Path,
+) -> None:
+    """Trash the journal does not know is no more the library's than an unknown generation."""
     trash = make_generation_dir(swept, TRASH_PREFIX + "trashaaaaaaaaaaa")
-    report = recover(swept, stale_after=365 * DAY)
+    assert recover(swept, stale_after=DAY).removed == ()
+    assert (trash / "file.txt").read_text() == "left by a crashed manager"
+    make_old(trash, time.time())
+    report = recover(swept, stale_after=DAY)
     assert not os.path.lexists(trash)
     assert [r.path for r in report.removed] == [trash]
 
@@ -662,6 +668,7 @@ def test_opening_a_manager_sweeps_old_unknown_generations_and_keeps_fresh_ones(
     trash = make_generation_dir(swept, TRASH_PREFIX + "trashaaaaaaaaaaa")
     now = time.time()
     make_old(old, now)
+    make_old(trash, now)
     m = open_manager(stale_after=DAY, clock=lambda: now)
     assert not old.exists()
     assert not trash.exists()

@@ -368,6 +368,7 @@ def test_remove_session_removes_what_a_dead_owner_left_journaled(
 
 
 def test_remove_session_of_a_name_never_used_does_nothing(root: Path) -> None:
+    Manager(root).close()
     report = remove_session(root, "never-used")
     assert (report.removed, report.skipped) == ((), ())
 
@@ -397,7 +398,8 @@ def test_an_artifact_outlives_rotate_release_and_close_with_its_digest_and_mode(
     recover(root)
     assert artifact.path.read_bytes() == b"all green\n"
     assert artifact.sha256 == hashlib.sha256(b"all green\n").hexdigest()
-    assert stat.S_IMODE(artifact.path.stat().st_mode) == 0o600
+    # Private, and sticky: an age cleaner never takes it.
+    assert stat.S_IMODE(artifact.path.stat().st_mode) == 0o1600
     [kept] = journaled(root, ArtifactKept)
     assert (kept.sha256, kept.size, kept.label) == (artifact.sha256, 10, "report.txt")
     assert hashlib.sha256(artifact.path.read_bytes()).hexdigest() == kept.sha256
@@ -460,7 +462,7 @@ CRASH_KEEPER = textwrap.dedent("""
 """)
 
 
-def test_a_crash_between_the_fsync_and_the_record_leaves_a_file_fsck_reports_and_recovery_removes(
+def test_a_crash_before_the_record_leaves_a_file_fsck_reports_and_only_remove_artifact_removes(
     root: Path,
 ) -> None:
     child = subprocess.run([sys.executable, "-c", CRASH_KEEPER, str(root)], timeout=TIMEOUT,
@@ -469,10 +471,15 @@ def test_a_crash_between_the_fsync_and_the_record_leaves_a_file_fsck_reports_and
     [left] = os.listdir(root / "artifacts")
     assert (root / "artifacts" / left).read_text() == "unrecorded"
     assert journaled(root, ArtifactKept) == []
-    report = fsck(root)
-    assert [f.path.name for f in report.findings if f.check == "unreferenced"] == [left]
-    removed = recover(root).removed
-    assert root / "artifacts" / left in [r.path for r in removed]
+    [finding] = [f for f in fsck(root).findings if f.check == "unreferenced"]
+    assert finding.path.name == left
+    artifact = left.partition("-")[0]
+    assert f"remove_artifact({str(root)!r}, {artifact!r})" in finding.fix
+    # A complete, fsynced copy: the user's data, which no recovery removes.
+    removed = recover(root, stale_after=0).removed
+    assert root / "artifacts" / left not in [r.path for r in removed]
+    assert (root / "artifacts" / left).read_text() == "unrecorded"
+    assert remove_artifact(root, artifact)
     assert os.listdir(root / "artifacts") == []
     assert fsck(root).ok
 

@@ -7,15 +7,25 @@ as it was: same bytes, same owner, same mode, same entries.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
+import json
 import os
 import random
+import shutil
 import sqlite3
 import stat
+import subprocess
+import sys
 import tempfile
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from journal.errors import NoSuchRoot, RootReadOnly
 from sessiontemp import (
     JournalBusy,
     JournalCorrupt,
@@ -26,11 +36,18 @@ from sessiontemp import (
     SessionTempError,
     Unavailable,
     UnsafeRoot,
+    cli,
     default_root,
     recover,
+    remove_artifact,
+    remove_session,
 )
+from sessiontemp.inspect import fsck
+from tests import zygote
+from tests.nobody import NOBODY, as_root, nobodys_place, outcome
 
-NOBODY = 65534
+SCRIPT = Path(sys.executable).parent / "sessiontemp"
+__all__ = ["nobodys_place"]  # a fixture, used by name
 JOURNAL = "journal.sqlite3"
 
 Fingerprint = tuple[object, ...]
@@ -53,8 +70,11 @@ def fingerprint(path: Path) -> dict[str, Fingerprint]:
             found[key] = meta
             for name in sorted(os.listdir(p)):
                 visit(p / name, f"{key}/{name}")
-        else:
+        elif stat.S_ISREG(st.st_mode):
             found[key] = (*meta, p.read_bytes())
+        else:
+            # A FIFO would block a read; a socket cannot be read.
+            found[key] = meta
 
     visit(path, ".")
     return found
@@ -103,7 +123,8 @@ def test_a_root_that_is_a_symlink_is_refused_and_its_target_untouched(
         Manager(root)
     assert fingerprint(tmp_path) == before
     assert target.exists() is target_exists
-    assert_explains(caught.value, root, "is a symbolic link", "Remove it or pass another root")
+    assert_explains(caught.value, root, "is a symbolic link",
+                    "Pass the directory itself (not a link to it) as the root")
 
 
 def test_recover_refuses_a_symlinked_root_too(tmp_path: Path) -> None:
@@ -115,7 +136,8 @@ def test_recover_refuses_a_symlinked_root_too(tmp_path: Path) -> None:
     with pytest.raises(UnsafeRoot) as caught:
         recover(root)
     assert fingerprint(tmp_path) == before
-    assert_explains(caught.value, root, "is a symbolic link", "Remove it or pass another root")
+    assert_explains(caught.value, root, "is a symbolic link",
+                    "Pass the directory itself (not a link to it) as the root")
 
 
 def test_a_root_owned_by_another_user_is_refused(root: Path) -> None:
@@ -150,7 +172,8 @@ def test_a_root_that_is_a_regular_file_is_refused_and_left_as_it_was(root: Path)
     with pytest.raises(UnsafeRoot) as caught:
         Manager(root)
     assert fingerprint(root) == before
-    assert_explains(caught.value, root, "is not a directory", "Remove it or pass another root")
+    assert_explains(caught.value, root, "is not a directory",
+                    "Pass the path of a directory as the root")
 
 
 def test_a_negative_stale_after_is_refused_before_anything_is_created(root: Path) -> None:
@@ -223,7 +246,8 @@ def test_a_journal_that_is_a_symlink_is_refused_and_its_target_untouched(
         Manager(root)
     assert (fingerprint(journal), fingerprint(elsewhere) if target_exists else None) == before
     assert target.exists() is target_exists
-    assert sorted(os.listdir(root)) == [JOURNAL, "managers"]
+    # Refused before anything is made.
+    assert sorted(os.listdir(root)) == [JOURNAL]
     assert_explains(caught.value, journal, "is a symbolic link", "Remove it or pass another root")
 
 
@@ -278,3 +302,428 @@ def test_every_error_is_a_session_temp_error_and_its_nearest_builtin(
 ) -> None:
     assert issubclass(error, SessionTempError)
     assert issubclass(error, builtin)
+
+
+# -- every entry of the layout, planted as something else -----------------------------------------
+
+ENTRIES = ["managers", "sessions", "artifacts", "journal.sqlite3.d"]
+PLANTED = {
+    "symlink": "is a symbolic link",
+    "file": "is not a directory (a regular file)",
+    "fifo": "is not a directory (a FIFO)",
+}
+SUBCOMMANDS = [["summary"], ["events"], ["state"], ["verify"], ["fsck"],
+               ["timeline", "-o", os.devnull],
+               ["explain", "aaaaaaaaaaaaaaaa"]]
+ARTIFACT = "0123456789abcdef"
+
+
+def plant(path: Path, kind: str, outside: Path) -> None:
+    """Put *kind* at *path* in place of whatever was there."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    if kind == "symlink":
+        path.symlink_to(outside, target_is_directory=True)
+    elif kind == "file":
+        path.write_text("planted")
+    else:
+        os.mkfifo(path)
+
+
+def every_call(root: Path) -> dict[str, Callable[[], object]]:
+    """Each public call that opens a root, by name."""
+    return {
+        "Manager": lambda: Manager(root).close(),
+        "recover": lambda: recover(root),
+        "remove_session": lambda: remove_session(root, "chat-42"),
+        "remove_artifact": lambda: remove_artifact(root, ARTIFACT),
+    }
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    place = tmp_path / "outside"
+    place.mkdir()
+    (place / "precious.txt").write_text("must survive")
+    return place
+
+
+@pytest.mark.parametrize("kind", sorted(PLANTED))
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_an_entry_of_the_layout_planted_as_something_else_is_refused_by_every_call(
+    root: Path, outside: Path, entry: str, kind: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Manager(), recover(), remove_session(), remove_artifact() and every journal-inspect
+    subcommand: UnsafeRoot naming the entry's full path, the reason and the fix."""
+    make_journal(root)
+    plant(root / entry, kind, outside)
+    before = fingerprint(root.parent)
+    for name, call in every_call(root).items():
+        with pytest.raises(UnsafeRoot) as caught:
+            call()
+        assert_explains(caught.value, root / entry, PLANTED[kind],
+                        "Remove it or pass another root")
+        assert fingerprint(root.parent) == before, name
+    for words in SUBCOMMANDS:
+        assert cli.main(["--root", str(root), *words]) == 2, words
+        shown = capsys.readouterr().err
+        assert f"{root / entry} {PLANTED[kind]}. Remove it or pass another root" in shown, words
+    assert fingerprint(root.parent) == before
+
+
+@pytest.mark.parametrize("name", ["recovery.lock", "journal.sqlite3-wal", "journal.sqlite3-shm"])
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])
+def test_a_plain_file_of_the_root_planted_as_something_else_is_refused_and_nothing_followed(
+    root: Path, outside: Path, name: str, kind: str,
+) -> None:
+    """A symlink at recovery.lock was followed, and its target truncated, by each recovery."""
+    make_journal(root)
+    path = root / name
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    if kind == "symlink":
+        path.symlink_to(outside / "precious.txt")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    reason = {"symlink": "is a symbolic link", "fifo": "is not a regular file (a FIFO)",
+              "directory": "is not a regular file (a directory)"}[kind]
+    before = fingerprint(root.parent)
+    for call in every_call(root).values():
+        with pytest.raises(UnsafeRoot) as caught:
+            call()
+        assert_explains(caught.value, path, reason, "Remove it or pass another root")
+    assert fingerprint(root.parent) == before
+    assert (outside / "precious.txt").read_text() == "must survive"
+
+
+@as_root
+@pytest.mark.parametrize("entry", ["artifacts", "sessions", "recovery.lock",
+                                   "sessions/chat-42.lock"])
+def test_an_entry_of_another_user_is_refused_naming_its_owner(root: Path, entry: str) -> None:
+    make_journal(root)
+    with Manager(root, session="chat-42"):
+        pass
+    (root / "artifacts").mkdir(mode=0o700, exist_ok=True)
+    os.chown(root / entry, NOBODY, NOBODY)
+    before = fingerprint(root)
+    calls = every_call(root)
+    calls["Manager"] = lambda: Manager(root, session="chat-42").close()
+    if entry == "sessions/chat-42.lock":
+        # Only the session's owner and remove_session open its lock file.
+        del calls["recover"], calls["remove_artifact"]
+    for call in calls.values():
+        with pytest.raises(UnsafeRoot) as caught:
+            call()
+        assert_explains(caught.value, root / entry, f"is owned by uid {NOBODY}",
+                        "Remove it or pass another root")
+    assert fingerprint(root) == before
+
+
+# -- a root its owner cannot use ----------------------------------------------------------------
+
+CALLS_AS_NOBODY = {
+    "Manager": "sessiontemp.Manager(ROOT, session='chat-42').close()",
+    "recover": "sessiontemp.recover(ROOT)",
+    "remove_session": "sessiontemp.remove_session(ROOT, 'chat-42')",
+    "remove_artifact": f"sessiontemp.remove_artifact(ROOT, {ARTIFACT!r})",
+}
+
+
+@as_root
+@pytest.mark.parametrize(("entry", "mode", "reason"), [
+    ("", 0o500, "is not readable, writable and searchable by you (mode 0500)"),
+    ("artifacts", 0o500, "is not readable, writable and searchable by you (mode 0500)"),
+    ("sessions", 0o300, "is not readable, writable and searchable by you (mode 0300)"),
+    ("recovery.lock", 0o000, "cannot be opened (Permission denied)"),
+])
+def test_an_entry_its_owner_may_not_use_is_root_read_only_naming_it_and_the_fix(
+    nobodys_place: Path, entry: str, mode: int, reason: str,
+) -> None:
+    root = nobodys_place / "root"
+    made = outcome("sessiontemp.Manager(ROOT, session='chat-42').close(); "
+                   "sessiontemp.Manager(ROOT).close()".replace("ROOT", repr(str(root))),
+                   cwd=nobodys_place)
+    assert made == {"raised": None}
+    (root / "artifacts").mkdir(mode=0o700, exist_ok=True)
+    os.chown(root / "artifacts", NOBODY, NOBODY)
+    target = root / entry if entry else root
+    os.chmod(target, mode)
+    for name, call in CALLS_AS_NOBODY.items():
+        if entry == "recovery.lock" and name == "Manager":
+            call = "sessiontemp.Manager(ROOT).close()"
+        got = outcome(call.replace("ROOT", repr(str(root))), cwd=nobodys_place)
+        assert got["raised"] is not None, name
+        assert "RootReadOnly" in got["raised"], got
+        assert "PermissionError" in got["raised"], got
+        assert got["path"] == str(target), got
+        assert reason in got["message"], got
+        assert ("chmod" in got["message"]) or ("access" in got["message"]), got
+    os.chmod(target, 0o700 if target.is_dir() else 0o600)
+    assert outcome("sessiontemp.recover(ROOT)".replace("ROOT", repr(str(root))),
+                   cwd=nobodys_place) == {"raised": None}
+
+
+@as_root
+def test_an_empty_root_on_a_read_only_file_system_is_root_read_only_naming_what_it_must_make(
+    tmp_path: Path,
+) -> None:
+    with small_file_system(tmp_path) as fs:
+        root = fs / "root"
+        root.mkdir(mode=0o700)
+        subprocess.run(["mount", "-o", "remount,ro", str(fs)], check=True)
+        try:
+            for call in every_call(root).values():
+                with pytest.raises(RootReadOnly) as caught:
+                    call()
+                assert_explains(caught.value, root / "managers",
+                                "cannot be created (Read-only file system)",
+                                "remount it read-write, or pass a root on a writable file "
+                                "system")
+                assert caught.value.errno == errno.EROFS
+        finally:
+            subprocess.run(["mount", "-o", "remount,rw", str(fs)], check=True)
+        assert os.listdir(root) == []
+
+
+@contextlib.contextmanager
+def small_file_system(tmp_path: Path, options: str = "") -> Iterator[Path]:
+    """A 2 MB tmpfs (with *options*) under *tmp_path*; skips where mounting is not permitted."""
+    mount = tmp_path / "fs"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=2m,mode=0700{options and ','}"
+                           f"{options}", "tmpfs", str(mount)], capture_output=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+EMFILE_SWEEP = """
+import json, resource, sys
+import sessiontemp
+root = sys.argv[1]
+sessiontemp.Manager(root, session="chat-42").close()
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+seen = []
+for limit in range(4, 40):
+    for call in ("open", "recover", "remove_session", "remove_artifact"):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+        try:
+            if call == "open":
+                sessiontemp.Manager(root, session="chat-42").close()
+            elif call == "recover":
+                sessiontemp.recover(root)
+            elif call == "remove_session":
+                sessiontemp.remove_session(root, "chat-42")
+            else:
+                sessiontemp.remove_artifact(root, "0123456789abcdef")
+            what = None
+        except sessiontemp.SessionTempError as e:
+            what = ["SessionTempError", str(e)]
+        except BaseException as e:
+            what = [type(e).__name__, str(e)]
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        seen.append([limit, call, what])
+print(json.dumps(seen))
+"""
+
+
+def test_too_few_descriptors_at_every_step_give_a_session_temp_error_and_leave_the_root_usable(
+    root: Path,
+) -> None:
+    """RLIMIT_NOFILE lowered step by step: Manager(), recover(), remove_session() and
+    remove_artifact() each work, or raise the library's error naming the path and the fix."""
+    done = zygote.shared("sessiontemp").run(["-c", str(root)], script=EMFILE_SWEEP)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    bare = [(limit, call, what) for limit, call, what in seen
+            if what is not None and what[0] != "SessionTempError"]
+    assert bare == []
+    unnamed = [what for _, _, what in seen if what is not None and str(root) not in what[1]]
+    assert unnamed == [], "an error that does not name where it happened"
+    assert any(what is not None for _, _, what in seen), "no limit was low enough to fail"
+    assert any(what is None for _, _, what in seen), "no limit was high enough to work"
+    assert [what for _, _, what in seen][-1] is None
+    with Manager(root, session="chat-42") as m:
+        m.retain()
+        with m.acquire() as lease:
+            assert lease.path.is_dir()
+    assert recover(root).skipped == ()
+
+
+# -- a mistyped root ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["no-such-root", "no/such/root"])
+def test_recovery_and_removal_of_a_root_that_does_not_exist_create_nothing(
+    tmp_path: Path, where: str,
+) -> None:
+    missing = tmp_path / where
+    before = fingerprint(tmp_path)
+    for call in (lambda: recover(missing), lambda: remove_session(missing, "chat-42"),
+                 lambda: remove_artifact(missing, ARTIFACT)):
+        with pytest.raises(NoSuchRoot) as caught:
+            call()
+        assert isinstance(caught.value, FileNotFoundError)
+        assert_explains(caught.value, missing, "does not exist",
+                        "only a Manager creates a root, recovery and removal never do")
+        assert f"the default root is {default_root()}" in str(caught.value)
+    assert fingerprint(tmp_path) == before
+
+
+def test_sessiontemp_recover_of_a_missing_root_exits_2_and_creates_nothing(tmp_path: Path) -> None:
+    before = fingerprint(tmp_path)
+    done = subprocess.run([str(SCRIPT), "recover", "--root", "./no-such-root"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done
+    assert done.stdout == ""
+    assert f"{tmp_path / 'no-such-root'} does not exist" in done.stderr
+    assert str(default_root()) in done.stderr
+    assert fingerprint(tmp_path) == before
+
+
+def test_sessiontemp_run_makes_a_missing_root_and_its_parents_0700_whatever_the_umask(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        ["sh", "-c", f"umask 0; exec {SCRIPT} run --root ./p1/p2/root -- true"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    for made in ("p1", "p1/p2", "p1/p2/root"):
+        assert stat.S_IMODE((tmp_path / made).stat().st_mode) == 0o700, made
+
+
+def test_a_manager_makes_missing_parents_0700_and_leaves_existing_ones_as_they_are(
+    tmp_path: Path,
+) -> None:
+    os.chmod(tmp_path, 0o755)  # noqa: S103 - an existing parent, left as it is
+    root = tmp_path / "a" / "b" / "root"
+    old = os.umask(0o022)
+    try:
+        Manager(root).close()
+    finally:
+        os.umask(old)
+    for made in (tmp_path / "a", tmp_path / "a" / "b", root):
+        assert stat.S_IMODE(made.stat().st_mode) == 0o700, made
+    assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o755
+
+
+# -- what the journal does not know: a fresh journal's sweeps -----------------------------------
+
+
+KILLED_OWNER = """
+import os, sys
+from sessiontemp import Manager
+m = Manager(sys.argv[1], session="chat-42")
+m.retain()
+m.acquire().release()
+print(m.id, flush=True)
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_after_a_fresh_journal_only_the_librarys_own_lock_names_are_swept_and_only_once_stale(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    done = zygote.shared("sessiontemp").run(["-c", str(root)], script=KILLED_OWNER)
+    assert done.returncode == -9, done.stderr
+    lock = root / "managers" / f"{done.stdout.strip()}.lock"
+    assert lock.is_file()
+    notes = root / "managers" / "notes.txt"
+    notes.write_text("not the library's")
+    old = time.time() - 30 * 86400
+    os.utime(notes, (old, old))
+    (tmp_path / "aside").mkdir()
+    for name in os.listdir(root):
+        if name.startswith(JOURNAL):
+            os.rename(root / name, tmp_path / "aside" / name)
+    # Unknown to the fresh journal, and fresh: kept.
+    recover(root)
+    assert lock.is_file()
+    # Older than stale_after and free: litter, which goes; what the library never names stays.
+    recover(root, stale_after=0)
+    assert not lock.exists()
+    assert notes.read_text() == "not the library's"
+    # The dead owner's directory, unknown now, went the same way; the session's lock stays.
+    assert [n for n in os.listdir(root) if n.startswith("sessiontemp-")] == []
+    assert (root / "sessions" / "chat-42.lock").is_file()
+
+
+@as_root
+def test_a_full_disk_at_every_step_of_a_new_roots_making_gives_a_session_temp_error(
+    tmp_path: Path,
+) -> None:
+    """Inodes run out at each step in turn (a tmpfs of 40): the library's error naming the
+    entry, never a bare OSError; once there is room, the same root works."""
+    with small_file_system(tmp_path, "nr_inodes=40") as fs:
+        fillers: list[Path] = []
+        with contextlib.suppress(OSError):
+            while True:
+                fillers.append(fs / f"filler-{len(fillers)}")
+                fillers[-1].touch()
+        root = fs / "root"
+        failed: list[SessionTempError] = []
+        while True:
+            try:
+                Manager(root, session="chat-42").close()
+                break
+            except SessionTempError as e:
+                failed.append(e)
+            fillers.pop().unlink(missing_ok=True)
+        assert [e for e in failed if str(root) not in str(e)] == []
+        assert "RootUnusable" in [type(e).__name__ for e in failed]
+        for filler in fillers:
+            filler.unlink(missing_ok=True)
+        assert recover(root).skipped == ()
+        with Manager(root, session="chat-42") as m:
+            m.retain()
+            with m.acquire() as lease:
+                assert lease.path.is_dir()
+        assert fsck(root).ok
+
+
+FORKING_RECOVERY = """
+import os, sys
+from sessiontemp import recover
+root, fifo = sys.argv[1:3]
+def hook(kind, detail):
+    if kind == "journal" and os.environ.get("FORKED") is None:
+        os.environ["FORKED"] = "1"
+        if os.fork() == 0:
+            # A child forked meanwhile keeps a copy of every descriptor: it only waits.
+            os.open(fifo, os.O_RDONLY)
+            os._exit(0)
+recover(root, step_hook=hook)
+print("done", flush=True)
+"""
+
+
+def test_a_child_forked_during_a_recovery_pass_never_keeps_the_next_pass_waiting(
+    tmp_path: Path,
+) -> None:
+    """The pass's lock is unlocked, not only closed: the child's copy holds nothing."""
+    root = tmp_path / "root"
+    killed = zygote.shared("sessiontemp").run(["-c", str(root)], script=KILLED_OWNER)
+    assert killed.returncode == -9
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    done = zygote.shared("sessiontemp").run(["-c", str(root), str(fifo)], script=FORKING_RECOVERY)
+    assert done.returncode == 0, done.stderr
+    try:
+        fd = os.open(root / "recovery.lock", os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            # Free at once, while the forked child still lives with its copy.
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+        assert recover(root).ran
+    finally:
+        # Lets the child go (it waits for a writer); none is waiting if it is gone.
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))

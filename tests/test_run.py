@@ -26,6 +26,7 @@ import pytest
 
 from journal.events import CommandStarted, LeaseAcquired
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX
+from sessiontemp.inspect import SCHEMA
 from sessiontemp.run import FORWARDED, exit_status
 from tests.commands import (
     SH,
@@ -375,12 +376,35 @@ def test_an_unsafe_root_is_one_line_naming_the_path_reason_and_fix(
     assert not marker.exists()
 
 
+def test_a_root_that_is_a_users_file_or_link_is_answered_with_the_path_to_pass(
+    wrapper: list[str], tmp_path: Path
+) -> None:
+    """A root that is someone's own file is theirs: never advice to remove it."""
+    afile = tmp_path / "afile.txt"
+    afile.write_text("mine\n")
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path)
+    marker = tmp_path / "ran"
+    for root, said in ((afile, "is not a directory. Pass the path of a directory as the root"),
+                       (link, "is a symbolic link. Pass the directory itself")):
+        for args in (["run", "--root", os.fspath(root), "--", "touch", os.fspath(marker)],
+                     ["recover", "--root", os.fspath(root)]):
+            done = sessiontemp(wrapper, *args)
+            assert done.returncode == 2
+            line = one_line(done.stderr)
+            assert f"{root} {said}" in line
+            assert "Remove it" not in line
+    assert afile.read_text() == "mine\n"
+    assert link.is_symlink()
+    assert not marker.exists()
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
         (["run"], "no command given"),
         (["run", "--root"], "expected one argument"),
-        (["bogus"], "invalid choice"),
+        (["bogus"], "'bogus': is not a subcommand"),
         ([], "required"),
     ],
 )
@@ -392,6 +416,49 @@ def test_bad_arguments_are_one_line_and_exit_status_2(
     line = one_line(done.stderr)
     assert expected in line
     assert "sessiontemp" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["rnu", "--", "touch", "{marker}"],
+         "sessiontemp: 'rnu': is not a subcommand. Did you mean 'run'? Subcommands: run, recover"),
+        (["run", "--rot", "{root}", "--", "touch", "{marker}"],
+         "sessiontemp run: '--rot': is not an option. Did you mean '--root'?"),
+        (["run", "--sesion", "x", "--", "touch", "{marker}"], "Did you mean '--session'?"),
+        (["recover", "--jsn"], "sessiontemp recover: '--jsn': is not an option. Did you mean "
+                               "'--json'? See `sessiontemp recover --help`"),
+        (["--rot", "{root}", "run", "--", "touch", "{marker}"],
+         "sessiontemp: '--rot': is not an option. Did you mean '--root'?"),
+        (["--json", "run", "--", "touch", "{marker}"],
+         "sessiontemp run: '--json': is not an option; it is an option of recover. See "
+         "`sessiontemp run --help`"),
+    ],
+)
+def test_a_mistyped_subcommand_or_option_is_answered_with_the_nearest_and_nothing_runs(
+    wrapper: list[str], root: Path, tmp_path: Path, args: list[str], expected: str
+) -> None:
+    marker = tmp_path / "ran"
+    done = sessiontemp(wrapper, *(a.format(root=root, marker=marker) for a in args))
+    assert done.returncode == 2
+    assert expected in one_line(done.stderr)
+    assert not marker.exists()
+    assert not root.exists()
+
+
+def test_an_option_given_before_the_subcommand_is_the_subcommands(
+    wrapper: list[str], root: Path, tmp_path: Path
+) -> None:
+    """As journal-inspect takes ``--root DIR summary``."""
+    marker = tmp_path / "ran"
+    done = sessiontemp(wrapper, "--root", os.fspath(root), "run", "--", "touch",
+                       os.fspath(marker))
+    assert (done.returncode, done.stderr) == (0, "")
+    assert marker.exists()
+    assert leftovers(root) == []
+    report = sessiontemp(wrapper, f"--root={root}", "--json", "recover")
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout)["root"] == os.fspath(root)
 
 
 def test_a_command_not_found_gives_127_and_not_executable_126(
@@ -447,5 +514,49 @@ def test_recover_reports_what_it_removed_and_why(
     assert not Path(path).exists()
     again = json.loads(sessiontemp(wrapper, "recover", "--root", os.fspath(root),
                                    "--json").stdout)
-    assert again == {"root": os.fspath(root), "ran": True, "removed": [], "skipped": [],
-                     "dead": []}
+    assert again == {"schema": SCHEMA, "root": os.fspath(root), "ran": True, "removed": [],
+                     "skipped": [], "dead": []}
+
+
+def test_recover_shows_progress_through_the_directories_on_a_terminal_only(
+    root: Path, tmp_path: Path
+) -> None:
+    from tests.test_cli import Child
+
+    child = Child(root)
+    child.ask("retain")
+    for _ in range(3):
+        child.ask("acquire")
+        child.ask("rotate")
+    child.kill()
+    assert len(leftovers(root)) == 3
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run([os.fspath(SCRIPT), "recover", "--root", os.fspath(root)],
+                              stdout=subprocess.PIPE, stderr=follower, timeout=120)
+        os.close(follower)
+        follower = -1
+        shown = b""
+        while select.select([leader], [], [], 0.5)[0]:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        if follower >= 0:
+            os.close(follower)
+        os.close(leader)
+    assert done.returncode == 0
+    assert b"recovering: 100% (3 / 3 directories)" in shown
+    assert leftovers(root) == []
+    # Piped, nothing but the report.
+    again = Child(root)
+    again.ask("retain")
+    again.ask("acquire")
+    again.kill()
+    piped = sessiontemp(launcher("script"), "recover", "--root", os.fspath(root))
+    assert (piped.returncode, piped.stderr) == (0, "")
+    assert "1 removed, 0 left" in piped.stdout

@@ -967,7 +967,17 @@ def test_rolling_over_listing_and_reading_segments_parses_none_of_their_names(
         finally:
             retirer.close()
         assert removed
-        assert interned & names == {p.name for p in removed} & names
+        # When a name of a returned Path is interned depends on pathlib: 3.11
+        # parses (and interns) a path when it is made, 3.12 and later the
+        # first time its parts are read.  Either way, only those names.
+        at_return = interned & names
+        removed_names = {p.name for p in removed} & names
+        assert removed_names
+        if sys.version_info < (3, 12):
+            assert at_return == removed_names
+        else:
+            assert at_return == set()
+        assert interned & names == removed_names
     finally:
         store.close()
 

@@ -194,9 +194,11 @@ def test_a_lock_file_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
     root = Root.open(tmp_path / "root")
     try:
         SessionLock.take(root, "other").close()
-        (tmp_path / "root" / SESSIONS_DIR / "chat-42.lock").symlink_to(target)
-        with pytest.raises(OSError, match="Too many levels of symbolic links"):
+        lock = tmp_path / "root" / SESSIONS_DIR / "chat-42.lock"
+        lock.symlink_to(target)
+        with pytest.raises(UnsafeRoot, match="is a symbolic link") as caught:
             SessionLock.take(root, "chat-42")
+        assert caught.value.path == str(lock)
     finally:
         root.close()
     assert target.read_text() == "keep"

@@ -38,9 +38,11 @@ from journal.events import (
 )
 from journal.reducer import GenerationState, History, State, replay
 from journal.store import Store
-from sessiontemp import Manager, inspect
+from sessiontemp import Manager, inspect, recover
 from sessiontemp.inspect import COLOURS
 from tests.test_cli import Child, inspect_json
+from tests.test_cli import inspect as run_inspect
+from tests.test_inspect_sessions import killed_owner
 
 SVG = "{http://www.w3.org/2000/svg}"
 JOURNAL = "journal.sqlite3"
@@ -132,7 +134,7 @@ def test_leases_crashes_recoveries_and_managers_are_marked_as_often_as_the_journ
     lived_root: Path, tmp_path: Path,
 ) -> None:
     out = tmp_path / "t.svg"
-    inspect.timeline(lived_root / JOURNAL, out)
+    inspect.timeline(lived_root / JOURNAL, out, all_lanes=True)
     state, kinds = replayed(lived_root / JOURNAL)
     svg = parse(out)
     assert len(marks(svg, "lease")) == kinds["lease.acquired"]
@@ -284,7 +286,7 @@ def test_ten_thousand_generations_are_grouped_and_the_picture_says_so(tmp_path: 
     assert all(g.get("fill") == COLOURS["normal"] for g in groups)
     caption = " ".join(e.text or "" for e in svg.iter(f"{SVG}text") if "caption" in classes(e))
     assert "Grouped: 10,000 bars would be too many to tell apart" in caption
-    assert "10,000 generations of 1 managers" in caption
+    assert "10,000 generations of 1 manager, 0 crashes, 0 recovery passes" in caption
 
 
 # -- as a person sees it -------------------------------------------------------------------
@@ -350,7 +352,7 @@ def test_a_real_browser_renders_every_ending_in_its_colour(lived_root: Path, tmp
     subprocess.run([command, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                     f"--screenshot={shot}", "--window-size=1200,500", out.as_uri()],
                    capture_output=True, timeout=120, check=True)
-    # The lanes start 86 px down, below the legend, which shows every colour anyway.
+    # Below row 86 there is no legend (which shows every colour anyway): lanes only.
     colours = png_pixels(shot.read_bytes(), from_row=86)
     for ending in ("normal", "recovery", "live"):
         rgb = tuple(int(COLOURS[ending][i:i + 2], 16) for i in (1, 3, 5))
@@ -408,3 +410,229 @@ def test_a_generation_on_disk_again_after_a_power_loss_is_told_and_drawn_once(
     (bar,) = marks(svg, "generation")
     assert "recovery" in classes(bar)
     assert result.ended["recovery"] == 1
+
+
+# -- the window, the lanes, the legend and the tooltips, as a person reads them -------------
+
+
+def caption_of(svg: ElementTree.Element) -> str:
+    return " ".join(e.text or "" for e in svg.iter(f"{SVG}text") if "caption" in classes(e))
+
+
+def titles_of(element: ElementTree.Element) -> list[str]:
+    return [t.text or "" for t in element.iter(f"{SVG}title")]
+
+
+@pytest.mark.parametrize("past", [1, 854])
+def test_a_window_that_starts_past_the_last_event_draws_nothing_and_says_so(
+    lived_root: Path, tmp_path: Path, past: int,
+) -> None:
+    last = Store(lived_root / JOURNAL, readonly=True)
+    try:
+        end = last.last_seq()
+    finally:
+        last.close()
+    since = end + past
+    result = inspect.timeline(lived_root / JOURNAL, tmp_path / "t.svg", since=since)
+    svg = parse(tmp_path / "t.svg")
+    assert (result.generations, result.drawn, result.managers, result.window) == (0, 0, 0, None)
+    assert marks(svg, "generation") == marks(svg, "lease") == marks(svg, "crash") == []
+    said = f"the window starts at event {since:,}, past the journal's last event ({end:,})"
+    assert result.nothing == said
+    assert f"Nothing in the window: {said}." in caption_of(svg)
+    assert f"events 1 to {end}" not in caption_of(svg)
+    line = run_inspect("--root", lived_root, "timeline", "--since", str(since), "-o",
+                       tmp_path / "cli.svg").stdout
+    assert line == f"{tmp_path / 'cli.svg'}: nothing drawn: {said}\n"
+
+
+def test_the_caption_states_the_window_drawn(lived_root: Path, tmp_path: Path) -> None:
+    result = inspect.timeline(lived_root / JOURNAL, tmp_path / "t.svg", since=5, until=12)
+    assert result.window == (5, 12)
+    caption = caption_of(parse(tmp_path / "t.svg"))
+    assert f"events 5 to 12 of {result.events}" in caption
+    whole = inspect.timeline(lived_root / JOURNAL, tmp_path / "whole.svg", until=10**6)
+    assert whole.window == (1, whole.events)
+
+
+def test_one_crash_and_one_pass_are_said_in_the_singular(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    child = Child(root)
+    child.ask("retain")
+    child.ask("acquire")
+    child.kill()
+    recover(root)
+    result = inspect.timeline(root / JOURNAL, tmp_path / "t.svg")
+    assert (result.crashes, result.recoveries, result.managers) == (1, 1, 1)
+    caption = caption_of(parse(tmp_path / "t.svg"))
+    assert "1 generation of 1 manager, 1 crash, 1 recovery pass, 0 refused records" in caption
+    line = run_inspect("--root", root, "timeline", "-o", tmp_path / "cli.svg").stdout
+    assert "1 generation (0 normal, 1 recovery, 0 live, 0 refused) in 1 lane, of 1 manager, " \
+           "1 crash, 1 recovery pass, 0 refused records" in line
+
+
+def test_a_manager_with_nothing_drawn_gets_a_lane_only_when_asked(
+    lived_root: Path, tmp_path: Path,
+) -> None:
+    state, _ = replayed(lived_root / JOURNAL)
+    # The fixture's `Manager(root).close()` made no generation and did not die.
+    empty = {m.id for m in state.managers.values()} - {
+        g.manager for g in state.generations.values()} - {
+        m.id for m in state.managers.values() if m.ended == "dead"}
+    assert len(empty) == 1
+    shown = {e.get("data-manager") for e in marks(parse(inspect_svg(lived_root, tmp_path)),
+                                                   "manager")}
+    assert shown == set(state.managers) - empty
+    every = {e.get("data-manager") for e in marks(parse(inspect_svg(
+        lived_root, tmp_path, "--all-lanes")), "manager")}
+    assert every == set(state.managers)
+
+
+def inspect_svg(root: Path, tmp_path: Path, *options: str) -> Path:
+    """journal-inspect timeline through the console script, the picture's path."""
+    out = tmp_path / f"cli{len(options)}.svg"
+    run_inspect("--root", root, "timeline", "-o", out, *options)
+    return out
+
+
+LEGEND_NAMES = {
+    "normal": "removed by its manager", "recovery": "removed by a recovery",
+    "live": "not removed yet", "refused": "refused, or kept by a refused record",
+    "lease": "lease", "manager": "manager open", "crash": "manager found dead",
+    "recovery-pass": "recovery pass", "refused-record": "record refused",
+    "idle": "idle, compressed", "group": "generations begun there",
+}
+
+
+def legend_of(svg: ElementTree.Element) -> set[str]:
+    (legend,) = marks(svg, "legend")
+    return {e.text or "" for e in legend.iter(f"{SVG}text")}
+
+
+def drawn_kinds(svg: ElementTree.Element) -> set[str]:
+    found = set()
+    for e in svg.iter():
+        kinds = classes(e)
+        if "generation" in kinds or "group" in kinds:
+            found |= set(kinds) & set(COLOURS)
+        found |= set(kinds) & (set(LEGEND_NAMES) - set(COLOURS))
+    return found
+
+
+def test_every_kind_of_mark_drawn_is_named_in_the_legend(lived_root: Path, tmp_path: Path,
+                                                        long_session: Path) -> None:
+    journal = tmp_path / JOURNAL
+    write(journal, many_generations(3000), batch=500)
+    pictures = [inspect.timeline(lived_root / JOURNAL, tmp_path / "a.svg"),
+                inspect.timeline(journal, tmp_path / "b.svg"),
+                inspect.timeline(long_session / JOURNAL, tmp_path / "c.svg")]
+    seen: set[str] = set()
+    for drawn in pictures:
+        svg = parse(drawn.output or Path())
+        kinds = drawn_kinds(svg)
+        seen |= kinds
+        assert {LEGEND_NAMES[k] for k in kinds} <= legend_of(svg), drawn.output
+    # Between them the pictures hold every kind but a refused record, which has its own test.
+    assert seen == set(LEGEND_NAMES) - {"refused", "refused-record"}
+
+
+@pytest.fixture(scope="module")
+def long_session(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Named session "chat-A", eight hours long: four commands of seconds, hours apart.
+
+    Its manager's clock is passed in, so the hours go by at once.
+    """
+    root = tmp_path_factory.mktemp("long") / "root"
+    now = [1_790_000_000.0]
+    manager = Manager(root, clock=lambda: now[0], session="chat-A")
+    manager.retain()
+    label = "pytest -x tests/test_api.py::test_a_very_long_name_that_no_bar_can_hold_whole"
+    for length, idle in ((12.0, 300.0), (4.0, 3 * 3600.0), (40.0, 45.0), (1.0, 5 * 3600.0)):
+        with manager.acquire(label=label) as lease:
+            # It waits for its input, so it still runs when its start is journaled.
+            lease.popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL).communicate()
+            now[0] += length
+        now[0] += idle
+    manager.release()
+    manager.close()
+    return root
+
+
+def test_a_long_sessions_commands_stay_readable_with_its_idle_hours_compressed(
+    long_session: Path, tmp_path: Path,
+) -> None:
+    drawn = inspect.timeline(long_session / JOURNAL, tmp_path / "t.svg")
+    svg = parse(tmp_path / "t.svg")
+    widths = [float(rect.get("width", "0")) for lease in marks(svg, "lease")
+              for rect in lease.iter(f"{SVG}rect")]
+    assert len(widths) == 4
+    assert min(widths) >= 5  # the one-second command, among eight hours
+    # The three stretches longer than a minute without a command; not the 45 s one.
+    assert drawn.idle == 3
+    idle = [titles_of(e)[0] for e in marks(svg, "idle")]
+    assert [t.split(",")[0] for t in idle] == ["idle for 5 min", "idle for 3 h",
+                                               "idle for 5 h"]
+    assert all("no event and no lease held" in t for t in idle)
+    assert "Compressed: 3 idle stretches longer than 60 s" in caption_of(svg)
+    # To scale, the same commands are thinner than a pixel.
+    scaled = inspect.timeline(long_session / JOURNAL, tmp_path / "s.svg", idle=None)
+    assert scaled.idle == 0
+    flat = [float(rect.get("width", "0")) for lease in marks(parse(tmp_path / "s.svg"), "lease")
+            for rect in lease.iter(f"{SVG}rect")]
+    assert min(flat) <= 1
+    assert marks(parse(tmp_path / "s.svg"), "idle") == []
+
+
+def test_a_lane_is_named_by_its_session_and_titled_with_managers_pids_and_whole_labels(
+    long_session: Path, tmp_path: Path,
+) -> None:
+    inspect.timeline(long_session / JOURNAL, tmp_path / "t.svg")
+    svg = parse(tmp_path / "t.svg")
+    state, _ = replayed(long_session / JOURNAL)
+    (manager,) = state.managers.values()
+    (lane,) = marks(svg, "session")
+    assert lane.get("data-session") == "chat-A"
+    assert lane_text(lane) == f"chat-A pid {manager.pid}"  # the id is for the tooltip
+    (about,) = titles_of(lane)
+    assert about.startswith(f"session chat-A\nmanager {manager.id} (pid {manager.pid})")
+    label = "pytest -x tests/test_api.py::test_a_very_long_name_that_no_bar_can_hold_whole"
+    for lease in marks(svg, "lease"):
+        text = titles_of(lease)[0]
+        assert text.startswith(f"lease {lease_id_in(text)}: {label}\n")
+        assert "command pid " in text
+        shown = "".join(t.text or "" for t in lease.iter(f"{SVG}text"))
+        # Whole where the bar holds it, else cut with an ellipsis (the tooltip has it all).
+        assert shown in ("", label) or (shown.endswith("…") and label.startswith(shown[:-1]))
+
+
+def lane_text(lane: ElementTree.Element) -> str:
+    """What a lane's label shows (its tooltip apart)."""
+    return "".join("".join(t.itertext()) for t in lane.iter(f"{SVG}text"))
+
+
+def lease_id_in(title: str) -> str:
+    return title.split(":", 1)[0].removeprefix("lease ")
+
+
+def test_a_resumed_session_keeps_one_lane_for_both_of_its_owners(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    killed_owner(root, "chat-B")
+    successor = Manager(root, session="chat-B")
+    assert successor.resumed
+    successor.retain()
+    successor.acquire(label="again").release()
+    successor.release()
+    successor.close()
+    drawn = inspect.timeline(root / JOURNAL, tmp_path / "t.svg")
+    svg = parse(tmp_path / "t.svg")
+    (lane,) = marks(svg, "session")
+    assert lane.get("data-session") == "chat-B"
+    assert lane_text(lane) == "chat-B 2 managers"
+    assert (drawn.lanes, drawn.managers, drawn.crashes) == (1, 2, 1)
+    state, _ = replayed(root / JOURNAL)
+    (about,) = titles_of(lane)
+    assert all(f"manager {m.id} (pid {m.pid})" in about for m in state.managers.values())
+    # The directory the first owner left goes on in the same lane, as one bar.
+    (bar,) = marks(svg, "generation")
+    assert "normal" in classes(bar)
+    assert "adopted at event" in next(t for t in titles_of(svg) if t.startswith("generation "))

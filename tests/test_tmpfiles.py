@@ -1,50 +1,159 @@
-"""systemd-tmpfiles' age clean against a root under the directory it cleans.
+"""systemd-tmpfiles' age clean against a root: a line on the root itself, or on its parent.
 
-Each test writes a tmpfiles.d line of its own (``d DIR - - - AGE``) for a
-directory holding the root and runs the real ``systemd-tmpfiles --clean``
-on it.  Age 0 ages everything at once; 1s needs everything to be older
-than a second, which the test waits for.
+Each test writes a tmpfiles.d line of its own (``d DIR - - - AGE``) naming
+the root, or the directory holding it, and runs the real
+``systemd-tmpfiles --clean`` on it.  Age 0 ages everything at once; 1s needs
+everything to be older than a second, which the test waits for; a manager
+that has lived for weeks is stood for by setting every time under the root
+weeks back (``os.utime``).
 
-* While a manager lives, it holds a shared flock on the root directory,
-  which tmpfiles probes and honours for the whole subtree: nothing of the
-  root goes (journal, ``-wal``, ``-shm``, ``managers/``, ``recovery.lock``,
-  generations).
-* With no live manager, the clean removes the root's own files and every
-  generation no command holds; a generation a running command holds (the
-  lease's lock, inherited) stays, and so does the root directory around
-  it.  The next manager starts a fresh journal and works; the kept
-  generation, unknown to that journal, is swept once its command exited
-  and it is older than ``stale_after``.
+tmpfiles skips a subdirectory it cannot flock, but never probes the
+directory its line names, nor any plain file; it skips a regular file with
+the sticky bit.  So:
+
+* every plain file the library makes in the root is sticky (the journal,
+  its -wal and -shm, ``recovery.lock``, every lock file, every artifact):
+  none is ever aged, with or without a live manager;
+* a live manager share-locks the root (which a line on the parent probes)
+  and each of the root's directories (which a line on the root probes):
+  nothing of a live root goes, generations included;
+* with no live manager, only the generations no command holds are aged
+  (what is in them, then they); the root, its journal, the session's lock
+  and the artifacts stay, and the next manager carries on with the journal.
+
+The session's owner is a real process (forked from the zygote), killed with
+a real SIGKILL where the test says so; its command is a real process too.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import subprocess
-import sys
+import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from journal import Store
-from sessiontemp import Manager, recover
-from tests.model import simulate_kill
+from sessiontemp import Manager, SessionOwned, recover
+from sessiontemp.inspect import fsck, verify
+from tests import zygote
+from tests.commands import exited, wait_until
+from tests.conftest import journal_state
 
 TMPFILES = shutil.which("systemd-tmpfiles")
 pytestmark = pytest.mark.skipif(TMPFILES is None, reason="systemd-tmpfiles is not installed")
 
-ROOT_FILES = {"journal.sqlite3", "journal.sqlite3-wal", "journal.sqlite3-shm", "managers",
-              "recovery.lock"}
+TIMEOUT = 60.0
+WEEKS = 21 * 86400.0
+SESSION = "chat-42"
+
+OWNER = textwrap.dedent("""
+    import json, os, sys, time
+    from sessiontemp import Manager
+    root, name = sys.argv[1:3]
+    manager = Manager(root, session=name)
+    manager.retain()
+    report = {"pid": os.getpid(), "manager": manager.id}
+    with manager.acquire() as lease:
+        (lease.path / "report.txt").write_text("all green")
+        artifact = lease.keep("report.txt", "report.txt")
+    report.update(artifact=str(artifact.path), artifact_id=artifact.id, sha256=artifact.sha256)
+    old = manager.acquire(label="old")
+    (old.path / "in-use.txt").write_text("used by a command")
+    report["retired"] = str(old.path)
+    report["command"] = old.popen([sys.executable, "-c", "import time; time.sleep(600)"]).pid
+    old.release()
+    manager.rotate()
+    with manager.acquire(label="current") as lease:
+        (lease.path / "notes.txt").write_text("draft")
+        report["current"] = str(lease.path)
+    print(json.dumps(report), flush=True)
+    for line in sys.stdin:
+        if line.strip() == "use":
+            with manager.acquire() as lease:
+                (lease.path / "more.txt").write_text("more")
+                print(json.dumps({"used": str(lease.path)}), flush=True)
+        elif line.strip() == "close":
+            manager.release()
+            manager.close()
+            print(json.dumps({"closed": True}), flush=True)
+""")
 
 
-def age_clean(directory: Path, age: str, config_dir: Path) -> None:
+class Owner:
+    """A real process owning a named session, with an artifact, a command and a current dir."""
+
+    def __init__(self, root: Path) -> None:
+        self.process = zygote.shared("sessiontemp").start(
+            None, [str(root), SESSION], script=OWNER, stderr=2)
+        self.report: dict[str, Any] = self.answer()
+        self.pid: int = self.report["pid"]
+        self.artifact = Path(self.report["artifact"])
+        self.retired = Path(self.report["retired"])
+        self.current = Path(self.report["current"])
+
+    def answer(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        assert line, "the owner died before it answered"
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def ask(self, what: str) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"{what}\n".encode())
+        self.process.stdin.flush()
+        return self.answer()
+
+    def end(self, how: str) -> None:
+        """"close" it (then it exits), or "kill" it with SIGKILL; "live" leaves it running."""
+        if how == "close":
+            assert self.ask("close") == {"closed": True}
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+            assert self.process.wait(TIMEOUT) == 0
+        elif how == "kill":
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(TIMEOUT)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(TIMEOUT)
+        stop_command(self.report["command"])
+
+
+def stop_command(pid: int) -> None:
+    """Kill the owner's command (not our child): wait for it to vanish."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    wait_until(lambda: exited(pid), f"command {pid} to exit")
+
+
+@pytest.fixture
+def owner(tmp_path: Path) -> Iterator[Owner]:
+    started = Owner(tmp_path / "tmp" / "root")
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def age_clean(directory: Path, age: str, config_dir: Path, *, wait: bool = True) -> None:
     """Run ``systemd-tmpfiles --clean`` with one line aging everything under *directory*."""
     assert TMPFILES is not None
     config = config_dir / "sessiontemp-test.conf"
     config.write_text(f"d {directory} - - - {age}\n")
-    if age != "0":
+    if wait and age.endswith("1s"):
         # Everything must be older than the age, by every timestamp tmpfiles reads.
         time.sleep(1.2)
     done = subprocess.run([TMPFILES, "--clean", str(config)], capture_output=True, text=True,
@@ -52,9 +161,26 @@ def age_clean(directory: Path, age: str, config_dir: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def tree(top: Path) -> set[str]:
-    return {str(Path(here, name).relative_to(top))
-            for here, dirs, files in os.walk(top) for name in dirs + files}
+def snapshot(top: Path) -> dict[str, tuple[str, int, bytes | None]]:
+    """Every entry under *top*: its kind, its inode, and a regular file's bytes.
+
+    Not those of a -shm file: any reader of the journal writes to it.
+    """
+    found: dict[str, tuple[str, int, bytes | None]] = {}
+    for here, dirs, files in os.walk(top):
+        for name in dirs + files:
+            path = Path(here, name)
+            st = os.lstat(path)
+            kind = "dir" if path.is_dir() and not path.is_symlink() else "file"
+            found[str(path.relative_to(top))] = (kind, st.st_ino, path.read_bytes() if (
+                kind == "file" and not name.endswith("-shm")) else None)
+    return found
+
+
+def plain_files(top: Path) -> dict[str, tuple[str, int, bytes | None]]:
+    """The root's own plain files (everything but the generations), as :func:`snapshot`."""
+    return {name: entry for name, entry in snapshot(top).items()
+            if entry[0] == "file" and not name.startswith("sessiontemp-")}
 
 
 def events(root: Path) -> int:
@@ -65,109 +191,146 @@ def events(root: Path) -> int:
         store.close()
 
 
-def spared_while_live(tmp_path: Path, age: str) -> None:
-    """A live manager, a current generation and a leased one with a file: all survive a clean."""
-    cleaned = tmp_path / "tmp"
-    root = cleaned / "root"
-    with Manager(root) as manager:
-        manager.retain()
-        with manager.acquire() as lease:
-            (lease.path / "made-by-a-command.txt").write_text("output")
-        manager.rotate()
-        leased = manager.acquire()
-        (leased.path / "in-use.txt").write_text("output")
-        before = tree(root)
-        assert {name for name in os.listdir(root) if not name.startswith("sessiontemp-")} == (
-            ROOT_FILES)
-        count = events(root)
-        age_clean(cleaned, age, tmp_path)
-        assert tree(root) == before, "the clean removed part of a live root"
-        assert events(root) == count
-        leased.release()
-        with manager.acquire() as lease:
-            assert lease.popen([sys.executable, "-c", "pass"]).wait() == 0
-    report = recover(root)
-    assert report.removed == ()
-    assert report.skipped == ()
+def make_old(top: Path, by: float) -> None:
+    """Set the access and modification times of *top* and all under it *by* seconds back."""
+    then = time.time() - by
+    # Listed first, set after: listing a directory refreshes its access time.
+    paths = [Path(here, name) for here, dirs, files in os.walk(top) for name in dirs + files]
+    for path in [*paths, top]:
+        os.utime(path, (then, then), follow_symlinks=False)
+
+
+def assert_sound(root: Path) -> None:
+    """The journal verifies and replays, and the root agrees with it."""
+    assert verify(root / "journal.sqlite3").ok
+    report = fsck(root)
+    assert report.findings == (), report.findings
+
+
+# -- a live manager -----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("age", ["0", "1s"])
-def test_an_age_clean_removes_nothing_of_a_root_a_live_manager_holds(
-    tmp_path: Path, age: str,
+@pytest.mark.parametrize("where", ["root", "parent"])
+def test_a_clean_takes_nothing_of_a_live_named_session_and_a_second_owner_is_still_refused(
+    tmp_path: Path, owner: Owner, where: str, age: str,
 ) -> None:
-    spared_while_live(tmp_path, age)
+    root = owner.artifact.parent.parent
+    before = snapshot(root)
+    count = events(root)
+    age_clean(root if where == "root" else root.parent, age, tmp_path)
+    assert snapshot(root) == before, "the clean removed part of a live root"
+    assert events(root) == count
+    with pytest.raises(SessionOwned) as refused:
+        Manager(root, session=SESSION)
+    assert refused.value.pid == owner.pid
+    # The owner goes on as before, in the same directory.
+    assert owner.ask("use") == {"used": str(owner.current)}
+    owner.end("close")
+    assert owner.artifact.read_text() == "all green"
+    assert_sound(root)
 
 
-def test_without_the_roots_lock_the_same_clean_takes_the_journal(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_a_live_roots_directories_are_skipped_whole_even_for_files_made_without_the_bit(
+    tmp_path: Path, owner: Owner,
 ) -> None:
-    """The test above can fail: a manager that does not lock the root loses its journal."""
-    from sessiontemp import manager
+    """The second guard: files an earlier version made (not sticky) in a directory a live
+    root share-locks are skipped with it."""
+    root = owner.artifact.parent.parent
+    unmarked = [root / "managers" / f"{owner.report['manager']}.lock",
+                root / "sessions" / f"{SESSION}.lock", owner.artifact]
+    for path in unmarked:
+        path.chmod(0o600)
+    before = snapshot(root)
+    age_clean(root, "0", tmp_path)
+    assert snapshot(root) == before, "the clean went into a directory a live root holds"
+    with pytest.raises(SessionOwned):
+        Manager(root, session=SESSION)
+    owner.end("close")
+    assert owner.artifact.read_text() == "all green"
 
-    monkeypatch.setattr(manager, "hold_root", lambda fd, *, patience: True)
-    with pytest.raises(AssertionError, match="the clean removed part of a live root"):
-        spared_while_live(tmp_path, "0")
+
+@pytest.mark.parametrize("age", ["10d", "amAM:10d"])
+@pytest.mark.parametrize("where", ["root", "parent"])
+def test_a_manager_live_for_weeks_keeps_everything_against_a_ten_day_clean(
+    tmp_path: Path, owner: Owner, where: str, age: str,
+) -> None:
+    """Nothing of a live root relies on a time: its lock files may be weeks old.
+
+    ``amAM:10d`` ages by the access and modification times alone, the ones
+    the test can set weeks back: a manager weeks old as far as tmpfiles
+    can tell.
+    """
+    root = owner.artifact.parent.parent
+    before = snapshot(root)
+    make_old(root, WEEKS)
+    age_clean(root if where == "root" else root.parent, age, tmp_path)
+    assert snapshot(root) == before, "the clean removed part of a root live for weeks"
+    with pytest.raises(SessionOwned):
+        Manager(root, session=SESSION)
+    assert owner.ask("use") == {"used": str(owner.current)}
+    owner.end("close")
+    assert_sound(root)
 
 
+# -- no live manager ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("age", ["0", "1s", "amAM:10d"])
+@pytest.mark.parametrize("where", ["root", "parent"])
 @pytest.mark.parametrize("how", ["close", "kill"])
-def test_with_no_live_manager_a_clean_takes_the_roots_files_but_not_a_running_commands_directory(
-    tmp_path: Path, how: str,
+def test_with_no_live_manager_a_clean_takes_only_the_directories_no_command_holds(
+    tmp_path: Path, owner: Owner, where: str, age: str, how: str,
 ) -> None:
-    cleaned = tmp_path / "tmp"
-    root = cleaned / "root"
-    manager = Manager(root)
-    manager.retain()
-    with manager.acquire() as lease:
-        pass
-    manager.rotate()
-    lease = manager.acquire()
-    command = lease.popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
-                          stdin=subprocess.PIPE)
-    running = lease.path
-    (running / "in-use.txt").write_text("output")
-    lease.release()
-    manager.rotate()
-    unused = manager.acquire()
-    unused.release()
-    try:
-        if how == "close":
-            manager.close()
-        else:
-            simulate_kill(manager)
-        age_clean(cleaned, "0", tmp_path)
-        # The running command's directory (locked) and the root around it stay;
-        # the journal, its -wal and -shm, managers/, recovery.lock and every
-        # unlocked generation go.
-        assert tree(root) == {running.name, f"{running.name}/in-use.txt"}
-        with Manager(root) as fresh:
-            fresh.retain()
-            with fresh.acquire() as lease:
-                assert lease.path != running
-            assert fresh.recovery.removed == ()
-        assert events(root) > 0
-        assert running.is_dir()
-    finally:
-        assert command.stdin is not None
-        command.stdin.close()
-        command.wait()
-    # Unknown to the fresh journal: swept once older than stale_after.
-    assert [r.path for r in recover(root, stale_after=0).removed] == [running]
-    assert sorted(n for n in os.listdir(root) if n.startswith("sessiontemp-")) == []
+    root = owner.artifact.parent.parent
+    owner.end(how)
+    # What a killed owner left in the -wal is committed: it must survive.
+    assert (root / "journal.sqlite3-wal").exists() == (how == "kill")
+    count = events(root)
+    files = plain_files(root)
+    held = snapshot(owner.retired)
+    if age.endswith("10d"):
+        # Last: listing a directory makes it look used.
+        make_old(root, WEEKS)
+    age_clean(root if where == "root" else root.parent, age, tmp_path)
+    assert plain_files(root) == files, "the clean removed a file of the root's own"
+    assert events(root) == count
+    # The running command's directory is held; the dead owner's current one is not.
+    assert snapshot(owner.retired) == held
+    assert not owner.current.exists()
+    with Manager(root, session=SESSION) as fresh:
+        # Its directory was aged away: nothing to resume, and nothing lost of the journal.
+        assert not fresh.resumed
+        assert owner.report["artifact_id"] in journal_state(root).artifacts
+        with pytest.raises(SessionOwned):
+            Manager(root, session=SESSION)
+        fresh.retain()
+        with fresh.acquire() as lease:
+            assert lease.popen(["true"]).wait() == 0
+    recover(root)
+    assert owner.artifact.read_text() == "all green"
+    stop_command(owner.report["command"])
+    assert [r.path for r in recover(root).removed] == [owner.retired]
+    assert_sound(root)
 
 
-def test_a_root_nothing_holds_is_removed_whole_and_made_again_by_the_next_manager(
+def test_a_root_no_manager_ever_held_long_keeps_its_journal_and_is_used_again(
     tmp_path: Path,
 ) -> None:
+    """A clean of the parent with nothing held: the root stays, around its sticky files."""
     cleaned = tmp_path / "tmp"
     root = cleaned / "root"
     with Manager(root) as manager:
         manager.retain()
         with manager.acquire():
             pass
+    count = events(root)
     age_clean(cleaned, "0", tmp_path)
-    assert not root.exists()
+    assert (root / "journal.sqlite3").is_file()
+    assert events(root) == count
     with Manager(root) as manager:
         manager.retain()
         with manager.acquire() as lease:
             assert lease.path.is_dir()
     assert oct(root.stat().st_mode & 0o777) == oct(0o700)
+    assert_sound(root)

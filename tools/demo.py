@@ -56,8 +56,8 @@ def say(text: str) -> None:
 
 
 def run(root: Path, timeline: Path | None = None) -> None:
-    say(f"open a session on {root}")
-    session = Manager(root)
+    say(f"open session \"chat\" on {root}")
+    session = Manager(root, session="chat")
     session.retain()
 
     say("two commands share the session's private directory")

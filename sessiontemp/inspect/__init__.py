@@ -3,16 +3,16 @@
 Every function here opens the journal read-only (falling back to immutable
 reading for a copy on a read-only medium), never writes to it (except
 ``fsck(repair=True)``, which runs a recovery pass), never takes a lock that
-a manager waits for, and returns plain data: :mod:`sessiontemp.cli` only
-formats it.  :func:`as_json` gives the one stable JSON form of each result,
-documented in the README ("journal-inspect") and versioned by its
+a manager waits for, and returns plain data: the ``journal-inspect``
+console script (``sessiontemp.cli``) only formats it.  :func:`as_json`
+gives the one stable JSON form of each result, documented with the JSON
+reference of the documentation ("JSON output") and versioned by its
 ``"schema"`` field.
 
 One module per question, each reading the journal only through named
-:class:`journal.store.Store` methods: :mod:`.read` (locating, opening,
-replaying, probing locks), :mod:`.summary`, :mod:`.events`, :mod:`.state`,
-:mod:`.story` (``explain``), :mod:`.verify`, :mod:`.fsck`, :mod:`.timeline`
-and :mod:`.json`.
+``journal.store.Store`` methods: ``read`` (locating, opening, replaying,
+probing locks), ``summary``, ``events``, ``state``, ``story``
+(``explain``), ``verify``, ``fsck``, ``timeline`` and ``json``.
 
 A journal is named either by its file (*journal*) or by its root (*root*);
 with a bare file, liveness of managers and the disk are unknown.
@@ -36,11 +36,12 @@ from sessiontemp.inspect.read import (
 from sessiontemp.inspect.state import StateAt, state_at
 from sessiontemp.inspect.story import Sentence, Story, explain
 from sessiontemp.inspect.summary import ManagerInfo, Summary, summary
-from sessiontemp.inspect.timeline import COLOURS, Timeline, timeline
+from sessiontemp.inspect.timeline import COLOURS, IDLE, Timeline, timeline
 from sessiontemp.inspect.verify import Verification, verify
 
 __all__ = [
     "COLOURS",
+    "IDLE",
     "SCHEMA",
     "EventFilter",
     "EventRow",

@@ -33,7 +33,7 @@ class EventRow:
 class EventFilter:
     """Which events to list; every given criterion must hold.
 
-    A limit below 0 or a kind this version does not know is :class:`BadInput`.
+    A limit below 0 or a kind this version does not know is :class:`~sessiontemp.BadInput`.
     """
 
     manager: str | None = None
@@ -65,7 +65,7 @@ class EventFilter:
 
 
 def check_kind(kind: str) -> str:
-    """*kind* if this version knows it; else :class:`BadInput` naming the closest kinds."""
+    """*kind* if this version knows it; else :class:`~sessiontemp.BadInput` naming the closest."""
     if kind in KINDS:
         return kind
     close = difflib.get_close_matches(kind, list(KINDS), n=1, cutoff=0.6)

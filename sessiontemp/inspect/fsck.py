@@ -12,6 +12,7 @@ generation alone (:func:`journal.history.pasts`, through an index).
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from sessiontemp.root import (
     JOURNAL_NAME,
     MANAGERS_DIR,
     TRASH_PREFIX,
+    check_layout,
     generation_id_of,
 )
 
@@ -53,14 +55,17 @@ class Finding:
     removal was interrupted, and no command holds it), "held" (its manager
     ended but a running command still holds it: not a problem), "trash" (a
     trash entry not yet emptied), "stray" (generation prefix, unknown to the
-    journal), "unknown" (any other entry in the root), "unrecovered" (a
+    journal), "unknown" (any other entry in the root, or in its artifact
+    store), "unrecovered" (a
     manager not ended in the journal whose liveness lock is free),
     "refused" (a record the lifecycle rules refuse), "kept" (a directory such
     a record names, which no recovery removes until a person decides),
     "resumable" (a named session's dead owner left it; kept for a resume
     until its window passes: not a problem), "unreferenced" (an artifact
-    file no record names: its keeper died before recording it), "lost" (a
-    kept artifact whose file is gone).
+    file no record keeps: its keeper died before recording it, its removal
+    was cut short, or the journal was moved aside; nothing removes it but
+    ``sessiontemp.remove_artifact``), "lost" (a kept artifact whose file is
+    gone).
     """
 
     check: str
@@ -110,6 +115,7 @@ def fsck(root: os.PathLike[str] | str, *, repair: bool = False,
         raise BadInput(base, "does not exist" if not os.path.lexists(base) else
                        "is not a directory",
                        f"Pass the root that holds {JOURNAL_NAME} as --root DIR")
+    check_layout(base)
     if not repair:
         findings, held = _fsck(base, progress)
         return FsckReport(base, findings, held=held)
@@ -142,6 +148,13 @@ def _fsck(base: Path, progress: Progress | None) -> tuple[tuple[Finding, ...],
                    if gid is not None and gid not in state.generations}
         removed = {gid: past for gid, past in pasts(store, unknown, until=state.seq).items()
                    if past.removed}
+        stored = _stored(base)
+        unrecorded = {a for a in map(artifacts.id_of, stored) if a is not None
+                      and a not in state.artifacts}
+        # Which of them had a removal journaled (cut short before its unlink).
+        removals = {} if not unrecorded else {
+            json.loads(payload).get("artifact"): seq
+            for seq, _, _, payload in store.rows_naming(unrecorded, kinds=["artifact.removed"])}
     repair = f"Run `journal-inspect --root {base} fsck --repair` to do it now"
     findings: list[Finding] = [
         Finding("refused", journal, None, (
@@ -169,11 +182,12 @@ def _fsck(base: Path, progress: Progress | None) -> tuple[tuple[Finding, ...],
                     f"{past.removal_seq}"), "Check that nothing uses it, then remove it by "
                     "hand: sessiontemp will not touch it again"))
             continue
-        if name.startswith(TRASH_PREFIX):
+        if name.startswith(TRASH_PREFIX) and known is not None:
             findings.append(Finding("trash", path, gid, "a trash entry not yet emptied: the "
                                     "next recovery empties it", repair))
         elif known is None:
-            findings.append(Finding("stray", path, gid, (
+            findings.append(Finding("trash" if name.startswith(TRASH_PREFIX) else "stray",
+                                    path, gid, (
                 "unknown to the journal (left by a lost or moved journal): a recovery removes "
                 "it once no command holds it and it is older than a day (stale_after)"),
                 "Remove it by hand if you know nothing uses it, or wait"))
@@ -238,23 +252,43 @@ def _fsck(base: Path, progress: Progress | None) -> tuple[tuple[Finding, ...],
         else:
             findings.append(Finding("removable", path, g.id, (
                 f"{why}, and no command holds it: the next recovery removes it"), repair))
-    findings.extend(_artifacts(base, state, repair))
+    findings.extend(_artifacts(base, state, stored, removals))
     return tuple(findings), tuple(held)
 
 
-def _artifacts(base: Path, state: State, repair: str) -> list[Finding]:
-    """The artifact store against the artifacts the journal keeps."""
-    store = base / artifacts.ARTIFACTS_DIR
+def _stored(base: Path) -> set[str]:
+    """The names in the root's artifact store (none if it was never made)."""
     try:
-        names = set(os.listdir(store))
-    except (FileNotFoundError, NotADirectoryError):
-        names = set()
+        return set(os.listdir(base / artifacts.ARTIFACTS_DIR))
+    except FileNotFoundError:
+        return set()
+
+
+def _artifacts(base: Path, state: State, names: set[str], removals: dict[str, int]
+               ) -> list[Finding]:
+    """The artifact store against the artifacts the journal keeps.
+
+    A file no record keeps is reported, never removed by a repair: it may be
+    the only copy of what a session made (after a journal was moved aside,
+    every artifact is such a file).
+    """
+    store = base / artifacts.ARTIFACTS_DIR
     findings = []
     recorded = {artifacts.file_name(a.id, a.label): a for a in state.artifacts.values()}
     for name in sorted(names - recorded.keys()):
+        artifact = artifacts.id_of(name)
+        if artifact is None:
+            findings.append(Finding("unknown", store / name, None, "not made by sessiontemp",
+                                    "Move it out of the artifact store: sessiontemp never "
+                                    "touches it"))
+            continue
+        why = (f"its removal was journaled at event {removals[artifact]} and cut short"
+               if artifact in removals else "its keeper died after copying it and before "
+               "recording it, or the journal that kept it was moved aside")
         findings.append(Finding("unreferenced", store / name, None, (
-            "no record names this file: its keeper died after copying it and before "
-            "recording it, or its removal was interrupted; a recovery removes it"), repair))
+            f"no record keeps this file ({why}); no recovery removes it"),
+            f"Keep it, or move it out; `sessiontemp.remove_artifact({str(base)!r}, "
+            f"{artifact!r})` removes it"))
     for name, a in sorted(recorded.items()):
         if name not in names:
             findings.append(Finding("lost", store / name, None, (

@@ -1,4 +1,4 @@
-"""The one stable JSON form of every inspector result, documented in the README.
+"""The one stable JSON form of every inspector result, documented in docs/reference/json.md.
 
 Every document carries ``"schema"``: the version of this form.  It grows by
 one whenever a field changes meaning or goes away; new fields may appear

@@ -19,7 +19,7 @@ from typing import Final, Literal, TypeAlias
 import attrs
 
 from journal import checkpoint
-from journal.errors import BadInput, RuleViolation
+from journal.errors import BadInput, JournalCorrupt, RuleViolation
 from journal.events import Event, Record, Unreadable, decode
 from journal.reducer import EMPTY, Fold, History, State
 from journal.store import Store
@@ -29,6 +29,7 @@ from sessiontemp.root import (
     JOURNAL_NAME,
     MANAGERS_DIR,
     RECOVERY_LOCK,
+    check_layout,
     default_root,
     generation_id_of,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "Location",
     "Problem",
     "Progress",
+    "counted",
     "generation_of",
     "locate",
     "opened",
@@ -66,6 +68,8 @@ ROOT_FILES: Final = frozenset({
 })
 PROGRESS_EVERY: Final = 50_000
 _ROOT_FIX: Final = "Pass the root directory that holds journal.sqlite3 as --root DIR"
+_NOT_A_JOURNAL_FIX: Final = ("Check the path: name a sessiontemp journal (a root's "
+                             f"{JOURNAL_NAME}, or a copy of one), or pass its root as --root DIR")
 
 
 @attrs.frozen
@@ -80,9 +84,11 @@ def locate(journal: os.PathLike[str] | str | None = None,
            root: os.PathLike[str] | str | None = None) -> Location:
     """The journal named by its file, else by its root, else the per-user default root.
 
-    Raises :class:`BadInput` for a root that is not a directory, and for a
+    Raises :class:`~sessiontemp.BadInput` for a root that is not a directory, and for a
     directory given as the journal file (with ``--root`` as the fix when it
-    holds a journal).
+    holds a journal); :class:`UnsafeRoot` for a root whose own entries
+    (``managers``, ``artifacts``, the journal's files, ...) are symlinks,
+    of the wrong kind or someone else's: what they lead to is not the root's.
     """
     base = None if root is None else Path(root)
     if base is not None:
@@ -91,6 +97,7 @@ def locate(journal: os.PathLike[str] | str | None = None,
         if not base.is_dir():
             raise BadInput(base, "is not a directory", _ROOT_FIX + (
                 ", or name a journal file as PATH" if journal is None else ""))
+        check_layout(base)
     if journal is not None:
         path = Path(journal)
         if path.is_dir():
@@ -102,13 +109,25 @@ def locate(journal: os.PathLike[str] | str | None = None,
         return Location(path, base)
     if base is None:
         base = Path(default_root())
+        if base.is_dir():
+            check_layout(base)
     return Location(base / JOURNAL_NAME, base)
 
 
 @contextlib.contextmanager
 def opened(journal: Path, *, snapshot: bool = False) -> Iterator[Store]:
-    """The journal open read-only; with *snapshot*, every read sees the same moment."""
-    store = Store(journal, readonly=True)
+    """The journal open read-only; with *snapshot*, every read sees the same moment.
+
+    A file that is not a journal is :class:`JournalCorrupt`; unless it is
+    where a root's journal belongs, the fix is to name the right file, never
+    to move this one (a README given by mistake is the user's own).
+    """
+    try:
+        store = Store(journal, readonly=True)
+    except JournalCorrupt as e:
+        if journal.name == JOURNAL_NAME or Path(e.path) != journal:
+            raise
+        raise JournalCorrupt(e.path, e.reason, _NOT_A_JOURNAL_FIX) from None
     try:
         if snapshot:
             with store.snapshot():
@@ -269,7 +288,7 @@ def parse_moment(text: str) -> int | float:
 def generation_of(target: str) -> str:
     """The generation id named by a directory path, a generation or trash name, or an id.
 
-    Raises :class:`BadInput` for a path (it has a slash) whose last part is
+    Raises :class:`~sessiontemp.BadInput` for a path (it has a slash) whose last part is
     neither a generation nor a trash name, such as ``/etc``.
     """
     name = Path(target.rstrip("/")).name
@@ -287,3 +306,8 @@ def generation_of(target: str) -> str:
 def when(t: float) -> str:
     """A time for people: local ISO 8601, to the second."""
     return dt.datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds")
+
+
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """*n* things, in words: ``counted(1, "crash", "crashes")`` is "1 crash"."""
+    return f"{n:,} {one if n == 1 else many or one + 's'}"

@@ -266,7 +266,7 @@ def explain(journal: os.PathLike[str] | str, target: str, root: os.PathLike[str]
     Only the part of the journal that concerns it is replayed: from the
     newest checkpoint before it was first named, up to the end of its removal
     (or the end of the journal while it is not removed).  A path that names
-    no generation is :class:`BadInput`.
+    no generation is :class:`~sessiontemp.BadInput`.
     """
     gid = generation_of(target)
     path = Path(journal)

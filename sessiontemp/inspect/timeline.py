@@ -1,18 +1,27 @@
 """``timeline``: a session's life as one self-contained SVG picture.
 
-One lane per manager, from its opening to its close or death; each
-generation a bar from creation to the end of its removal, coloured by how it
-ended; leases as inner bars; crashes (a recovery finding a manager dead),
-recovery passes and records the reducer refused marked on the time axis.
-Every mark has a ``<title>`` (the browser's hover text) naming its event
-seqs.  Nothing is fetched: styles are inline, no script, no font files.
+One lane per named session (its successive managers, after a crash and a
+resume, share it) or per manager without one, from its opening to its close
+or death; each generation a bar from creation to the end of its removal,
+coloured by how it ended; leases as inner bars, titled with their whole
+label and the commands started under them; crashes (a recovery finding a
+manager dead), recovery passes and records the reducer refused marked on
+the time axis.  Every mark has a ``<title>`` (the browser's hover text)
+naming its event seqs, and a line in the legend.  A lane with nothing drawn
+in it (a manager that only ran a recovery) is left out unless asked for.
+
+The window is the journal's activity: a stretch longer than *idle* seconds
+with no event and no lease held is drawn compressed and hatched
+(:mod:`.scale`), so the commands of a session that lives for hours stay
+readable.  A bound past the end of the journal selects nothing, and the
+picture (and the result's ``nothing``) says so.
 
 Past *max_bars* generations the bars of each lane are grouped into columns a
 few pixels wide, coloured by the most common ending and titled with the
 counts, and the picture says so: at 10,000 generations single bars would be
-thinner than a pixel.  Past *max_lanes* managers, consecutive managers share
-a lane (and bars are grouped), again said in the picture; past 30 lanes each
-lane is one row high.
+thinner than a pixel.  Past *max_lanes* lanes, consecutive ones are merged
+(and bars are grouped), again said in the picture; past 30 lanes each lane
+is one row high.
 """
 
 from __future__ import annotations
@@ -20,12 +29,10 @@ from __future__ import annotations
 import datetime as dt
 import math
 import os
-import textwrap
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Final, Literal, TypeAlias
-from xml.sax.saxutils import escape, quoteattr
+from typing import Final
 
 import attrs
 
@@ -44,30 +51,30 @@ from journal.events import (
     RecoveryStarted,
     RemovalFinished,
     RemovalStarted,
+    SessionAdopted,
+    SessionClaimed,
 )
 from journal.reducer import Fold, State
-from sessiontemp.inspect.read import Problem, Progress, opened, replay
+from sessiontemp.inspect.picture import (
+    COLOURS,
+    GROUP_PX,
+    LABEL,
+    Ending,
+    Generation,
+    Lane,
+    Lease,
+    Manager,
+    Mark,
+    Picture,
+)
+from sessiontemp.inspect.read import Problem, Progress, counted, opened, replay
+from sessiontemp.inspect.scale import Scale, duration, idle_stretches
 
-__all__ = ["COLOURS", "Ending", "Timeline", "timeline"]
+__all__ = ["COLOURS", "IDLE", "Ending", "Timeline", "timeline"]
 
-Ending: TypeAlias = Literal["normal", "recovery", "live", "refused"]
-"""How a generation ended: removed by its manager, by a recovery, not yet, or refused."""
-
-# Colour-blind-safe (Okabe-Ito) fills, one per ending, named in the legend.
-COLOURS: Final[Mapping[str, str]] = {
-    "normal": "#009e73",
-    "recovery": "#e69f00",
-    "live": "#0072b2",
-    "refused": "#d55e00",
-}
-_LEASE: Final = "#1b1b1b"
-_CRASH: Final = "#cc0000"
-_RECOVERY: Final = "#7a5195"
+IDLE: Final = 60.0
+"""Seconds without an event or a held lease past which a stretch is drawn compressed."""
 _WIDTH: Final = 1200
-_LABEL: Final = 190  # the left column holding lane names
-_ROW: Final = 14  # one row of bars inside a lane
-_ROWS: Final = 4  # rows a lane packs overlapping bars into, at most
-_GROUP_PX: Final = 4  # the width of one grouped column
 
 
 @attrs.frozen
@@ -77,7 +84,10 @@ class Timeline:
     ``generations`` counts those in the window; ``drawn`` the bars (single
     or grouped); ``grouped`` says whether bars were grouped; ``ended``
     counts generations by how they ended; ``refused`` the seqs of records
-    the reducer refused.
+    the reducer refused.  ``lanes`` counts the lanes drawn, ``idle`` the
+    stretches drawn compressed; ``window`` is the first and last seq of the
+    events in the window (None when it holds none), and ``nothing`` says
+    why nothing could be selected (empty when something could).
     """
 
     journal: Path
@@ -91,77 +101,37 @@ class Timeline:
     crashes: int
     recoveries: int
     refused: tuple[int, ...]
+    lanes: int = 0
+    idle: int = 0
+    window: tuple[int, int] | None = None
+    nothing: str = ""
     svg: str = attrs.field(repr=False, default="")
 
 
 @attrs.define
-class _Lease:
-    id: str
-    start: float
-    start_seq: int
-    label: str = ""
-    end: float | None = None
-    end_seq: int | None = None
-    commands: list[tuple[int, int]] = attrs.field(factory=list)  # (pid, seq)
-
-
-@attrs.define
-class _Generation:
-    id: str
-    manager: str | None
-    start: float
-    start_seq: int
-    end: float | None = None
-    end_seq: int | None = None
-    removal_seq: int | None = None
-    by: str | None = None
-    reason: str | None = None
-    outcome: str | None = None
-    leases: list[_Lease] = attrs.field(factory=list)
-    reappeared: list[int] = attrs.field(factory=list)
-    held: int | None = None  # the seq of a refused record that names it or its manager
-
-    def ending(self) -> Ending:
-        # Kept by a refused record, or its removal refused: a person must decide.
-        if (self.held is not None and self.end is None) or (
-            self.outcome is not None and self.outcome.startswith("refused")
-        ):
-            return "refused"
-        if self.end is None:
-            return "live"
-        return "normal" if self.by is not None and self.by == self.manager else "recovery"
-
-
-@attrs.define
-class _Manager:
-    id: str
-    pid: int
-    start: float
-    start_seq: int
-    end: float | None = None
-    end_seq: int | None = None
-    ended: str | None = None
-    by: str | None = None
-
-
-@attrs.frozen
-class _Mark:
-    time: float
-    seq: int
-    text: str
-    manager: str | None = None
-
-
-@attrs.define
 class _Collector:
-    """Gathers, as the replay runs, what the picture needs of each event."""
+    """Gathers, as the replay runs, what the picture needs of each event.
 
-    managers: dict[str, _Manager] = attrs.field(factory=dict)
-    generations: dict[str, _Generation] = attrs.field(factory=dict)
-    crashes: list[_Mark] = attrs.field(factory=list)
-    recoveries: list[_Mark] = attrs.field(factory=list)
+    Events at or after *lo* and at or before *hi* (None: unbounded) are the
+    window's: their seqs bound it, and the quiet stretches between them
+    longer than *idle* are candidates for compression.
+    """
+
+    lo: float | None = None
+    hi: float | None = None
+    idle: float | None = None
+    since: int = 0
+    until: int | None = None
+    managers: dict[str, Manager] = attrs.field(factory=dict)
+    generations: dict[str, Generation] = attrs.field(factory=dict)
+    crashes: list[Mark] = attrs.field(factory=list)
+    recoveries: list[Mark] = attrs.field(factory=list)
     first: float | None = None
     last: float = 0.0
+    window: tuple[int, int] | None = None
+    window_times: tuple[float, float] | None = None
+    quiet: list[tuple[float, float]] = attrs.field(factory=list)
+    leases_of: dict[str, list[Lease]] = attrs.field(factory=dict)  # by manager, till it ends
 
     def seed(self, state: State, t: float | None) -> None:
         """What was live where the kept history starts, once older history was retired.
@@ -170,43 +140,63 @@ class _Collector:
         kept history starts (time *t*), as the state there has it.
         """
         start = 0.0 if t is None else t
+        sessions = {s.owner: s.name for s in state.sessions.values() if s.owner is not None}
         for m in state.managers.values():
-            self.managers[m.id] = _Manager(m.id, m.pid, m.opened_at, m.opened_seq,
-                                           None if m.ended is None else start, m.ended_seq,
-                                           m.ended, m.ended_by)
+            self.managers[m.id] = Manager(m.id, m.pid, m.opened_at, m.opened_seq,
+                                          None if m.ended is None else start, m.ended_seq,
+                                          m.ended, m.ended_by, sessions.get(m.id))
         for g in state.generations.values():
-            self.generations[g.id] = _Generation(
+            leases = [Lease(lease, start, state.seq, manager=g.manager)
+                      for lease in sorted(g.leases)]
+            self.generations[g.id] = Generation(
                 g.id, g.manager, g.created_at, g.created_seq, removal_seq=g.removal_seq,
-                by=g.removal_by, reason=g.removal_reason,
-                leases=[_Lease(lease, start, state.seq) for lease in sorted(g.leases)])
+                by=g.removal_by, reason=g.removal_reason, leases=leases)
+            if g.manager is not None:
+                self.leases_of.setdefault(g.manager, []).extend(leases)
 
     def each(self, record: Record, _draft: Fold) -> None:
         t, seq = record.time, record.seq
         if self.first is None:
             self.first = t
         self.last = t
+        if ((self.lo is None or t >= self.lo) and (self.hi is None or t <= self.hi)
+                and seq >= self.since and (self.until is None or seq <= self.until)):
+            self._in_window(t, seq)
         match record.event:
             case ManagerOpened(manager=m, pid=pid):
-                self.managers[m] = _Manager(m, pid, t, seq)
+                self.managers[m] = Manager(m, pid, t, seq)
             case ManagerClosed(manager=m):
+                self.leases_of.pop(m, None)
                 self.managers[m].end, self.managers[m].end_seq = t, seq
                 self.managers[m].ended = "closed"
             case ManagerDied(manager=m, recovery=r):
                 manager = self.managers[m]
                 manager.end, manager.end_seq, manager.ended, manager.by = t, seq, "dead", r
-                self.crashes.append(_Mark(t, seq, (
+                # Its leases the journal never released ended with it.
+                for held in self.leases_of.pop(m, []):
+                    if held.end is None:
+                        held.died = (t, seq)
+                self.crashes.append(Mark(t, seq, (
                     f"event {seq}: recovery {r} found manager {m} (pid {manager.pid}) dead"), m))
             case RecoveryStarted(recovery=r, pid=pid):
-                self.recoveries.append(_Mark(t, seq, (
+                self.recoveries.append(Mark(t, seq, (
                     f"event {seq}: recovery pass {r} (pid {pid}) started")))
+            case SessionClaimed(manager=m, session=name):
+                self.managers[m].session = name
+            case SessionAdopted(manager=m, session=name, generation=g):
+                self.managers[m].session = name
+                self.generations[g].adopted.append((seq, m))
+                self.generations[g].manager = m
             case GenerationCreated(manager=m, generation=g):
-                self.generations[g] = _Generation(g, m, t, seq)
-            case LeaseAcquired(generation=g, lease=lease, label=label):
-                self.generations[g].leases.append(_Lease(lease, t, seq, label))
+                self.generations[g] = Generation(g, m, t, seq)
+            case LeaseAcquired(manager=m, generation=g, lease=lease, label=label):
+                taken = Lease(lease, t, seq, label, manager=m)
+                self.generations[g].leases.append(taken)
+                self.leases_of.setdefault(m, []).append(taken)
             case CommandStarted(generation=g, lease=lease, pid=pid):
                 for held in reversed(self.generations[g].leases):
                     if held.id == lease:
-                        held.commands.append((pid, seq))
+                        held.commands.append((pid, seq, t))
                         break
             case LeaseReleased(generation=g, lease=lease):
                 for held in reversed(self.generations[g].leases):
@@ -214,7 +204,7 @@ class _Collector:
                         held.end, held.end_seq = t, seq
                         break
             case RemovalStarted(generation=g, by=by, reason=reason):
-                known = self.generations.setdefault(g, _Generation(g, None, t, seq))
+                known = self.generations.setdefault(g, Generation(g, None, t, seq))
                 known.removal_seq, known.by, known.reason = seq, by, reason
             case Reappeared(generation=g, by=by):
                 known = self.generations[g]
@@ -228,6 +218,41 @@ class _Collector:
             case _:
                 pass
 
+    def _in_window(self, t: float, seq: int) -> None:
+        if self.window is None or self.window_times is None:
+            self.window, self.window_times = (seq, seq), (t, t)
+            return
+        latest = self.window_times[1]
+        if self.idle is not None and t - latest > self.idle:
+            self.quiet.append((latest, t))
+        self.window = (self.window[0], seq)
+        self.window_times = (self.window_times[0], max(latest, t))
+
+
+def _bounds(since: int | float | None, until: int | float | None, times: dict[int, float],
+            first_seq: int | None, last_seq: int | None) -> tuple[float | None, float | None, str]:
+    """The window's ends as times (None: the journal's own), and why it selects nothing."""
+    lo = hi = None
+    if last_seq is None or first_seq is None:
+        return None, None, "the journal holds no events"
+    if isinstance(since, int):
+        if since > last_seq:
+            return None, None, (f"the window starts at event {since:,}, past the journal's "
+                                f"last event ({last_seq:,})")
+        lo = times.get(since)  # None for retired history: from the first event kept
+    elif since is not None:
+        lo = since
+    if isinstance(until, int):
+        if until < first_seq:
+            return None, None, (f"the window ends at event {until:,}, before the journal's "
+                                f"first event ({first_seq:,})")
+        hi = times.get(until)  # None past the end: to the last event
+    elif until is not None:
+        hi = until
+    if lo is not None and hi is not None and hi < lo:
+        return None, None, "the window ends before it starts"
+    return lo, hi, ""
+
 
 def timeline(
     journal: os.PathLike[str] | str,
@@ -239,85 +264,103 @@ def timeline(
     max_bars: int = 2000,
     max_lanes: int = 200,
     width: int = _WIDTH,
+    idle: float | None = IDLE,
+    all_lanes: bool = False,
     progress: Progress | None = None,
 ) -> Timeline:
-    """Draw the journal's managers and generations as an SVG; write it to *output* if given.
+    """Draw the journal's sessions, managers and generations as an SVG; write it to *output*.
 
-    *manager* keeps one lane; *since* and *until* (epoch seconds, or an int:
-    the time of that event) keep what overlaps that window.  The replay is
-    lenient: a record the reducer refuses is skipped and marked.  The SVG
+    *manager* keeps one manager's lane; *since* and *until* (epoch seconds,
+    or an int: the time of that event) keep what overlaps that window.
+    *idle* (seconds, None for real time throughout) is how long a stretch
+    with no event and no lease held may last before it is drawn compressed;
+    *all_lanes* draws managers with nothing in the window too.  The replay
+    is lenient: a record the reducer refuses is skipped and marked.  The SVG
     text is in the result's ``svg``.
     """
+    if idle is not None and not (isinstance(idle, int | float) and idle >= 0):
+        raise BadInput(f"idle {idle!r}", "is not a number of seconds of 0 or more",
+                       "Pass one such as 60, or None to draw time to scale throughout")
     path = Path(journal)
-    collector = _Collector()
     refused: list[Problem] = []
     with opened(path, snapshot=True) as store:
+        first_seq, last_seq, _ = store.extent()
+        times = store.times_of([t for t in (since, until) if isinstance(t, int)])
+        lo_bound, hi_bound, nothing = _bounds(since, until, times, first_seq, last_seq)
+        collector = _Collector(lo_bound, hi_bound, idle,
+                               since=since if isinstance(since, int) else 0,
+                               until=until if isinstance(until, int) else None)
+        # Where the kept history starts: what was live there is drawn from there.
         start = checkpoint.origin(store).state
         collector.seed(start, store.history().first_time)
         state = replay(store, lenient=refused, each=collector.each, progress=progress,
                        start=start)
         events = store.last_seq()
         refused_at = store.times_of([p.seq for p in refused if p.seq is not None])
-        at = store.times_of([t for t in (since, until) if isinstance(t, int)])
-    if isinstance(since, int):
-        since = at.get(since, collector.first)
-    if isinstance(until, int):
-        until = at.get(until, collector.last)
     if manager is not None and manager not in collector.managers:
         raise BadInput(f"--manager {manager}", "is not a manager of this journal",
                        "Pass an id from `journal-inspect events --kind manager.opened`")
     for g in collector.generations.values():
         g.held = state.held.get(g.id, state.held.get(g.manager or ""))
-    end = collector.last
-    lo = collector.first if since is None else since
-    hi = end if until is None else until
+    # A refused record is not folded, so the collector never saw it: it ends the journal too.
+    end = max([collector.last, *refused_at.values()])
+    lo = collector.first if lo_bound is None else lo_bound
+    hi = end if hi_bound is None else hi_bound
     if lo is None:
         lo = hi = 0.0
     if hi <= lo:
         hi = lo + 1.0
 
     def overlaps(start: float, stop: float | None) -> bool:
-        return start <= hi and (stop if stop is not None else end) >= lo
+        return not nothing and start <= hi and (stop if stop is not None else end) >= lo
 
-    managers = [m for m in sorted(collector.managers.values(), key=lambda m: m.start_seq)
-                if (manager is None or m.id == manager) and overlaps(m.start, m.end)]
-    per_lane = max(1, math.ceil(len(managers) / max(max_lanes, 1)))
-    lane_of = {m.id: m.id if per_lane == 1 else
-               f"managers {i // per_lane * per_lane + 1} to "
-               f"{min((i // per_lane + 1) * per_lane, len(managers))}"
-               for i, m in enumerate(managers)}
-    lanes = list(dict.fromkeys(lane_of.values()))
     generations = [g for g in sorted(collector.generations.values(), key=lambda g: g.start_seq)
-                   if (g.manager in lane_of or (g.manager is None and manager is None))
-                   and overlaps(g.start, g.end)]
-    if any(g.manager is None for g in generations):
-        lanes.append("")  # strays: found on disk, never created by a manager
-    marks = [p for p in refused if p.seq is not None and p.check in ("rules", "schema")]
-    grouped = len(generations) > max_bars or per_lane > 1
-    note = ""
-    if per_lane > 1:
-        note = (f"Merged: {len(managers):,} managers would make as many lanes, so each lane "
-                f"holds {per_lane} managers in the order they opened. ")
-    if grouped:
-        note += (f"Grouped: {len(generations):,} bars would be too many to tell apart, so each "
-                 f"lane's generations are drawn as {_GROUP_PX} px columns by when they began "
-                 "(colour: the most common ending; hover for the counts). Leases not drawn.")
-    picture = _Picture(lo, hi, end, width, lanes, collector.managers, lane_of, note)
-    drawn = picture.groups(generations) if grouped else picture.bars(generations)
-    crashes = [c for c in collector.crashes if lo <= c.time <= hi
+                   if overlaps(g.start, g.end)
+                   and (manager is None or g.manager == manager)]
+    marks = [p for p in refused if p.seq is not None and p.check in ("rules", "schema")
+             and not nothing and lo <= refused_at.get(p.seq, lo) <= hi]
+    crashes = [c for c in collector.crashes if not nothing and lo <= c.time <= hi
                and (manager is None or c.manager == manager)]
-    recoveries = [r for r in collector.recoveries if lo <= r.time <= hi]
+    recoveries = [r for r in collector.recoveries if not nothing and lo <= r.time <= hi]
+    # A manager's lane holds its generations and its crash; with all_lanes, every manager
+    # alive in the window has one. (A generation may outlive its manager into the window.)
+    drawn_in = {g.manager for g in generations} | {c.manager for c in crashes}
+    managers = [m for m in sorted(collector.managers.values(), key=lambda m: m.start_seq)
+                if (manager is None or m.id == manager)
+                and (m.id in drawn_in or (all_lanes and overlaps(m.start, m.end)))]
+    lanes, lane_of, merged = _lanes(managers, max_lanes)
+    if any(g.manager is None for g in generations):
+        lanes.append(Lane("", "strays", "", "generations found on disk that no manager "
+                          "created", "strays"))
+    grouped = len(generations) > max_bars or merged > 1
+    quiet = list(collector.quiet)
+    if collector.window_times is None:
+        quiet.append((lo, hi))
+    else:
+        quiet += [(lo, collector.window_times[0]), (collector.window_times[1], hi)]
+    busy = [(lease.start, lease.stop(g.end if g.end is not None else end))
+            for g in generations for lease in g.leases]
+    gaps = [] if idle is None or nothing else idle_stretches(lo, hi, quiet, busy, idle)
+    scale = Scale(lo, hi, LABEL, width - 20, gaps)
+    notes = _notes(nothing, len(managers), merged, grouped, len(generations), scale, idle)
+    sessions = len({m.session for m in managers if m.session is not None})
+    window = None if nothing else collector.window
+    caption = (f"{counted(len(generations), 'generation')} of "
+               f"{counted(len(managers), 'manager')}"
+               + (f" ({counted(sessions, 'named session')})" if sessions else "")
+               + f", {counted(len(crashes), 'crash', 'crashes')}, "
+               f"{counted(len(recoveries), 'recovery pass', 'recovery passes')}, "
+               f"{counted(len(marks), 'refused record')}; "
+               + ("nothing drawn" if nothing else
+                  (f"events {window[0]:,} to {window[1]:,} of {events:,}" if window
+                   else "no event in the window") + f", {_span(lo, hi)}"))
+    picture = Picture(scale, end, width, lanes, lane_of, caption, notes, grouped)
+    drawn = picture.groups(generations) if grouped else picture.bars(generations)
     picture.marks(crashes, recoveries, [
-        _Mark(refused_at.get(p.seq or 0, lo), p.seq or 0, f"event {p.seq} refused: {p.message}")
-        for p in marks if lo <= refused_at.get(p.seq or 0, lo) <= hi])
+        Mark(refused_at.get(p.seq or 0, lo), p.seq or 0, f"event {p.seq} refused: {p.message}")
+        for p in marks])
     ended: Counter[str] = Counter(g.ending() for g in generations)
-    caption = (f"{len(generations):,} generations of {len(managers):,} managers, "
-               f"{len(crashes)} crashes, {len(recoveries)} recovery passes, "
-               f"{len(marks)} refused records; events 1 to {events:,}")
-    # A path that is not UTF-8 is drawn with U+FFFD where its odd bytes are:
-    # an SVG is UTF-8 text, and those bytes would make it unreadable XML.
-    svg = picture.render(f"sessiontemp timeline of {path}", caption).encode(
-        "utf-8", "surrogateescape").decode("utf-8", "replace")
+    svg = picture.render(f"sessiontemp timeline of {path}")
     out = None if output is None else Path(output)
     if out is not None:
         out.write_text(svg, encoding="utf-8")
@@ -325,255 +368,82 @@ def timeline(
         journal=path, output=out, events=events, managers=len(managers),
         generations=len(generations), drawn=drawn, grouped=grouped,
         ended={k: ended.get(k, 0) for k in COLOURS}, crashes=len(crashes),
-        recoveries=len(recoveries), refused=tuple(p.seq or 0 for p in marks), svg=svg,
+        recoveries=len(recoveries), refused=tuple(p.seq or 0 for p in marks),
+        lanes=len(lanes), idle=len(scale.idle), window=window, nothing=nothing, svg=svg,
     )
 
 
-def _clock(t: float) -> str:
-    return dt.datetime.fromtimestamp(t).astimezone().isoformat(timespec="milliseconds")
+def _span(lo: float, hi: float) -> str:
+    """From *lo* to *hi* in local time, the date said once when it is the same."""
+    start, stop = (dt.datetime.fromtimestamp(t).astimezone() for t in (lo, hi))
+    same = start.date() == stop.date()
+    return (f"{start.strftime('%Y-%m-%d %H:%M:%S.%f')[:-3]} to "
+            f"{stop.strftime('%H:%M:%S.%f' if same else '%Y-%m-%d %H:%M:%S.%f')[:-3]} "
+            f"{stop.strftime('%Z')}")
 
 
-def _short(identifier: str) -> str:
-    return identifier[:8]
+def _lanes(managers: list[Manager], max_lanes: int) -> tuple[list[Lane], dict[str, str], int]:
+    """One lane per named session or per manager without one, merged past *max_lanes*;
+    which lane each manager is in; how many a merged lane holds (1: none merged)."""
+    units: dict[str, Lane] = {}
+    for m in managers:
+        if m.session is not None:
+            key = f"session {m.session}"
+            lane = units.setdefault(key, Lane(key, m.session, "", "", "session"))
+        else:
+            lane = units.setdefault(m.id, Lane(m.id, f"manager {m.id[:8]}", f"pid {m.pid}", "",
+                                               "manager"))
+        lane.managers.append(m)
+    for lane in units.values():
+        if lane.kind == "session":
+            pids = ", ".join(str(m.pid) for m in lane.managers)
+            lane.detail = f"pid {pids}" if len(lane.managers) == 1 else (
+                f"{len(lane.managers)} managers")
+            lane.about = "\n".join([f"session {lane.name}", *(m.story() for m in lane.managers)])
+        else:
+            lane.about = lane.managers[0].story()
+    per_lane = max(1, math.ceil(len(units) / max(max_lanes, 1)))
+    lane_of = {m.id: (f"session {m.session}" if m.session is not None else m.id)
+               for m in managers}
+    if per_lane == 1:
+        return list(units.values()), lane_of, 1
+    merged: list[Lane] = []
+    keys = list(units)
+    kinds = {u.kind for u in units.values()}
+    what = "managers" if kinds == {"manager"} else "sessions and managers"
+    for i in range(0, len(keys), per_lane):
+        members = [units[k] for k in keys[i:i + per_lane]]
+        name = f"{what} {i + 1} to {i + len(members)}"
+        inside = [m for u in members for m in u.managers]
+        merged.append(Lane(name, name, "", f"{len(members)} {what}, opened at events "
+                           f"{inside[0].start_seq} to {inside[-1].start_seq}", "managers",
+                           inside))
+        for u in members:
+            for m in u.managers:
+                lane_of[m.id] = name
+    return merged, lane_of, per_lane
 
 
-class _Picture:
-    """The SVG being drawn: lanes down, time across."""
-
-    def __init__(self, lo: float, hi: float, end: float, width: int, lanes: Sequence[str],
-                 managers: Mapping[str, _Manager], lane_of: Mapping[str, str], note: str
-                 ) -> None:
-        self.lo, self.hi, self.end = lo, hi, end
-        self.width = width
-        self.lanes = list(lanes)
-        self.index = {lane: i for i, lane in enumerate(self.lanes)}
-        self.managers = managers
-        self.lane_of = lane_of
-        # Many lanes: one row each, so the picture stays a few screens tall.
-        self.row_count = 1 if len(self.lanes) > 30 else _ROWS
-        self.rows: dict[str, list[float]] = {lane: [] for lane in self.lanes}
-        # The note is wrapped to the width (about 6 px a character at this
-        # size); each line past the first moves everything below it down.
-        self.note = textwrap.wrap(note, max(40, width // 6 - 4))
-        self.shift = 14 * max(len(self.note) - 1, 0)
-        self.top = 86 + self.shift
-        self.lane_height = _ROW * self.row_count + (12 if self.row_count > 1 else 6)
-        self.body: list[str] = []
-        self.axis_marks: list[str] = []
-
-    def x(self, t: float) -> float:
-        span = self.hi - self.lo
-        t = min(max(t, self.lo), self.hi)
-        return round(_LABEL + (t - self.lo) / span * (self.width - _LABEL - 20), 2)
-
-    def lane(self, manager: str | None) -> str:
-        return "" if manager is None else self.lane_of[manager]
-
-    def lane_y(self, lane: str) -> int:
-        return self.top + self.index[lane] * self.lane_height
-
-    def row_for(self, lane: str, start: float, stop: float) -> int:
-        """The first row of *lane* free at *start* (bars packed like intervals)."""
-        rows = self.rows[lane]
-        for i, busy_until in enumerate(rows):
-            if busy_until <= start:
-                rows[i] = stop
-                return i
-        if len(rows) < self.row_count:
-            rows.append(stop)
-            return len(rows) - 1
-        i = min(range(len(rows)), key=rows.__getitem__)
-        rows[i] = max(rows[i], stop)
-        return i
-
-    def bars(self, generations: Sequence[_Generation]) -> int:
-        for g in generations:
-            lane = self.lane(g.manager)
-            stop = g.end if g.end is not None else self.end
-            x0, x1 = self.x(g.start), self.x(stop)
-            w = max(x1 - x0, 1.0)
-            row = self.row_for(lane, x0, x0 + w + 1)
-            y = self.lane_y(lane) + 3 + row * _ROW
-            ending = g.ending()
-            title = [f"generation {g.id} ({ending})",
-                     f"created at event {g.start_seq} ({_clock(g.start)})"
-                     + (f" by manager {g.manager}" if g.manager else " (a stray)")]
-            if g.reappeared:
-                title.append("on disk again after its removal at event(s) "
-                             + ", ".join(map(str, g.reappeared)))
-            if g.removal_seq is not None:
-                title.append(f"removal started at event {g.removal_seq} by {g.by}: {g.reason}")
-            if g.end_seq is not None:
-                title.append(f"removal finished at event {g.end_seq} ({g.outcome})")
-            if g.held is not None:
-                title.append(f"kept: event {g.held}, which the lifecycle rules refuse, names it "
-                             "or its manager")
-            parts = [f'<rect class="generation {ending}" data-generation={quoteattr(g.id)} '
-                     f'x="{x0}" y="{y}" width="{round(w, 2)}" height="{_ROW - 3}" rx="2" '
-                     f'fill="{COLOURS[ending]}"/>']
-            for lease in g.leases:
-                lstop = lease.end if lease.end is not None else stop
-                lx0, lx1 = self.x(lease.start), self.x(lstop)
-                lw = max(lx1 - lx0, 1.0)
-                released = (f"released at event {lease.end_seq}" if lease.end_seq is not None
-                            else "never released in the journal")
-                named = f" ({lease.label})" if lease.label else ""
-                about = f"lease {lease.id}{named}: taken at event {lease.start_seq}, {released}"
-                about += "".join(f"; command pid {pid} started at event {cseq}"
-                                 for pid, cseq in lease.commands)
-                parts.append(
-                    f'<g class="lease"><title>{escape(about)}</title>'
-                    f'<rect x="{lx0}" y="{y + 7}" width="{round(lw, 2)}" height="3" '
-                    f'fill="{_LEASE}"/>'
-                    + (f'<text x="{lx0 + 2}" y="{y + 6}" font-size="7" fill="#fff">'
-                       f'{escape(lease.label[:int(lw) // 5] or _short(lease.id))}</text>'
-                       if lw > 44 else "")
-                    + "</g>")
-            self.body.append(f'<g><title>{escape(chr(10).join(title))}</title>'
-                             + "".join(parts) + "</g>")
-        return len(generations)
-
-    def groups(self, generations: Sequence[_Generation]) -> int:
-        columns: dict[tuple[str, int], list[_Generation]] = {}
-        for g in generations:
-            column = int((self.x(g.start) - _LABEL) // _GROUP_PX)
-            columns.setdefault((self.lane(g.manager), column), []).append(g)
-        for (lane, column), members in sorted(columns.items(),
-                                              key=lambda kv: (self.index[kv[0][0]],
-                                                              kv[0][1])):
-            counts: Counter[str] = Counter(g.ending() for g in members)
-            ending = counts.most_common(1)[0][0]
-            x0 = _LABEL + column * _GROUP_PX
-            y = self.lane_y(lane) + 3
-            # Height grows with the count, up to the lane, so dense stretches show.
-            h = min(self.lane_height - 6, 4 + 6 * math.log2(len(members)))
-            last = max(g.end_seq or g.start_seq for g in members)
-            seqs = f"events {members[0].start_seq} to {last}"
-            text = (f"{len(members)} generations begun here ({seqs}): "
-                    + ", ".join(f"{counts[k]} {k}" for k in COLOURS if counts[k]))
-            self.body.append(
-                f'<g><title>{escape(text)}</title><rect class="group {ending}" '
-                f'data-count="{len(members)}" x="{x0}" y="{y}" width="{_GROUP_PX - 0.5}" '
-                f'height="{round(h, 2)}" fill="{COLOURS[ending]}"/></g>')
-        return len(columns)
-
-    def marks(self, crashes: Sequence[_Mark], recoveries: Sequence[_Mark],
-              refused: Sequence[_Mark]) -> None:
-        bottom = self.top + len(self.lanes) * self.lane_height
-        for r in recoveries:
-            x = self.x(r.time)
-            self.axis_marks.append(
-                f'<g class="recovery-pass"><title>{escape(r.text)}</title>'
-                f'<line x1="{x}" y1="{self.top - 8}" x2="{x}" y2="{bottom}" stroke="{_RECOVERY}" '
-                f'stroke-width="1" stroke-dasharray="3,3" opacity="0.6"/>'
-                f'<circle cx="{x}" cy="{self.top - 8}" r="3" fill="{_RECOVERY}"/></g>')
-        for c in crashes:
-            x = self.x(c.time)
-            lane = self.lane_of.get(c.manager or "")
-            y = self.top if lane is None else self.lane_y(lane) + self.lane_height / 2
-            self.axis_marks.append(
-                f'<g class="crash"><title>{escape(c.text)}</title>'
-                f'<path d="M{x - 5},{y - 5} L{x + 5},{y + 5} M{x - 5},{y + 5} L{x + 5},{y - 5}" '
-                f'stroke="{_CRASH}" stroke-width="2.5"/></g>')
-        for f in refused:
-            x = self.x(f.time)
-            y = self.top - 22
-            self.axis_marks.append(
-                f'<g class="refused-record"><title>{escape(f.text)}</title>'
-                f'<path d="M{x - 5},{y - 6} L{x + 5},{y - 6} L{x},{y + 3} Z" '
-                f'fill="{COLOURS["refused"]}"/></g>')
-
-    def render(self, heading: str, caption: str) -> str:
-        height = self.top + max(len(self.lanes), 1) * self.lane_height + 70
-        out = [
-            '<?xml version="1.0" encoding="UTF-8"?>',
-            f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.width}" height="{height}" '
-            f'viewBox="0 0 {self.width} {height}" font-family="sans-serif" font-size="11">',
-            f"<title>{escape(heading)}</title>",
-            f'<rect width="{self.width}" height="{height}" fill="#ffffff"/>',
-            f'<text x="10" y="18" font-size="14" font-weight="bold">{escape(heading)}</text>',
-            f'<text class="caption" x="10" y="34" fill="#333">{escape(caption)}</text>',
-        ]
-        for i, line in enumerate(self.note):
-            out.append(f'<text class="caption" x="10" y="{49 + 14 * i}" fill="#a33">'
-                       f'{escape(line)}</text>')
-        out.append(f'<g transform="translate(0 {self.shift})">')
-        out += self.legend()
-        out.append("</g>")
-        for i, lane in enumerate(self.lanes):
-            y = self.top + i * self.lane_height
-            fill = "#f4f4f4" if i % 2 == 0 else "#fbfbfb"
-            out.append(f'<rect x="0" y="{y}" width="{self.width}" height="{self.lane_height}" '
-                       f'fill="{fill}"/>')
-            out.append(self.lane_label(lane, y))
-        out += self.axis(self.top + len(self.lanes) * self.lane_height)
-        out += self.body
-        out += self.axis_marks
-        out.append("</svg>")
-        return "\n".join(out) + "\n"
-
-    def lane_label(self, lane: str, y: int) -> str:
-        first = y + min(20, self.lane_height - 6)
-        if not lane:
-            return (f'<text x="6" y="{first}"><title>generations found on disk that no '
-                    'manager created</title>strays</text>')
-        if lane not in self.managers:
-            members = [m for m, on in self.lane_of.items() if on == lane]
-            return (f'<g class="managers"><title>{len(members)} managers, opened at events '
-                    f'{self.managers[members[0]].start_seq} to '
-                    f'{self.managers[members[-1]].start_seq}</title>'
-                    f'<text x="6" y="{first}">{escape(lane)}</text></g>')
-        m = self.managers[lane]
-        how = ("still open" if m.ended is None else
-               f"closed at event {m.end_seq}" if m.ended == "closed" else
-               f"found dead at event {m.end_seq} by recovery {m.by}")
-        x0, x1 = self.x(m.start), self.x(m.end if m.end is not None else self.end)
-        mid = y + self.lane_height - 5
-        return (f'<g class="manager" data-manager={quoteattr(m.id)}><title>'
-                f'{escape(f"manager {m.id} (pid {m.pid}): opened at event {m.start_seq}, {how}")}'
-                f'</title><text x="6" y="{first}">manager {escape(_short(m.id))}'
-                f' <tspan fill="#555">pid {m.pid}</tspan></text>'
-                f'<line x1="{x0}" y1="{mid}" x2="{x1}" y2="{mid}" stroke="#888" '
-                f'stroke-width="2"/></g>')
-
-    def legend(self) -> list[str]:
-        items = [("normal", "removed by its manager"), ("recovery", "removed by a recovery"),
-                 ("live", "not removed yet"), ("refused", "refused or kept by a refused record")]
-        out = ['<g class="legend">']
-        x = 10
-        for key, text in items:
-            out.append(f'<rect x="{x}" y="60" width="12" height="10" fill="{COLOURS[key]}"/>'
-                       f'<text x="{x + 16}" y="69">{escape(text)}</text>')
-            x += 24 + 7 * len(text)
-        out.append(f'<rect x="{x}" y="63" width="14" height="3" fill="{_LEASE}"/>'
-                   f'<text x="{x + 18}" y="69">lease</text>')
-        x += 60
-        out.append(f'<path d="M{x},61 L{x + 9},70 M{x},70 L{x + 9},61" stroke="{_CRASH}" '
-                   f'stroke-width="2"/><text x="{x + 14}" y="69">crash found</text>')
-        x += 95
-        out.append(f'<circle cx="{x + 4}" cy="65" r="3" fill="{_RECOVERY}"/>'
-                   f'<text x="{x + 12}" y="69">recovery pass</text>')
-        x += 105
-        out.append(f'<path d="M{x},61 L{x + 10},61 L{x + 5},70 Z" fill="{COLOURS["refused"]}"/>'
-                   f'<text x="{x + 14}" y="69">record refused</text>')
-        out.append("</g>")
-        return out
-
-    def axis(self, y: int) -> list[str]:
-        out = [f'<line x1="{_LABEL}" y1="{y}" x2="{self.width - 20}" y2="{y}" stroke="#333"/>']
-        span = self.hi - self.lo
-        fmt = "%H:%M:%S" if span < 86400 else "%m-%d %H:%M"
-        if span < 10:
-            fmt = "%H:%M:%S.%f"
-        for i in range(7):
-            t = self.lo + span * i / 6
-            x = self.x(t)
-            label = dt.datetime.fromtimestamp(t).astimezone().strftime(fmt)
-            if fmt.endswith("%f"):
-                label = label[:-3]
-            anchor = "end" if i == 6 else "middle"
-            out.append(f'<line x1="{x}" y1="{y}" x2="{x}" y2="{y + 5}" stroke="#333"/>'
-                       f'<text x="{x}" y="{y + 18}" text-anchor="{anchor}">{label}</text>')
-        zone = dt.datetime.fromtimestamp(self.lo).astimezone().strftime("%Y-%m-%d %Z")
-        out.append(f'<text x="{_LABEL}" y="{y + 34}" fill="#555">local time, {zone}</text>')
-        return out
+def _notes(nothing: str, lanes: int, merged: int, grouped: bool, generations: int,
+           scale: Scale, idle: float | None) -> list[tuple[str, str]]:
+    """What the reader must know to read the picture right: (colour, text) each."""
+    if nothing:
+        return [("#a33", f"Nothing in the window: {nothing}.")]
+    notes = []
+    if merged > 1:
+        notes.append(("#a33", f"Merged: {lanes:,} managers would make as many lanes, so each "
+                      f"lane holds {merged} managers in the order they opened. "))
+    if grouped:
+        notes.append(("#a33", f"Grouped: {generations:,} bars would be too many to tell "
+                      f"apart, so each lane's generations are drawn as {GROUP_PX} px columns "
+                      "by when they began (colour: the most common ending; hover for the "
+                      "counts). Leases not drawn."))
+    if scale.idle and idle is not None:
+        total = sum(g.stop - g.start for g in scale.idle)
+        stretches = counted(len(scale.idle), "idle stretch", "idle stretches")
+        notes.append(("#555", f"Compressed: {stretches} longer than {duration(idle)} (no "
+                      "event, no lease held; "
+                      f"{duration(total)} in all) drawn hatched, each "
+                      f"{scale.idle[0].x1 - scale.idle[0].x0:g} px wide; the rest is to "
+                      "one scale."))
+    return notes

@@ -1,0 +1,74 @@
+"""Sphinx configuration of sessiontemp's documentation site.
+
+Build it (the ``docs`` extra holds what this needs)::
+
+    pip install -e '.[docs]'
+    python -m sphinx -W -n docs docs/_build/html
+
+Every page is Markdown (MyST); the API reference is autodoc over the
+docstrings, the CLI reference is sphinx-argparse over the real parsers, so
+neither can drift from the code.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib import metadata
+from pathlib import Path
+
+# cli_parsers.py, beside this file, hands the real parsers to sphinx-argparse.
+sys.path.insert(0, str(Path(__file__).parent))
+
+project = "sessiontemp"
+author = "the sessiontemp authors"
+copyright = "the sessiontemp authors"
+release = metadata.version("sessiontemp")
+version = release
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinxarg.ext",
+]
+
+source_suffix = {".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
+
+# Headings up to level 4 get anchors, so a page links to `page.md#a-heading`.
+myst_heading_anchors = 4
+myst_enable_extensions = ["colon_fence", "deflist"]
+
+# Options such as `--root` and `-- CMD` are shown as typed, never as dashes.
+smartquotes = False
+
+html_theme = "furo"
+html_title = "sessiontemp"
+html_static_path: list[str] = []
+html_show_sourcelink = False
+
+autodoc_member_order = "bysource"
+autodoc_typehints = "signature"
+# Names in signatures as they are imported (os.PathLike), never with the
+# "~" of a shortened reference left in.
+autodoc_typehints_format = "fully-qualified"
+autodoc_class_signature = "mixed"
+autodoc_default_options = {"members": True, "show-inheritance": True}
+
+# Every cross-reference must resolve (`-n`); the standard library is not
+# linked (there is no network to fetch its inventory from), so its names are
+# accepted as they are.
+nitpicky = True
+nitpick_ignore_regex = [
+    (r"py:.*", r"(os|pathlib|collections\.abc|typing|subprocess|asyncio|signal|"
+               r"types|datetime|enum|contextlib|sqlite3|io|threading)\..*"),
+]
+
+
+# The core's own state types that some signatures return, and the type
+# aliases of a few parameters, have no page of their own; Sphinx's
+# signature parser also cuts ``Callable[[], T]`` at its empty list.
+nitpick_ignore_regex += [
+    (r"py:.*", r"sessiontemp\.sessions\.Resumable|journal\.(reducer\.State|store\.History)"),
+    (r"py:class", r"Callable\[\[.*"),
+]
