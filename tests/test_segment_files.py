@@ -116,6 +116,8 @@ def test_a_segment_file_of_another_user_is_refused_to_a_writer_by_name(
             attempt()
         assert caught.value.path == str(name)
         assert caught.value.reason == f"is owned by uid 65534, not you (uid {os.getuid()})"
-    # A reader writes nothing: it reads a journal of another user's as it is.
-    ran = zygote.journal_inspect("--root", segmented, "verify")
-    assert ran.returncode == 0, ran.stdout + ran.stderr
+    if which != "directory":
+        # A reader writes nothing: it reads a segment of another user's as it is
+        # (an entry of the root itself must be the root's owner's, as every one).
+        ran = zygote.journal_inspect("--root", segmented, "verify")
+        assert ran.returncode == 0, ran.stdout + ran.stderr
