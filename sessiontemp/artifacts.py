@@ -328,7 +328,7 @@ def remove_artifact(
     journaled, and a file a keeper still holds (being copied and
     recorded right now) is left.  Returns whether a file was removed:
     False when there was none (already removed, or never kept).  Raises
-    :class:`NoSuchRoot` for a root that does not exist (none is created).
+    :class:`~sessiontemp.NoSuchRoot` for a root that does not exist (none is created).
     """
     # Imported here: recovery imports this module for its sweep.
     from journal.store import Store

@@ -233,8 +233,8 @@ class RecoveryLock:
         """Lock the root's recovery lock, waiting for another pass when *wait*; None if busy.
 
         Raises :class:`UnsafeRoot` when something other than our own
-        regular file stands at the name, and :class:`RootUnusable` (or
-        :class:`RootReadOnly`) when it cannot be made or opened.
+        regular file stands at the name, and :class:`~sessiontemp.RootUnusable` (or
+        :class:`~sessiontemp.RootReadOnly`) when it cannot be made or opened.
         """
         path = root.recovery_lock_path
         try:

@@ -119,8 +119,8 @@ class Manager:
     *root* None means the per-user root under the system temporary directory.
     Opening creates the root if needed, and any missing parent of it, each
     0700 whatever the umask (nothing wider is ever made); refuses an unsafe
-    one (:class:`UnsafeRoot`) or one it cannot use (:class:`RootReadOnly`,
-    :class:`RootUnusable`), opens ``root / "journal.sqlite3"``, runs recovery
+    one (:class:`UnsafeRoot`) or one it cannot use (:class:`~sessiontemp.RootReadOnly`,
+    :class:`~sessiontemp.RootUnusable`), opens ``root / "journal.sqlite3"``, runs recovery
     (removing what dead managers left, unknown entries older than
     *stale_after* seconds) and starts with zero owners: call :meth:`retain`.
     It is a context manager: leaving the block closes it.

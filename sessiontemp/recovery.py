@@ -154,7 +154,7 @@ def recover(
     retired history is kept (see :class:`journal.segments.Retention`).
     *progress* is called with (directories handled, directories to remove)
     as the pass works through the generations it found orphaned.
-    A root that does not exist is never created: :class:`NoSuchRoot`
+    A root that does not exist is never created: :class:`~sessiontemp.NoSuchRoot`
     (a mistyped path must not leave a new root behind).
     """
     check_stale_after(stale_after)

@@ -8,7 +8,7 @@ held open as a directory descriptor and every create, rename, lock and
 removal of a generation is done relative to that descriptor, never by
 re-resolving the path.  Only a manager creates a root: a recovery, a
 removal or an inspection given a path that does not exist says so
-(:class:`NoSuchRoot`) and leaves nothing behind.
+(:class:`~sessiontemp.NoSuchRoot`) and leaves nothing behind.
 
 Layout::
 
@@ -329,8 +329,8 @@ class Root:
         """Check *path*, creating it (0700, missing parents too) when *create*; hold it open.
 
         Raises :class:`UnsafeRoot` naming the path, what is wrong and the fix;
-        :class:`NoSuchRoot` when *path* does not exist and *create* is
-        False; :class:`RootReadOnly` or :class:`RootUnusable` when the
+        :class:`~sessiontemp.NoSuchRoot` when *path* does not exist and *create* is
+        False; :class:`~sessiontemp.RootReadOnly` or :class:`~sessiontemp.RootUnusable` when the
         operating system refuses what is needed; ValueError for an empty
         path (which would mean the current directory: never a choice to
         make by accident).

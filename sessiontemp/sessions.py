@@ -224,7 +224,7 @@ def _lock(sessions_fd: int, name: str) -> int | None:
 
     Raises :class:`UnsafeRoot` when something other than our own regular
     file stands at its name (a symlink is never followed: ``O_NOFOLLOW``),
-    and :class:`RootUnusable` when it cannot be made.
+    and :class:`~sessiontemp.RootUnusable` when it cannot be made.
     """
     while True:
         try:
@@ -308,7 +308,7 @@ def remove_session(
     pass's report says what was removed and what a running command still
     holds (removed by a later pass, once the command exits).  Artifacts are
     kept: they go only by :func:`sessiontemp.remove_artifact`.  Raises
-    :class:`NoSuchRoot` for a root that does not exist (none is created).
+    :class:`~sessiontemp.NoSuchRoot` for a root that does not exist (none is created).
     """
     # Imported here: recovery imports this module for the session lock.
     from journal.store import Store

@@ -86,7 +86,7 @@ def locate(journal: os.PathLike[str] | str | None = None,
 
     Raises :class:`~sessiontemp.BadInput` for a root that is not a directory, and for a
     directory given as the journal file (with ``--root`` as the fix when it
-    holds a journal); :class:`UnsafeRoot` for a root whose own entries
+    holds a journal); :class:`~sessiontemp.UnsafeRoot` for a root whose own entries
     (``managers``, ``artifacts``, the journal's files, ...) are symlinks,
     of the wrong kind or someone else's: what they lead to is not the root's.
     """
