@@ -37,9 +37,11 @@ from typing import Any, Final
 import attrs
 
 from journal.errors import CheckpointInvalid
+from journal.events import Record
 from journal.reducer import (
     EMPTY,
     ArtifactState,
+    Fold,
     GenerationState,
     ManagerState,
     SessionState,
@@ -47,8 +49,8 @@ from journal.reducer import (
 )
 from journal.store import Store
 
-__all__ = ["EVERY", "FORMAT", "KEEP", "ON_OPEN", "Restored", "decode", "due", "encode", "restore",
-           "save"]
+__all__ = ["EVERY", "FORMAT", "KEEP", "ON_OPEN", "Restored", "decode", "due", "encode", "origin",
+           "restore", "save"]
 
 # Bump whenever the reducer's rules or the fields of its states change: a
 # checkpoint of another format is skipped, and the next replay writes a new one.
@@ -141,10 +143,35 @@ def save(store: Store, state: State, *, keep: int = KEEP, roll_over: bool = Fals
     the past (``explain``, ``state --at``) still finds one at most about
     EVERY events before the point it asks for, over the last KEEP * EVERY.
     *roll_over*: start a new segment with it once the active one is past
-    what a retirement pass lets it hold (:meth:`Store.rollover_due`).
+    what a retirement pass lets it hold (:meth:`Store.rollover_due`).  A
+    new segment begins with the state at the journal's last event: events
+    appended since *state* are folded onto it there, tolerantly, as a
+    recovery pass folds them.
     """
+    def caught_up(records: list[Record]) -> bytes:
+        fold = Fold(state, tolerant=True)
+        for record in records:
+            fold.step(record)
+        return encode(fold.result())
+
     store.save_checkpoint(state.seq, FORMAT, encode(state), keep=keep, spacing=EVERY,
-                          roll_over=roll_over)
+                          roll_over=roll_over, catch_up=caught_up)
+
+
+def origin(store: Store) -> Restored:
+    """The state where the kept history starts: empty, or after the last event retired.
+
+    Every reader of the kept history starts here (or later): once history
+    is retired, event 1 is gone, and the segment that starts the kept part
+    holds the checkpoint of the event before its first.  When that
+    checkpoint cannot be used (damaged, of another format, or a journal
+    whose rollover did not start with one), the result's state is older
+    than ``store.history().retired_until``: the caller says so.
+    """
+    retired = store.history().retired_until
+    if not retired:
+        return Restored(EMPTY, None)
+    return restore(store, until=retired)
 
 
 def restore(store: Store, *, until: int | None = None) -> Restored:

@@ -57,6 +57,8 @@ from typing import Final
 
 import attrs
 
+from journal.errors import UnsafeRoot
+
 __all__ = [
     "DEFAULT_RETENTION",
     "MAX_KEPT",
@@ -65,6 +67,8 @@ __all__ = [
     "Filed",
     "Retention",
     "Segment",
+    "check_directory",
+    "check_files",
     "create",
     "directory",
     "folder",
@@ -251,20 +255,25 @@ SEGMENT_SQL: Final = (
 def create(
     path: os.PathLike[str] | str,
     *,
-    base: int,
-    digest: bytes,
-    checkpoint: tuple[int, bytes, int, bytes] | None,
+    checkpoint: tuple[int, bytes, int, bytes],
     application_id: int,
     version: int,
     indexes: Sequence[str] = (),
 ) -> None:
     """Make the segment file *path* durable, holding only its schema and *checkpoint*.
 
+    *checkpoint* is ``(seq, digest, format, state)``: the state after the
+    last event before the segment's first, and that event's chain digest.
+    The segment's base is that checkpoint's event, by construction: a
+    reader of the history this segment starts finds the state there, once
+    everything before it is retired.
+
     Written under a temporary name and renamed, so *path* never names a
     half-made file; created in rollback-journal mode and switched to WAL
     before it is closed, so no -wal file is left beside the temporary name.
     Raises OSError or sqlite3.Error; the caller removes the temporary file.
     """
+    base, digest = int(checkpoint[0]), bytes(checkpoint[1])
     tmp = temporary(path)
     remove_file(tmp)
     conn = sqlite3.connect(tmp, isolation_level=None)
@@ -272,16 +281,15 @@ def create(
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("BEGIN IMMEDIATE")
         for sql in SCHEMA_SQL:
-            conn.execute(sql.format(base=int(base)))
+            conn.execute(sql.format(base=base))
         for sql in SEGMENT_SQL:
             conn.execute(sql)
         # The store's read indexes, made while the file is empty.
         for sql in indexes:
             conn.execute(sql)
         conn.execute("INSERT INTO segment (base, digest) VALUES (?, ?)", (base, digest))
-        if checkpoint is not None:
-            conn.execute("INSERT INTO checkpoints (seq, digest, format, state) "
-                         "VALUES (?, ?, ?, ?)", checkpoint)
+        conn.execute("INSERT INTO checkpoints (seq, digest, format, state) "
+                     "VALUES (?, ?, ?, ?)", checkpoint)
         conn.execute(f"PRAGMA application_id={int(application_id)}")
         conn.execute(f"PRAGMA user_version={int(version)}")
         conn.execute("COMMIT")
@@ -299,6 +307,43 @@ def create(
         os.close(fd)
     os.rename(tmp, path)
     sync_directory(parent(path))
+
+
+# SQLite opens a database by its name, following a symlink there: a link at
+# a segment's name would have the journal read, and written, wherever it
+# points.  SQLite keeps two files beside each: what it writes to them is
+# the journal as much as the file itself.
+_SIDE_FILES: Final = ("", "-wal", "-shm")
+_LINK_FIX: Final = "Remove it or pass another root"
+
+
+def check_files(path: os.PathLike[str] | str, *, writer: bool) -> None:
+    """Refuse a journal file (the head or any segment) whose file, -wal or -shm is unsafe.
+
+    A symbolic link at any of the three names is refused (:class:`UnsafeRoot`,
+    naming it); a *writer* also refuses one owned by another user, which it
+    would write to on their behalf.  A name that does not exist is fine.
+    """
+    for suffix in _SIDE_FILES:
+        _check_entry(f"{os.fspath(path)}{suffix}", writer=writer)
+
+
+def check_directory(journal: os.PathLike[str] | str, *, writer: bool) -> None:
+    """Refuse the segment directory beside *journal* when it is unsafe, as :func:`check_files`."""
+    _check_entry(folder(journal), writer=writer)
+
+
+def _check_entry(name: str, *, writer: bool) -> None:
+    try:
+        # Not following: the link itself is what must not be there.
+        st = os.lstat(name)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafeRoot(name, "is a symbolic link", _LINK_FIX)
+    uid = os.getuid()
+    if writer and st.st_uid != uid:
+        raise UnsafeRoot(name, f"is owned by uid {st.st_uid}, not you (uid {uid})", _LINK_FIX)
 
 
 def parent(path: os.PathLike[str] | str) -> str:

@@ -33,6 +33,7 @@ import stat
 import struct
 import threading
 import time as _time
+import weakref
 from collections import Counter
 from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from pathlib import Path
@@ -52,6 +53,7 @@ from journal.errors import (
     JournalVersionError,
     RuleViolation,
     UnknownKind,
+    UnsafeRoot,
 )
 from journal.events import Event, Record, Unreadable, decode, encode
 from journal.segments import DEFAULT_RETENTION, MAX_KEPT, SEGMENT_SQL, Retention, Segment
@@ -98,6 +100,10 @@ SegmentHook = Callable[[Literal["segment"], str], None]
 # The journal files this process has connections to, by (device, inode).
 _OPEN: Final[Counter[tuple[int, int]]] = Counter()
 _OPEN_LOCK: Final = threading.Lock()
+# The open stores of this process, by their journal's (device, inode): a
+# segment one of them retires is let go of by all the others at once (see
+# Store.retire), not only at their next look.
+_PEERS: Final[dict[tuple[int, int], weakref.WeakSet[Store]]] = {}
 # Connections inherited through fork(), kept referenced so that they are
 # never closed (see Store.forget).
 _FORKED: Final[list[sqlite3.Connection]] = []
@@ -114,8 +120,8 @@ _FORKED: Final[list[sqlite3.Connection]] = []
 # drops what it no longer lists, so that what is remembered is what is kept,
 # not every segment the journal ever had.
 _Identity: TypeAlias = tuple[int, int, int, int]
-# (first, last, sealed, covered, has_events) of a segment: see SegmentInfo.
-_Facts: TypeAlias = tuple[int | None, int | None, float | None, int | None, bool]
+# (first, last, sealed, covered, has_events, based) of a segment: see SegmentInfo.
+_Facts: TypeAlias = tuple[int | None, int | None, float | None, int | None, bool, bool]
 _Known: TypeAlias = tuple[_Identity, _Facts | None]
 # A process keeps an entry for each kept segment of each journal it opened
 # for as long as it runs, and a long-lived manager sees its journal's kept
@@ -126,7 +132,8 @@ _KNOWN: Final[dict[Path, dict[int, bytes]]] = {}
 # The identity's four numbers, the three seqs of the facts, the time sealed,
 # then flags: facts read, has events, and which of the facts are None.
 _RECORD: Final = struct.Struct("=QQqqqqqdB")
-_READ, _HAS_EVENTS, _NO_FIRST, _NO_LAST, _NO_SEALED, _NO_COVERED = (1 << i for i in range(6))
+_READ, _HAS_EVENTS, _NO_FIRST, _NO_LAST, _NO_SEALED, _NO_COVERED, _BASED = (
+    1 << i for i in range(7))
 # Retired heads found with no free page left, by journal: one only ever has
 # rows added (to its retired table) from then on, so it never needs the
 # vacuum a killed retirement leaves undone (see Store.retire).
@@ -142,8 +149,10 @@ def _identity(st: os.stat_result) -> _Identity:
 
 def _pack(identity: _Identity, facts: _Facts | None) -> bytes | None:
     """*identity* and *facts* as one :data:`_RECORD`; None if a number does not fit in it."""
-    first, last, sealed, covered, has_events = facts or (None, None, None, None, False)
+    first, last, sealed, covered, has_events, based = facts or (
+        None, None, None, None, False, False)
     flags = ((_READ if facts is not None else 0) | (_HAS_EVENTS if has_events else 0)
+             | (_BASED if based else 0)
              | (_NO_FIRST if first is None else 0) | (_NO_LAST if last is None else 0)
              | (_NO_SEALED if sealed is None else 0) | (_NO_COVERED if covered is None else 0))
     try:
@@ -157,7 +166,7 @@ def _unpack(record: bytes) -> _Known:
     facts = None if not flags & _READ else (
         None if flags & _NO_FIRST else first, None if flags & _NO_LAST else last,
         None if flags & _NO_SEALED else sealed, None if flags & _NO_COVERED else covered,
-        bool(flags & _HAS_EVENTS))
+        bool(flags & _HAS_EVENTS), bool(flags & _BASED))
     return (dev, ino, size, mtime), facts
 
 
@@ -239,6 +248,9 @@ def _index_sql() -> list[tuple[str, str]]:
 
 # fold(records, base) -> the state after *records* (see Store.submit).
 Fold: TypeAlias = Callable[[list[Record], Any], Any]
+# catch_up(records) -> the encoded state after *records*, folded onto the
+# state being checkpointed (see Store.save_checkpoint).
+CatchUp: TypeAlias = Callable[[list[Record]], bytes]
 
 
 class _StaleTail(Exception):
@@ -299,6 +311,10 @@ class SegmentInfo(segments.Filed):
     ``first`` is None for a segment with no events yet (or the head once
     retired); ``last`` is then its base.  ``sealed`` is when a newer
     segment took over; ``covered`` the seq of its newest checkpoint.
+    ``based``: it holds the checkpoint of its base, tied to the digest it
+    records for it (a rollover's first content): history may be retired up
+    to it, since a reader of what is kept then finds the state where that
+    starts.  Never true of the head, whose base is the empty journal.
     """
 
     # Kept as a string: see journal.segments.Segment.
@@ -310,6 +326,7 @@ class SegmentInfo(segments.Filed):
     covered: int | None
     bytes: int
     has_events: bool
+    based: bool = False
 
 
 @attrs.frozen
@@ -367,6 +384,10 @@ class Store:
         self._active_id: tuple[int, int] | None = None
         # Set once open: from then on every write transaction checks for a seal.
         self._ready = False
+        # Reads streaming rows, by connection; connections left for newer
+        # ones while a read streamed from them, closed when it ends.
+        self._streams: dict[sqlite3.Connection, int] = {}
+        self._superseded: list[sqlite3.Connection] = []
         # The reading connection over every kept segment, and what it was built for.
         self._span: sqlite3.Connection | None = None
         self._span_key: object = None
@@ -434,6 +455,7 @@ class Store:
                     raise
                 self._identity = (st.st_dev, st.st_ino)
                 _OPEN[self._identity] += 1
+                _PEERS.setdefault(self._identity, weakref.WeakSet()).add(self)
             try:
                 self._open_active()
                 if not self.readonly and not self._active.is_head:
@@ -444,7 +466,7 @@ class Store:
                 self.close()
                 raise
         except OSError as e:
-            if isinstance(e, JournalError):
+            if isinstance(e, JournalError | UnsafeRoot):
                 raise
             # Met opening or listing the journal's files (no descriptor left,
             # a directory that cannot be read): never a bare OSError.
@@ -454,6 +476,8 @@ class Store:
     # -- opening -------------------------------------------------------------
 
     def _check_header(self) -> None:
+        self._check_files(self.path)
+        segments.check_directory(self.path, writer=not self.readonly)
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -507,7 +531,16 @@ class Store:
                     "Make it writable, or pass a root on a writable file system",
                 )
 
+    def _check_files(self, file: os.PathLike[str] | str) -> None:
+        """Refuse a journal file whose name, -wal or -shm is a symlink (or, to write, not ours).
+
+        Every file is checked the same way before SQLite opens it by name:
+        the head, the segment being written and each sealed one.
+        """
+        segments.check_files(file, writer=not self.readonly)
+
     def _connect(self, busy_timeout: float) -> sqlite3.Connection:
+        self._check_files(self.path)
         try:
             if self.readonly:
                 # Quoted as bytes: a path that is not UTF-8 keeps its own bytes.
@@ -784,6 +817,7 @@ class Store:
         Takes the segment's path as listed (a string); only an error makes
         a Path of it, which is how errors name the file.
         """
+        self._check_files(file)
         mode = "ro&immutable=1" if self.immutable else "ro" if self.readonly else "rw"
         uri = "file:" + quote(os.fsencode(os.path.abspath(file))) + "?mode=" + mode
         try:
@@ -852,6 +886,8 @@ class Store:
         segment before (which a live rollover holds throughout); a reader
         leaves it and reads past it.
         """
+        # The directory the later segments are opened through, each listing.
+        segments.check_directory(self.path, writer=not self.readonly)
         found = segments.listed(self.path)
         _forget_unlisted(self.path, found)
         while len(found) > 1 and not self._is_sealed(found[-2]):
@@ -967,11 +1003,10 @@ class Store:
             # waiting for readers: what is left stays readable through the -wal.
             self._conn.execute("PRAGMA busy_timeout = 0")
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        # Not closed here: a read may still be streaming rows from it (reads
-        # of the active segment go through this connection); it closes once
-        # the last cursor on it is collected, at once when there is none.
+        old = self._conn
         self._conn = conn
         self._writing = None
+        self._let_go(old)
         # A segment's connection starts fully synchronous.
         self._synced = True
         self._active = active
@@ -1015,7 +1050,15 @@ class Store:
         cursor = self._writing
         if cursor is None or cursor.connection is not self._conn:
             cursor = self._writing = self._conn.cursor()
-        return cursor.execute(sql, params)
+        try:
+            return cursor.execute(sql, params)
+        except BaseException:
+            # An error's traceback keeps its frames' locals: this cursor's
+            # statement would keep the connection (its files, and a retired
+            # segment's blocks) open past its close for as long as the error
+            # is kept, by the caller or in sys.last_exc.
+            del cursor
+            raise
 
     def _still_there(self) -> bool:
         try:
@@ -1029,11 +1072,11 @@ class Store:
         row = conn.execute("SELECT seq, digest FROM events ORDER BY seq DESC LIMIT 1").fetchone()
         return self._base if row is None else (int(row[0]), bytes(row[1]))
 
-    def _roll_over(self, conn: sqlite3.Connection,
-                   checkpoint: tuple[int, bytes, int, bytes]) -> None:
-        """Start a new segment whose first content is *checkpoint*; seal this one.
+    def _roll_over(self, conn: sqlite3.Connection, checkpoint: tuple[int, bytes, int, bytes],
+                   catch_up: CatchUp | None) -> None:
+        """Start a new segment after the last event, beginning with the state there; seal this one.
 
-        Runs inside the write transaction that wrote the checkpoint, so no
+        Runs inside the write transaction that wrote *checkpoint*, so no
         other writer appends between the last event read here and the seal.
         A failure leaves the checkpoint written and the segment active.
         """
@@ -1042,6 +1085,11 @@ class Store:
             # Nothing appended here yet: a new segment would bound nothing
             # (and would take this one's very name).
             return
+        if checkpoint[0] != seq:
+            caught_up = self._caught_up(checkpoint, (seq, digest), catch_up)
+            if caught_up is None:
+                return
+            checkpoint = caught_up
         # Strings, not Paths: a Path would intern the new segment's name.
         folder = segments.folder(self.path)
         name = segments.name_of(seq + 1)
@@ -1056,7 +1104,7 @@ class Store:
                         raise
                 segments.sync_directory(segments.parent(folder))
             self._step(f"create {name}")
-            segments.create(path, base=seq, digest=digest, checkpoint=checkpoint,
+            segments.create(path, checkpoint=checkpoint,
                             application_id=APPLICATION_ID, version=SEGMENTED_VERSION,
                             indexes=[sql for _, sql in _index_sql()])
         except (OSError, sqlite3.Error) as e:
@@ -1073,6 +1121,44 @@ class Store:
                      (name, seq, _time.time()))
         if self._active.is_head:
             conn.execute(f"PRAGMA user_version={SEGMENTED_VERSION}")
+
+    def _caught_up(self, checkpoint: tuple[int, bytes, int, bytes], tail: tuple[int, bytes],
+                   catch_up: CatchUp | None) -> tuple[int, bytes, int, bytes] | None:
+        """*checkpoint* brought up to *tail* by *catch_up*; None (with why) when it cannot be.
+
+        A new segment's base is the last event before it and its first
+        content the state there: a segment that began with the state of an
+        older event would leave the events in between to a segment about
+        to be retired, and every reader of the history kept after that
+        with no state to start from.  Read under the write lock, which the
+        caller holds: nothing is appended meanwhile.
+        """
+        after, _digest, format, _state = checkpoint
+        seq, digest = tail
+        why = f"events {after + 1} to {seq} follow the checkpoint at event {after}"
+        if catch_up is None:
+            self.rollover_failed = f"{self._active.path}: {why}, and nothing was given to fold them"
+            return None
+        rows = self._reading_after(after).execute(
+            "SELECT seq, time, kind, payload FROM events WHERE seq > ? AND seq <= ? ORDER BY seq",
+            (after, seq)).fetchall()
+        records = []
+        for number, time, kind, payload in rows:
+            event: Event
+            try:
+                event = decode(int(number), kind, payload)
+            except RuleViolation as e:
+                # Refused by the caller's tolerant fold, as a replay does.
+                event = Unreadable(kind, payload, e.reason)
+            records.append(Record(int(number), float(time), event))
+        if [r.seq for r in records] != list(range(after + 1, seq + 1)):
+            self.rollover_failed = f"{self._active.path}: {why}, and they could not all be read"
+            return None
+        try:
+            return seq, digest, format, catch_up(records)
+        except Exception as e:  # the caller's fold: only the rollover waits
+            self.rollover_failed = f"{self._active.path}: {why}, and folding them failed ({e})"
+            return None
 
     def active_size(self) -> int:
         """Bytes the active segment's database holds, what is still in its -wal included.
@@ -1573,6 +1659,8 @@ class Store:
             self._reconnect()
 
     def _reconnect(self) -> None:
+        # As in close(): the cursor goes first, or the connection outlives its close.
+        self._writing = None
         with contextlib.suppress(sqlite3.Error):
             self._conn.close()
         try:
@@ -1621,12 +1709,28 @@ class Store:
         kept = self._resolve(remove=False)[-MAX_KEPT:]
         key: object = (stamps, tuple(segment.file for segment in kept))
         if self._span is None or key != self._span_key or self._span_stale():
-            # Not closed here: a generator may still be streaming rows from
-            # it; it closes once the last cursor on it is collected.
-            self._span = None
+            old, self._span = self._span, None
+            if old is not None:
+                self._let_go(old)
             self._span = self._spanning(kept)
             self._span_key = key
         return self._span
+
+    def _let_go(self, conn: sqlite3.Connection) -> None:
+        """Close *conn*, left for a newer one, once no read streams from it (holding _lock).
+
+        A segment left behind is soon retired, and its file deleted: a
+        connection kept to it holds the deleted file's blocks (its -wal and
+        -shm too) until the connection goes, which without a close is
+        whenever the garbage collector runs (a connection is in a reference
+        cycle with its statement cache).  A read still streaming rows from
+        it (:meth:`_stream`) closes it when it ends.
+        """
+        if self._streams.get(conn):
+            self._superseded.append(conn)
+            return
+        with contextlib.suppress(sqlite3.Error):
+            conn.close()
 
     def _reading_after(self, after: int) -> sqlite3.Connection:
         """A connection that holds every event after *after* (the caller holds _lock).
@@ -1682,6 +1786,7 @@ class Store:
                 if not os.path.exists(segment.file):
                     raise JournalCorrupt(segment.path, "is missing", self._segment_fix(
                         segment.path))
+                self._check_files(segment.file)
                 uri = "file:" + quote(os.fsencode(os.path.abspath(segment.file))) + "?mode=" + mode
                 conn.execute(f"ATTACH DATABASE ? AS s{i}", (uri,))
                 tables = {name for (name,) in conn.execute(
@@ -1929,6 +2034,9 @@ class Store:
                 cursor = conn.execute(sql, params)
             except sqlite3.Error as e:
                 raise self._translate(e, "read") from e
+            # Until the last row: a connection left for a newer one meanwhile
+            # (a rollover, a retirement) is closed only then.
+            self._streams[conn] = self._streams.get(conn, 0) + 1
         try:
             while True:
                 with self._lock:
@@ -1944,6 +2052,14 @@ class Store:
             # closed) must not print "Exception ignored" on its way out.
             with contextlib.suppress(sqlite3.Error):
                 cursor.close()
+            with self._lock:
+                left = self._streams.pop(conn, 1) - 1
+                if left:
+                    self._streams[conn] = left
+                elif conn in self._superseded:
+                    self._superseded.remove(conn)
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.close()
 
     def records_of(self, kinds: Collection[str], *, until: int | None = None
                    ) -> Iterator[Record]:
@@ -1979,7 +2095,8 @@ class Store:
     # -- checkpoints ---------------------------------------------------------
 
     def save_checkpoint(self, seq: int, format: int, state: bytes, *, keep: int,
-                        spacing: int = 0, roll_over: bool = False) -> None:
+                        spacing: int = 0, roll_over: bool = False,
+                        catch_up: CatchUp | None = None) -> None:
         """Store *state*, derived from events 1 to *seq*, and keep only the newest *keep*.
 
         With *spacing*, older ones are kept too: the newest of each run of
@@ -1993,6 +2110,13 @@ class Store:
         ``retention.segment_bytes``, the same transaction starts a new
         segment with this checkpoint as its first content and seals the old;
         *roll_over* does so from ``retention.retirement_rollover_bytes`` on.
+
+        The new segment starts right after the journal's last event, and its
+        first content must be the state there (see :func:`segments.create`):
+        when events follow *seq* (appended by others since the caller
+        replayed), *catch_up* folds them onto *state*, here, under the write
+        lock, and its result is that first content.  Without *catch_up*, or
+        when it raises, the rollover waits for a later checkpoint.
         """
         with self._transaction("write a checkpoint to") as conn:
             row = conn.execute("SELECT digest FROM events WHERE seq = ?", (seq,)).fetchone()
@@ -2021,6 +2145,11 @@ class Store:
                 for s in seqs:
                     runs.setdefault(s // spacing, s)
                 kept.update(sorted(runs.values(), reverse=True)[:keep])
+            if not self._active.is_head:
+                # The active segment's first content: the state where its
+                # history starts, which a reader needs once the segments
+                # before it are retired.
+                kept.add(self._base[0])
             doomed = [s for s in seqs if s not in kept]
             if doomed:
                 marks = ",".join("?" * len(doomed))
@@ -2030,7 +2159,7 @@ class Store:
             if roll_over:
                 limit = min(limit, self.retention.retirement_rollover_bytes)
             if not self.readonly and self.active_size() >= limit:
-                self._roll_over(conn, (seq, bytes(row[0]), format, state))
+                self._roll_over(conn, (seq, bytes(row[0]), format, state), catch_up)
 
     @property
     def rolled_over(self) -> bool:
@@ -2129,21 +2258,66 @@ class Store:
         return bytes(row[0])
 
     def last_seq(self) -> int:
-        """The sequence number of the newest committed event, 0 when empty."""
+        """The sequence number of the newest committed event, 0 when empty.
+
+        Inside :meth:`snapshot`, as of the snapshot; otherwise what
+        :meth:`_active_tail` says, the one place the journal's end is read.
+        """
         with self._lock:
+            span = self._span
+            if span is not None and span.in_transaction:
+                try:
+                    return self._span_last(span)
+                except sqlite3.Error as e:
+                    raise self._translate(e, "read") from e
+            return self._active_tail()[0]
+
+    def _span_last(self, span: sqlite3.Connection) -> int:
+        """The last event a spanning reader sees: its newest row, else the newest base."""
+        # Not max(seq): over the view of several segments SQLite answers an
+        # aggregate by reading every row of every segment, while an ORDER BY
+        # on the key merges their last rows.
+        row = span.execute("SELECT seq FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+        if row is None:
+            # Every kept event is retired and the newest segment has none
+            # yet: the event before its first is the last.
+            row = span.execute("SELECT max(base) FROM bases").fetchone()
+        return 0 if row is None or row[0] is None else int(row[0])
+
+    def _active_tail(self) -> tuple[int, bytes]:
+        """``(seq, digest)`` of the journal's last event: where the next one goes (holding _lock).
+
+        Read from the active segment alone, as an append's transaction
+        reads it (:meth:`_tail`): its last event, or while it has none yet
+        the base it records, the last event of the segment before.  Never
+        from a view across segments: once the segments before an empty one
+        are retired, such a view holds no event at all and would say 0.
+        The seal is read in the same snapshot: a segment sealed (or
+        retired) since this store last wrote is left for the active one
+        first, as :meth:`_begin` does.  What is read may be overtaken by
+        another process's append the moment after; an append checks again
+        inside its transaction.
+        """
+        while True:
+            conn = self._conn
+            own = not conn.in_transaction
             try:
-                # Not max(seq): over the view of several segments SQLite
-                # answers an aggregate by reading every row of every segment,
-                # while an ORDER BY on the key merges their last rows.
-                conn = self._reading_after(self._active.base)
-                row = conn.execute(
-                    "SELECT seq FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+                if own:
+                    # One read snapshot for the seal and the tail: a
+                    # retirement drops a retired head's events in a
+                    # transaction of its own, after its seal.
+                    conn.execute("BEGIN")
+                try:
+                    if not self._ready or self._seal() is None:
+                        return self._tail(conn)
+                finally:
+                    if own and conn.in_transaction:
+                        conn.execute("COMMIT")
             except sqlite3.Error as e:
-                raise self._translate(e, "read") from e
-            if row is None and conn is self._conn:
-                # The active segment holds no event yet: the last is the one before it.
-                return self._active.base
-        return 0 if row is None else int(row[0])
+                if not self._ready or self._still_there():
+                    raise self._translate(e, "read") from e
+            # Sealed, or retired and removed, since this store last looked.
+            self._open_active()
 
     def verify(self) -> list[str]:
         """Check SQLite's integrity, the sequence and the digest chain; return the problems."""
@@ -2257,11 +2431,11 @@ class Store:
                 identity = identities.get(segment.file)
                 if identity is not None and self._final(segment, facts):
                     _remember(self.path, segment, identity, facts)
-            first, last, sealed, covered, has_events = facts
+            first, last, sealed, covered, has_events, based = facts
             found.append(SegmentInfo(
                 segment.file, segment.base, first,
                 segment.base if last is None else last, sealed, covered,
-                segments.size_of(segment.file), has_events))
+                segments.size_of(segment.file), has_events, based))
         return found
 
     def _final(self, segment: Segment, facts: _Facts) -> bool:
@@ -2271,7 +2445,7 @@ class Store:
         written to it after its seal.  The head is the exception: retirement
         drops its tables in place, so only a head already retired qualifies.
         """
-        _first, _last, sealed, _covered, has_events = facts
+        _first, _last, sealed, _covered, has_events, _based = facts
         return (segment.file != self._active.file and sealed is not None
                 and (not segment.is_head or not has_events))
 
@@ -2304,6 +2478,9 @@ class Store:
             covered = conn.execute(
                 f"SELECT max(seq) FROM {schema}.checkpoints"  # noqa: S608
             ).fetchone()[0] if "checkpoints" in tables else None
+            based = bool("checkpoints" in tables and "segment" in tables and conn.execute(
+                f"SELECT count(*) FROM {schema}.checkpoints c, {schema}.segment s "  # noqa: S608
+                "WHERE c.seq = s.base AND c.digest = s.digest").fetchone()[0])
         except sqlite3.Error as e:
             raise self._translate(e, "read", segment.path) from e
         finally:
@@ -2311,7 +2488,7 @@ class Store:
                 conn.close()
         return (None if first is None else int(first), None if last is None else int(last),
                 None if sealed is None else float(sealed[1]),
-                None if covered is None else int(covered), "events" in tables)
+                None if covered is None else int(covered), "events" in tables, based)
 
     def history(self) -> History:
         """Where the kept history starts, and up to which event and when older was retired."""
@@ -2334,9 +2511,10 @@ class Store:
     def retire(self, *, now: float) -> list[Path]:
         """Delete the oldest retired segments beyond :attr:`retention`; return their paths.
 
-        A sealed segment is retired once a checkpoint in a later segment
-        covers its last event.  Run by one process at a time (recovery's
-        lock); writers and readers of other segments are not disturbed.
+        A sealed segment is retired once a later segment starts with the
+        checkpoint of its base (see :meth:`_retirement_cut`).  Run by one
+        process at a time (recovery's lock); writers and readers of other
+        segments are not disturbed.
         Each step is safe to crash after: the head records the retirement
         first, then files go oldest first, so what is kept is always one
         unbroken run of history up to the active segment.
@@ -2345,48 +2523,106 @@ class Store:
             raise JournalReadOnly(self.path, "cannot retire history through a read-only store",
                                   "Open the journal for writing")
         kept = self.segments()
-        doomed: list[SegmentInfo] = []
-        retired_bytes = 0
-        # Newest first: whatever is kept is the newest run.
-        covering = None
-        kept_history: list[SegmentInfo] = []
-        for i in range(len(kept) - 2, -1, -1):
-            later = [s.covered for s in kept[i + 1:] if s.covered is not None]
-            covering = max(later, default=None)
-            segment = kept[i]
-            if not segment.has_events:
-                continue
-            if covering is None or covering < segment.last or doomed:
-                if doomed:
-                    doomed.append(segment)
-                continue
-            retired_bytes += segment.bytes
-            kept_history.append(segment)
-            too_old = segment.sealed is not None and now - segment.sealed > (
-                self.retention.history_age)
-            if (retired_bytes > self.retention.history_bytes or too_old
-                    or len(kept) - len(doomed) > MAX_KEPT):
-                doomed.append(segment)
         if not kept[0].has_events:
             # A pass killed between dropping the head's tables and its vacuum
             # left their pages in the file: finish it.
             self._vacuum_head(only_if_free=True)
+        cut = self._retirement_cut(kept, now)
+        if cut is None:
+            return []
+        doomed = [segment for segment in kept[:cut + 1] if segment.has_events]
         if not doomed:
             return []
-        doomed.sort(key=lambda s: s.base)
-        upto = doomed[-1].last
+        # Where the kept history will start: the next segment's base, whose
+        # checkpoint that segment holds.
+        upto = kept[cut + 1].base
         self._step(f"record retirement up to event {upto}")
         self._write_head(("INSERT INTO retired (seq, time) VALUES (?, ?)", (upto, now)))
         removed = []
-        for segment in doomed:
-            self._step(f"retire {segment.name}")
-            if segment.base == 0:
-                self._retire_head()
-            else:
-                segments.remove_file(segment.file)
-            removed.append(segment.path)
-        segments.sync_directory(segments.folder(self.path))
-        return removed
+        try:
+            for segment in doomed:
+                self._step(f"retire {segment.name}")
+                if segment.base == 0:
+                    self._retire_head()
+                else:
+                    segments.remove_file(segment.file)
+                removed.append(segment)
+            segments.sync_directory(segments.folder(self.path))
+        finally:
+            self._let_go_of_retired({s.file for s in removed if s.base})
+        return [s.path for s in removed]
+
+    def _let_go_of_retired(self, files: set[str]) -> None:
+        """Every store of this process closes its connections to the deleted *files*.
+
+        Each would otherwise hold the deleted files' blocks until its next
+        look (a store in another process does it then: an append finds the
+        seal, a read lists the segments again).
+        """
+        if not files:
+            return
+        with _OPEN_LOCK:
+            peers = list(_PEERS.get(self._identity or (-1, -1), ()))
+        for peer in peers:
+            peer._forget_files(files)
+
+    def _forget_files(self, files: set[str]) -> None:
+        """Let go of this store's connections to any of *files*, which were retired."""
+        with self._lock:
+            if self._identity is None:
+                # Closed, or a forked copy's: nothing of it is closed here.
+                return
+            span = self._span
+            if span is not None and not span.in_transaction and (
+                    files & self._span_attached.keys()):
+                self._span = None
+                self._span_key = None
+                self._span_attached = {}
+                self._let_go(span)
+            if self._active.file in files:
+                # Sealed and retired before this store looked again: it
+                # moves on now, as its next append would.
+                with contextlib.suppress(JournalError):
+                    self._open_active()
+
+    def _retirement_cut(self, kept: list[SegmentInfo], now: float) -> int | None:
+        """The index of the newest of *kept* to retire (all older with it), or None.
+
+        History may end only where a kept segment starts with the
+        checkpoint of its base (:attr:`SegmentInfo.based`): every reader of
+        what is kept (a replay, ``verify``, ``state --at``, ``explain``,
+        the timeline) then finds the state where it starts.  So only the
+        segments before the newest such one are retired at all, and a cut
+        the budget would make elsewhere moves up to the next such boundary
+        (only a journal written before rollovers were made at a checkpoint
+        of their base has segments without one).  Within that, the newest
+        are kept as history while their total is at most
+        ``history_bytes``, each is younger than ``history_age``, and at
+        most :data:`MAX_KEPT` files are listed (the head is never unlinked,
+        only emptied).
+        """
+        anchors = [i for i in range(1, len(kept)) if kept[i].based]
+        if not anchors:
+            return None
+        retired_bytes = 0
+        cut = None
+        # Newest first: whatever is kept is the newest run.
+        for i in range(anchors[-1] - 1, -1, -1):
+            segment = kept[i]
+            if not segment.has_events:
+                continue
+            retired_bytes += segment.bytes
+            too_old = segment.sealed is not None and now - segment.sealed > (
+                self.retention.history_age)
+            listed = len(kept) - i + (1 if i else 0)
+            if retired_bytes > self.retention.history_bytes or too_old or listed > MAX_KEPT:
+                cut = i
+                break
+        if cut is None:
+            return None
+        while not kept[cut + 1].based:
+            cut += 1
+        return cut
 
     def _write_head(self, *statements: tuple[str, tuple[object, ...]],
                     fresh: bool = False) -> None:
@@ -2464,11 +2700,29 @@ class Store:
             running.join()
         with _OPEN_LOCK, self._lock:
             self._drop_span()
+            for conn in self._superseded:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
+            self._superseded = []
             if self._identity is not None:
                 _OPEN[self._identity] -= 1
-                self._identity = None
+                self._discard_peer()
+                # The write path's cursor first: a statement it still holds
+                # (one a busy journal failed) would keep the closed
+                # connection's files and locks open for as long as it lives.
+                self._writing = None
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.close()
+
+    def _discard_peer(self) -> None:
+        """Leave :data:`_PEERS` (the caller holds _OPEN_LOCK); the store is closed from here."""
+        assert self._identity is not None
+        peers = _PEERS.get(self._identity)
+        if peers is not None:
+            peers.discard(self)
+            if not peers:
+                del _PEERS[self._identity]
+        self._identity = None
 
     def forget(self) -> None:
         """Let go of a connection inherited through fork() without touching the file.
@@ -2481,11 +2735,13 @@ class Store:
         with _OPEN_LOCK:
             if self._identity is not None:
                 _OPEN[self._identity] -= 1
-                self._identity = None
+                self._discard_peer()
                 _FORKED.append(self._conn)
                 if self._span is not None:
                     _FORKED.append(self._span)
                     self._span = None
+                _FORKED.extend(self._superseded)
+                self._superseded = []
         self.broken = "this is a forked copy of another process's journal connection"
         # The parent's queue and its leader are not this process's.
         self._queued = threading.Lock()

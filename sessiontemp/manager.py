@@ -745,8 +745,17 @@ class Manager:
                 try:
                     self._append(ManagerClosed(self.id))
                     journaled = True
-                except JournalError as e:
+                except (JournalError, RuleViolation) as e:
+                    # The journal cannot say this manager ended (a full disk,
+                    # a lock held too long, a record the rules refused): it
+                    # lets go of everything below as a dead process would.
                     logger.error("manager.close_failed", manager=self.id, reason=str(e))
+                except BaseException:
+                    # Whatever else stops it (a bug, a step hook's fault),
+                    # nothing was journaled, so nothing holds this manager's
+                    # locks for it any more: the caller still learns why.
+                    handles.close_all()
+                    raise
             for lease in list(handles.leases.values()):
                 lease._drop_lock()
             handles.leases.clear()

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-from journal import State, Store, replay
+from journal import State, Store, checkpoint, replay
 from journal.reducer import History
 from sessiontemp import Manager
 from tests import zygote
@@ -61,10 +61,15 @@ def journal_state(root: Path) -> State:
 
 
 def live_state(root: Path, history: History | None = None) -> State:
-    """The reducer's state of the journal under *root*: what is alive or owes work."""
+    """The reducer's state of the journal under *root*: what is alive or owes work.
+
+    Replayed from where the kept history starts: event 1, or once history
+    was retired, the checkpoint of the last event retired.
+    """
     store = Store(root / "journal.sqlite3", readonly=True)
     try:
-        return replay(store.records(), history=history)
+        start = checkpoint.origin(store).state
+        return replay(store.records(after=start.seq), start, history=history)
     finally:
         store.close()
 

@@ -12,7 +12,24 @@ Modes:
     Another process on the roots: answers ``open PATH [BUSY_TIMEOUT]`` (open
     and close a Manager on PATH, whose open runs recovery) and ``recover
     PATH`` with the recovery report, or with ``{"error": ...}``.  ROOT is
-    unused.
+    unused.  ``maintain PATH`` runs what a long-lived manager's maintenance
+    does (a checkpoint of the whole journal, a rollover with it, every
+    sealed segment retired and nothing kept: ``Retention(0, 0, 0)``; the
+    checkpoint is written even when none is due, whenever events follow
+    the active segment's base), then
+    a recovery pass with that retention, and answers with the segment files
+    before and after (``{"refused": WHY}`` when the journal refuses it, a
+    full disk); ``maintain PATH pause`` first answers
+    ``{"paused": DETAIL}`` just before its checkpoint and waits for ``go``.
+    ``interleave PATH`` is what such a neighbour does between two steps of
+    another process's operation: a checkpoint of the whole journal and a
+    rollover with it, then (unless a recovery pass holds the root: that
+    one is the operation's own) every sealed segment retired; it answers
+    with the segment files before and after and what it retired.
+    ``retire PATH`` is a recovery pass that retires whatever a checkpoint
+    covers and rolls nothing over (``Retention(2**40, 0, 0)``).  ``hold
+    PATH`` takes the write lock of the journal's active segment and keeps it
+    (answering ``{"holding": FILE}``) until ``let-go``.
 
 ``storm ROOT --interrupts N [--from-outside]``
     Opens a manager (``{"manager", "pid"}``), then loops acquire / write a
@@ -56,6 +73,7 @@ import contextlib
 import os
 import random
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -64,13 +82,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import filelock
 from structlog.testing import capture_logs
 
-from journal import Store, replay
+from journal import Retention, Store, checkpoint, replay
 from journal.errors import ForkedCopy, JournalError, RuleViolation
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Lease, Manager, recover
 from sessiontemp.handles import Handles
-from sessiontemp.root import generation_name
+from sessiontemp.recovery import maintain
+from sessiontemp.root import Root, generation_name
+from sessiontemp.steps import Steps
 from tests.childio import emit, report_json
 
 # Long enough for a loaded machine, bounded so that a wedge still ends.
@@ -108,11 +129,133 @@ def commands() -> Iterator[list[str]]:
 # -- neighbour ---------------------------------------------------------------------
 
 
+# Every checkpoint starts a new segment, and every sealed one is deleted once covered.
+EAGER = Retention(segment_bytes=0, history_bytes=0, history_age=0)
+
+
+def segment_files(root: Path) -> list[str]:
+    folder = root / "journal.sqlite3.d"
+    names = os.listdir(folder) if folder.exists() else []
+    return sorted(n for n in names if n.endswith(".sqlite3"))
+
+
+def paused_at_checkpoint(kind: str, detail: str) -> None:
+    """A step hook: before the checkpoint, say so and wait for ``go`` (others append meanwhile)."""
+    if kind == "checkpoint":
+        emit({"paused": detail})
+        line = sys.stdin.readline()
+        if line.split() != ["go"]:
+            raise RuntimeError(f"expected go, not {line!r}")
+
+
+def maintain_eagerly(path: Path, pause: bool = False) -> dict[str, Any]:
+    """Checkpoint, roll over and retire everything retired at once, then a recovery pass."""
+    before = segment_files(path)
+    opened = Root.open(path)
+    try:
+        store = Store(opened.journal_path, busy_timeout=BUSY_TIMEOUT, retention=EAGER)
+        try:
+            # Due whatever was appended since the last checkpoint.
+            store.maintenance_every = 0
+            with capture_logs() as logs:
+                maintain(opened, store, clock=time.time,
+                         steps=Steps(paused_at_checkpoint if pause else None))
+            if segment_files(path) == before:
+                # No checkpoint was due (one was written since the last
+                # events, and its rollover failed: a full disk): one now.
+                checkpoint_now(store)
+        finally:
+            store.close()
+    finally:
+        opened.close()
+    report = recover(path, busy_timeout=BUSY_TIMEOUT, retention=EAGER)
+    return {"before": before, "after": segment_files(path), **report_json(report),
+            "warnings": [f"{e['event']}: {e.get('reason', '')}" for e in logs
+                         if e["log_level"] in ("warning", "error")]}
+
+
+def checkpoint_now(store: Store) -> bool:
+    """A checkpoint of the whole journal, which rolls over; False when nothing follows the base."""
+    start = checkpoint.restore(store)
+    state = replay(store.records(after=start.state.seq, tolerant=True), start.state,
+                   tolerant=True)
+    if state.seq <= store.segments()[-1].base:
+        return False
+    checkpoint.save(store, state)
+    return True
+
+
+def interleave(path: Path) -> dict[str, Any]:
+    """Checkpoint, roll over and (under the recovery lock, if free) retire every sealed segment."""
+    before = segment_files(path)
+    lock = filelock.FileLock(path / "recovery.lock", timeout=0, thread_local=False,
+                             fallback_to_soft=False)
+    try:
+        lock.acquire()
+        locked = True
+    except (filelock.Timeout, OSError):
+        # The operation it interleaves with is a recovery pass: retiring is its own.
+        locked = False
+    try:
+        # Short: the other process is stopped between two of its steps and
+        # holds no write lock, so this never waits for long.
+        store = Store(path / "journal.sqlite3", busy_timeout=2.0, retention=EAGER)
+        try:
+            checkpoint_now(store)
+            retired = [str(p) for p in store.retire(now=time.time())] if locked else []
+        finally:
+            store.close()
+    finally:
+        if locked:
+            lock.release()
+    return {"before": before, "after": segment_files(path), "retired": retired,
+            "locked": locked}
+
+
+def hold_active(path: Path) -> sqlite3.Connection:
+    """A write transaction on the journal's active segment, open until closed."""
+    while True:
+        store = Store(path / "journal.sqlite3", readonly=True)
+        try:
+            active = store.segments()[-1].file
+        finally:
+            store.close()
+        conn = sqlite3.connect(active, isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        sealed = "sealed" in {n for (n,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")} and conn.execute(
+            "SELECT count(*) FROM sealed").fetchone()[0]
+        if not sealed:
+            return conn
+        # Rolled over since the listing: the newer one is active.
+        conn.close()
+
+
 def neighbour() -> int:
     emit({"pid": os.getpid()})
+    held: sqlite3.Connection | None = None
     for words in commands():
         try:
-            if words[0] == "open":
+            if words[0] == "maintain":
+                try:
+                    emit(maintain_eagerly(Path(words[1]), pause=words[2:] == ["pause"]))
+                except JournalError as e:
+                    # The journal refused (a full disk): said, not a failure of this process.
+                    emit({"refused": str(e)})
+            elif words[0] == "interleave":
+                emit(interleave(Path(words[1])))
+            elif words[0] == "retire":
+                emit(report_json(recover(words[1], busy_timeout=BUSY_TIMEOUT, retention=Retention(
+                    segment_bytes=1 << 40, history_bytes=0, history_age=0))))
+            elif words[0] == "hold":
+                held = hold_active(Path(words[1]))
+                emit({"holding": held.execute("PRAGMA database_list").fetchone()[2]})
+            elif words[0] == "let-go":
+                if held is not None:
+                    held.close()
+                    held = None
+                emit({"let_go": True})
+            elif words[0] == "open":
                 wait = float(words[2]) if len(words) > 2 else BUSY_TIMEOUT
                 with Manager(words[1], busy_timeout=wait) as other:
                     pass

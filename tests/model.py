@@ -49,8 +49,8 @@ from pathlib import Path
 from typing import Literal, TypeAlias
 
 from journal import State, Store, checkpoint, replay
-from journal.errors import ForkedCopy, NoSuchRoot
-from journal.reducer import History, kept_for_resume, removal_due
+from journal.errors import ForkedCopy, JournalBusy, NoSuchRoot
+from journal.reducer import Fold, History, kept_for_resume, removal_due
 from sessiontemp import (
     Artifact,
     Lease,
@@ -72,9 +72,10 @@ from sessiontemp.root import (
 )
 from sessiontemp.steps import StepHook, StepKind
 from tests.faults import Action, Faults
+from tests.neighbour import MANAGER_STEPS, Neighbour, stepping_in
 
-__all__ = ["SCRATCH", "Model", "Op", "World", "owed", "settled_view", "simulate_kill",
-           "view_of_journal"]
+__all__ = ["SCRATCH", "Archive", "Model", "Op", "World", "owed", "settled_view",
+           "simulate_kill", "view_of_journal"]
 
 Status: TypeAlias = Literal["live", "closed", "crashed", "dead"]
 # A manager as the journal shows it: owners, sealed, current generation, how it ended.
@@ -352,23 +353,42 @@ def settled_view(state: State) -> View:
     return managers, generations
 
 
-def journal_state(root: Path) -> State:
-    """Every manager and generation the journal names, finished ones included.
+class Archive:
+    """Every event the journal ever held, folded as it was read: what retirement cannot take.
 
-    The model keeps them all; the reducer's state lets go of what has
-    finished, and a :class:`History` puts it back.
+    The model keeps every manager and generation, finished ones included;
+    the reducer's state lets go of what has finished (a :class:`History`
+    puts it back), and once history is retired the journal itself keeps
+    only what follows.  So the world folds the journal's records here as
+    they come, and reads them all before anything it sets off (a
+    neighbour's retirement) may retire them: a gap, history retired before
+    it was read, fails loudly.
     """
-    forgotten = History()
-    return forgotten.whole(live_journal_state(root, forgotten))
 
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.history = History()
+        self.fold = Fold(history=self.history)
 
-def live_journal_state(root: Path, history: History | None = None) -> State:
-    """The reducer's state of the journal: what is alive or owes work."""
-    store = Store(root / JOURNAL_NAME, readonly=True)
-    try:
-        return replay(store.records(), history=history)
-    finally:
-        store.close()
+    def absorb(self) -> None:
+        """Fold the records appended since the last look."""
+        if not (self.root / JOURNAL_NAME).exists():
+            return
+        store = Store(self.root / JOURNAL_NAME, readonly=True)
+        try:
+            for record in store.records(after=self.fold.seq):
+                self.fold.step(record)
+        finally:
+            store.close()
+
+    def live(self) -> State:
+        """The reducer's state of the journal: what is alive or owes work."""
+        self.absorb()
+        return self.fold.state()
+
+    def whole(self) -> State:
+        """Every manager and generation the journal ever named, finished ones included."""
+        return self.history.whole(self.live())
 
 
 def journal_state_from_checkpoint(root: Path) -> State:
@@ -408,10 +428,18 @@ class World:
     """
 
     def __init__(self, base: Path, *, manager_class: type[Manager] = Manager,
-                 step_hook: StepHook | None = None, durability: Durability = "full") -> None:
+                 step_hook: StepHook | None = None, durability: Durability = "full",
+                 busy_timeout: float = BUSY_TIMEOUT, neighbour: Neighbour | None = None
+                 ) -> None:
         self.base = base
+        # How long the managers wait for another process's write lock; short
+        # where a neighbour holds it on purpose.
+        self.busy_timeout = busy_timeout
+        # Another process on the root, stepping in between two steps.
+        self.neighbour = neighbour
         self.durability = durability
         self.root = base / "root"
+        self.archive = Archive(self.root)
         self.outside = base / "outside"
         self.outside.mkdir(parents=True)
         (self.outside / "keep.txt").write_text("not sessiontemp's\n")
@@ -455,13 +483,13 @@ class World:
         """Open a manager (of named *session*); None when the session's owner refused it."""
         if session is not None and self.owned(session):
             try:
-                self.manager_class(self.root, busy_timeout=BUSY_TIMEOUT,
+                self.manager_class(self.root, busy_timeout=self.busy_timeout,
                                    step_hook=self.step_hook, durability=self.durability,
                                    session=session)
             except SessionOwned:
                 return None
             raise AssertionError(f"a second live owner of session {session} was let in")
-        manager = self.manager_class(self.root, busy_timeout=BUSY_TIMEOUT,
+        manager = self.manager_class(self.root, busy_timeout=self.busy_timeout,
                                      step_hook=self.step_hook, durability=self.durability,
                                      session=session, resume=resume)
         name = self._name("m")
@@ -578,7 +606,7 @@ class World:
         self.model.crash(name)
         store = self.root / ARTIFACTS_DIR
         if store.exists():
-            recorded = {f"{a.id}-{a.label}" for a in journal_state(self.root).artifacts.values()}
+            recorded = {f"{a.id}-{a.label}" for a in self.journal_state().artifacts.values()}
             self.unrecorded |= set(os.listdir(store)) - recorded
 
     def recover(self) -> None:
@@ -592,7 +620,8 @@ class World:
         """Write a checkpoint of the journal as it ends now; later replays start from it."""
         store = Store(self.root / JOURNAL_NAME, busy_timeout=BUSY_TIMEOUT)
         try:
-            checkpoint.save(store, replay(store.records()))
+            start = checkpoint.origin(store).state
+            checkpoint.save(store, replay(store.records(after=start.seq), start))
         finally:
             store.close()
 
@@ -667,6 +696,43 @@ class World:
         self.unclosed.clear()
         shutil.rmtree(self.base, ignore_errors=True)
 
+    # -- what the journal says ----------------------------------------------------------
+
+    def journal_state(self) -> State:
+        """Every manager and generation the journal ever named (see :class:`Archive`)."""
+        return self.archive.whole()
+
+    def live_journal_state(self) -> State:
+        """The reducer's state of the journal: what is alive or owes work."""
+        return self.archive.live()
+
+    # -- another process steps in ------------------------------------------------------
+
+    def interleave(self) -> None:
+        """The neighbour rolls the journal over and retires every sealed segment, now.
+
+        Everything the journal holds is folded into the archive first: what
+        the neighbour retires is gone from the journal.
+        """
+        assert self.neighbour is not None
+        self.archive.absorb()
+        self.neighbour.interleave(self.root)
+
+    def stepped_in(self, op: Op, faults: Faults, *, at: int = 1) -> tuple[StepKind, str] | None:
+        """Run *op* with the neighbour rolling over and retiring just before its *at*-th step.
+
+        Nothing the operation may see changes: it completes as it would have
+        (or is refused as it would have been), and the model with it.
+        Returns where the neighbour stepped in; None when *op* had fewer steps.
+        """
+        kind, *args = op
+        faults.arm(stepping_in(self.interleave), at=at)
+        try:
+            getattr(self, kind)(*args)
+        finally:
+            fired = faults.disarm()
+        return fired
+
     # -- faults the process lives through ---------------------------------------------
 
     def failed(self, op: Op, faults: Faults, error: Exception, *, at: int = 1,
@@ -691,6 +757,34 @@ class World:
 
         return self._faulted(op, faults, lambda kind, detail: _raise(error), at, only,
                              raised_as_expected, interrupt=False)
+
+    def met_a_busy_journal(self, op: Op, faults: Faults, *, at: int = 1
+                           ) -> tuple[StepKind, str] | None:
+        """Run *op* with the neighbour holding the journal's write lock from its *at*-th step.
+
+        Held past the managers' ``busy_timeout``: the operation's next
+        append fails with :class:`JournalBusy` (an acquire refuses with
+        :class:`Unavailable`, a lease release and a close log it and carry
+        on), and the model follows what the journal shows, as for any
+        refused append (:meth:`failed`).  The lock is let go once the
+        operation has returned.
+        """
+        assert self.neighbour is not None
+        neighbour = self.neighbour
+
+        def busy(kind: StepKind, detail: str) -> None:
+            if kind in MANAGER_STEPS:
+                neighbour.hold(self.root)
+
+        def raised_as_expected(raised: BaseException | None) -> bool:
+            return raised is None or isinstance(raised, JournalBusy) or (
+                op[0] == "acquire" and isinstance(raised, Unavailable))
+
+        try:
+            return self._faulted(op, faults, busy, at, None, raised_as_expected,
+                                 interrupt=False)
+        finally:
+            neighbour.let_go()
 
     def interrupted(self, op: Op, faults: Faults, action: Action, *,
                     at: int = 1) -> tuple[StepKind, str] | None:
@@ -783,7 +877,7 @@ class World:
         else:
             getattr(after, kind)(name)
             candidates = [after, before]
-        state = journal_state(self.root)
+        state = self.journal_state()
         journal = settled_view(state)
         for candidate in candidates:
             for g in state.generations.values():
@@ -827,7 +921,7 @@ class World:
 
         *state* is the journal's own (live) state, as the reducer gives it.
         """
-        journal = live_journal_state(self.root) if state is None else state
+        journal = self.live_journal_state() if state is None else state
         assert own_view(manager.state, manager.id) == own_view(journal, manager.id), (
             f"{manager.id}'s memory disagrees with the journal")
         assert manager.state.seq <= journal.seq, (
@@ -847,7 +941,7 @@ class World:
                  if m.status in ("closed", "dead") and n not in self.unclosed}
         waiting = self.owing & ended
         if waiting:
-            state = journal_state(self.root)
+            state = self.journal_state()
             for manager_id in waiting:
                 assert not owed(state, manager_id), f"recovery left work {manager_id} owed"
             self.owing -= waiting
@@ -905,14 +999,14 @@ class World:
         managers a fault stopped (``owing``), and is compared with the model
         as it will be once that work is done.
         """
-        state = journal_state(self.root)
+        state = self.journal_state()
         owing = owed(state) if full else set()
         leaked, removed = self.disk_difference(owing)
         assert not leaked, f"leaked: {sorted(leaked)}"
         assert not removed, f"removed while the model keeps them: {sorted(removed)}"
 
         assert journal_problems(self.root) == []
-        assert journal_state_from_checkpoint(self.root) == live_journal_state(self.root)
+        assert journal_state_from_checkpoint(self.root) == self.live_journal_state()
         model = self.model.view(self.ids, self.lease_ids)
         if full:
             stopped = {state.generations[g].manager for g in owing}
@@ -927,7 +1021,7 @@ class World:
                 g: v for g, v in model[1].items() if v[0] in live_ids}
             kept = {generation_name(g) for g, v in journal[1].items() if v[3] != "finished"}
             assert kept == self.on_disk(), "the journal and the disk disagree"
-        live = live_journal_state(self.root)
+        live = self.live_journal_state()
         for manager in [*(self.real[n] for n in self.live()), *self.unclosed.values()]:
             self.memory_agrees(manager, live)
             held = {lease.id for lease in self.leases.values() if lease.manager is manager}

@@ -22,6 +22,16 @@ operation completes without reaching it.
 Recovery itself is crashed twice over: at every step of one pass, then at
 every step of the next pass on what the first left, then a clean pass.
 
+Another process steps in at every step k of every operation too (a
+neighbour, :mod:`tests.neighbour`): it checkpoints, rolls over and retires
+every sealed segment there, and the operation completes as it would have;
+or it holds the journal's write lock past busy_timeout from there, the
+operation's next append fails (the model follows what the journal shows),
+and once let go it rolls over and retires.  Then the manager's next
+operation runs, every manager closes (giving up every lock), a recovery
+runs, and every invariant holds, ``verify`` and ``fsck`` are clean and no
+descriptor to a deleted segment is left open.
+
 The default run enumerates a fixed sample of the (class, operation) pairs
 (``SAMPLE_STRIDE``), which still crashes every kind of operation at every
 kind of step; ``-m slow`` enumerates them all.  The counts are printed
@@ -43,18 +53,22 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import attrs
 import pytest
 
+from journal.errors import SessionTempError
 from journal.events import GenerationCreated, GenerationReady
 from sessiontemp import Manager
+from sessiontemp.inspect import fsck, verify
 from sessiontemp.locks import lock_shared
 from sessiontemp.manager import DURABILITY, Durability
 from sessiontemp.root import JOURNAL_NAME, generation_name, new_generation_id
 from sessiontemp.steps import StepKind
 from tests.faults import Faults, Injected, raising
 from tests.model import SCRATCH, Model, Op, World
+from tests.neighbour import Neighbour, deleted_descriptors, stepping_in
 
 Script = tuple[Op, ...]
 
@@ -435,6 +449,105 @@ def enumerate_exceptions(script: Script, op: Op, tally: Tally, *,
             tally.failures.append(f"{where} {fired}: descriptors left open: {sorted(left)}")
 
 
+# -- another process steps in: the operation carries on -----------------------------------
+
+# The two ways: the neighbour rolls the journal over and retires every sealed
+# segment, the one the manager writes to included; or it holds the journal's
+# write lock past the managers' busy_timeout, and rolls over once let go.
+Interleaving = Literal["rollover", "busy"]
+INTERLEAVINGS: tuple[Interleaving, ...] = ("rollover", "busy")
+# Short, so that a lock held on purpose fails an append quickly.
+NEIGHBOURLY_BUSY_TIMEOUT = 0.2
+
+
+def step_in_at(world: World, faults: Faults, op: Op, k: int, how: Interleaving
+               ) -> tuple[StepKind, str] | None:
+    """Run *op* with the neighbour stepping in just before its k-th step; None if it has fewer.
+
+    A rollover and retirement changes nothing the operation may see: it
+    completes as it would have, and the model with it.  A lock held past
+    busy_timeout fails the operation's next append: the model follows what
+    the journal shows (:meth:`World.met_a_busy_journal`); then the lock is
+    let go and the neighbour rolls over and retires.
+    """
+    if how == "busy":
+        fired = world.met_a_busy_journal(op, faults, at=k)
+        if fired is not None:
+            world.interleave()
+        return fired
+    faults.arm(stepping_in(world.interleave), at=k)
+    try:
+        perform(world, op)
+    finally:
+        fired = faults.disarm()
+    for name in world.live():
+        world.memory_agrees(world.real[name])
+    return fired
+
+
+def conclude(world: World) -> None:
+    """Every manager closes, giving up every lock; a recovery; verify and fsck find nothing."""
+    for name in list(world.unclosed):
+        world.finish_close(name)
+    for name in world.live():
+        manager = world.real[name]
+        world.close(name)
+        assert manager.closed
+        assert not world.root.joinpath("managers", f"{manager.id}.lock").exists(), (
+            f"{name}'s close left its liveness lock file")
+    world.recover()
+    world.check()
+    assert os.listdir(world.root / "managers") == [], "a liveness lock file was left"
+    checked = verify(world.root / JOURNAL_NAME)
+    assert checked.problems == (), checked.problems[:5]
+    assert fsck(world.root).ok
+    assert deleted_descriptors(world.root) == [], "a retired segment is still open"
+
+
+def enumerate_interleavings(script: Script, op: Op, tally: Tally, neighbour: Neighbour,
+                            how: Interleaving) -> None:
+    """Every step k of *op* after *script*, the neighbour stepping in there; then carry on."""
+    tally.operations += 1
+    if op[0] in ("write", "crash") or (how == "busy" and op[0] in ("open", "recover")):
+        # No durable step; or a recovery pass, whose refused append is a failed open.
+        return
+    for k in itertools.count(1):
+        faults = Faults()
+        base = Path(tempfile.mkdtemp(prefix="sessiontemp-neighbour-", dir=SCRATCH))
+        world = World(base / "w", step_hook=faults, busy_timeout=NEIGHBOURLY_BUSY_TIMEOUT,
+                      neighbour=neighbour)
+        try:
+            for step in script:
+                perform(world, step)
+            where = f"{script} then {op} with the neighbour ({how}) at step {k}"
+            name = None if op[0] in ("open", "recover") else world.manager_of(op)
+            try:
+                fired = step_in_at(world, faults, op, k, how)
+            except (AssertionError, SessionTempError) as e:
+                tally.failures.append(f"{where}: {e!r}")
+                continue
+            if fired is None:
+                return
+            tally.crash_points += 1
+            tally.by_kind[fired[0]] += 1
+            where = f"{where} {fired}"
+            try:
+                world.check()
+                carry_on(world, name)
+                leaked, removed = world.disk_difference()
+                tally.leaks += len(leaked)
+                tally.wrongful += len(removed)
+                world.check()
+                conclude(world)
+            except (AssertionError, SessionTempError) as e:
+                tally.failures.append(f"{where}: {e!r}")
+        finally:
+            faults.disarm()
+            neighbour.let_go()
+            world.shutdown()
+            shutil.rmtree(base, ignore_errors=True)
+
+
 CLASSES = state_classes()
 
 # The default run enumerates a fixed sample of the (class, operation) pairs: of each kind
@@ -529,6 +642,44 @@ def test_an_exception_at_every_step_of_every_operation_is_lived_through_without_
     assert tally.crash_points > 100
     assert recovery.crash_points > 10
     assert set(tally.by_kind) >= STEP_KINDS
+
+
+# The default run deals a thinner sample out between the two interleavings: every
+# NEIGHBOURLY_STRIDE-th pair of each kind of operation, taking turns.
+NEIGHBOURLY_STRIDE = 4
+
+
+@pytest.fixture(scope="module")
+def neighbour() -> Iterator[Neighbour]:
+    other = Neighbour()
+    try:
+        yield other
+    finally:
+        other.end()
+
+
+@pytest.mark.parametrize("every", [SAMPLED, EVERY])
+@pytest.mark.parametrize("how", INTERLEAVINGS)
+def test_another_process_stepping_in_at_every_step_of_every_operation_leaves_all_agreeing(
+    neighbour: Neighbour, how: Interleaving, every: bool,
+) -> None:
+    """At each step of each operation another process rolls over and retires, or holds the
+    journal past busy_timeout and then rolls over; the operation carries on, memory, journal
+    and disk agree, the manager keeps working, close gives up every lock, verify and fsck
+    are clean."""
+    tally = Tally()
+    chosen = pairs(every) if every else pairs(
+        False, share=INTERLEAVINGS.index(how), shares=NEIGHBOURLY_STRIDE)
+    before, retired = neighbour.interleaved, neighbour.retired
+    for script, op in chosen:
+        enumerate_interleavings(script, op, tally, neighbour, how)
+    print(f"\n{len(CLASSES)} state classes, {len(chosen)} operations, the neighbour {how}: "
+          f"{tally.line()}; {neighbour.interleaved - before} rollovers, "
+          f"{neighbour.retired - retired} segments retired")
+    assert tally.failures == [], "\n".join(tally.failures[:10])
+    assert (tally.leaks, tally.wrongful) == (0, 0)
+    assert tally.crash_points > 20
+    assert set(tally.by_kind) >= {"journal", "lock", "mkdir", "rename", "rmdir"}
 
 
 # -- named sessions and artifacts -----------------------------------------------------------

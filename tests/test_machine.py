@@ -17,7 +17,14 @@ busy, read-only) at the operation's next journal step; a plain exception
 before its k-th durable step, caught, the process carrying on; SIGINT
 delivered before its k-th step (the operation completes, then the
 KeyboardInterrupt surfaces); and ``os.fork()`` with the manager live (the
-child's copy refuses everything and closing it does nothing).  The model
+child's copy refuses everything and closing it does nothing).  Another
+process on the root (:mod:`tests.neighbour`, a real one) steps in too:
+between two operations, or just before the k-th step of one, it
+checkpoints, rolls the journal over and retires every sealed segment (the
+one the managers write to included), and the operation carries on as if
+nothing happened; or it holds the journal's write lock past the managers'
+``busy_timeout`` from the k-th step on, the operation's next append fails,
+and once the lock is let go it rolls over and retires.  The model
 follows what the journal shows: a failed operation happened entirely or
 not at all, and the work it left is owed until the manager's next
 operation, or a recovery once it has ended, finishes it
@@ -62,9 +69,23 @@ from sessiontemp.manager import Durability
 from sessiontemp.root import JOURNAL_NAME, generation_name
 from tests.faults import Faults, Injected, StoreFailure, interrupting, store_error
 from tests.model import SCRATCH, Op, World
+from tests.neighbour import Neighbour
 from tests.strategies import fault_steps, faulted_operations, interrupt_ways, store_failures
 
 MAX_MANAGERS = 3
+# Short: the neighbour holds the journal past it on purpose.
+NEIGHBOURLY_BUSY_TIMEOUT = 0.2
+_NEIGHBOUR: list[Neighbour] = []
+
+
+def shared_neighbour() -> Neighbour:
+    """The one neighbour process of this test run, started on first use.
+
+    It ends with the run: its input closes when this process exits.
+    """
+    if not _NEIGHBOUR:
+        _NEIGHBOUR.append(Neighbour())
+    return _NEIGHBOUR[0]
 
 picks = st.integers(min_value=0, max_value=7)
 
@@ -80,7 +101,8 @@ class SessionMachine(RuleBasedStateMachine):
         self.faults = Faults()
         self.world = World(Path(tempfile.mkdtemp(prefix="sessiontemp-machine-", dir=SCRATCH)) / "w",
                            manager_class=self.manager_class, step_hook=self.faults,
-                           durability=self.durability)
+                           durability=self.durability, busy_timeout=NEIGHBOURLY_BUSY_TIMEOUT,
+                           neighbour=shared_neighbour())
 
     def manager(self, i: int) -> str:
         live = self.world.live()
@@ -234,6 +256,28 @@ class SessionMachine(RuleBasedStateMachine):
     @rule(i=picks)
     def fork(self, i: int) -> None:
         self.world.fork(self.manager(i))
+
+    # -- another process on the root --------------------------------------------------------
+
+    @rule()
+    def neighbour_rolls_over(self) -> None:
+        # Between two operations: a checkpoint, a rollover, every sealed segment retired.
+        self.world.interleave()
+
+    @precondition(has_manager)
+    @rule(kind=faulted_operations(), i=picks, k=fault_steps())
+    def neighbour_steps_in(self, kind: str, i: int, k: int) -> None:
+        fired = self.world.stepped_in(self.target(kind, i), self.faults, at=k)
+        event(f"neighbour rolls over: {kind} at {'no step' if fired is None else fired[0]}")
+
+    @precondition(has_manager)
+    @rule(kind=faulted_operations(), i=picks, k=fault_steps())
+    def busy_journal_then_a_rollover(self, kind: str, i: int, k: int) -> None:
+        # The journal held past busy_timeout from the k-th step on; once let go,
+        # the neighbour rolls over and retires the segment the manager wrote to.
+        fired = self.world.met_a_busy_journal(self.target(kind, i), self.faults, at=k)
+        self.world.interleave()
+        event(f"busy journal: {kind} at {'no step' if fired is None else fired[0]}")
 
     @precondition(lambda self: bool(self.world.unclosed))
     @rule(i=picks)

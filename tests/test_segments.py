@@ -250,8 +250,13 @@ def test_a_segment_no_checkpoint_covers_is_never_retired(path: Path) -> None:
         first.append(lives(2, "a"), time=1.0)
         checkpoint_now(first)
         first.append(lives(2, "b"), time=2.0)
-        # A checkpoint of an older seq, saved after the rollover, covers nothing new.
-        checkpoint.save(first, replay(first.records(until=5)))
+        # A checkpoint of an older seq, saved after the rollover (by a store
+        # whose segments are never full: no rollover), covers nothing new.
+        late = Store(path)
+        try:
+            checkpoint.save(late, replay(late.records(until=5)))
+        finally:
+            late.close()
         first.retire(now=2e9)
         # The head's events are covered by the checkpoint the new segment began with.
         assert first.extent()[0] == 11

@@ -18,6 +18,7 @@ from typing import Final, Literal, TypeAlias
 
 import attrs
 
+from journal import checkpoint
 from journal.errors import BadInput, JournalCorrupt, RuleViolation
 from journal.events import Event, Record, Unreadable, decode
 from journal.reducer import EMPTY, Fold, History, State
@@ -216,7 +217,13 @@ def replay(
     refused, and whatever it names is held (``State.held``).  *each* sees
     every record the rules accept, after it is applied.  *history* keeps
     what the state lets go of (finished generations, ended managers).
+
+    A *start* from before where the kept history starts (the empty state,
+    once history was retired) starts there instead: from the checkpoint of
+    the last event retired (:func:`journal.checkpoint.origin`).
     """
+    if start.seq < store.history().retired_until:
+        start = max(start, checkpoint.origin(store).state, key=lambda s: s.seq)
     total = store.last_seq() if until is None else until
     draft = Fold(start, tolerant=lenient is not None, history=history)
     expected = start.seq + 1

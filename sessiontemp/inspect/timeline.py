@@ -36,6 +36,7 @@ from typing import Final
 
 import attrs
 
+from journal import checkpoint
 from journal.errors import BadInput
 from journal.events import (
     CommandStarted,
@@ -53,7 +54,7 @@ from journal.events import (
     SessionAdopted,
     SessionClaimed,
 )
-from journal.reducer import Fold
+from journal.reducer import Fold, State
 from sessiontemp.inspect.picture import (
     COLOURS,
     GROUP_PX,
@@ -131,6 +132,27 @@ class _Collector:
     window_times: tuple[float, float] | None = None
     quiet: list[tuple[float, float]] = attrs.field(factory=list)
     leases_of: dict[str, list[Lease]] = attrs.field(factory=dict)  # by manager, till it ends
+
+    def seed(self, state: State, t: float | None) -> None:
+        """What was live where the kept history starts, once older history was retired.
+
+        The records of its beginning are gone: each is drawn from where the
+        kept history starts (time *t*), as the state there has it.
+        """
+        start = 0.0 if t is None else t
+        sessions = {s.owner: s.name for s in state.sessions.values() if s.owner is not None}
+        for m in state.managers.values():
+            self.managers[m.id] = Manager(m.id, m.pid, m.opened_at, m.opened_seq,
+                                          None if m.ended is None else start, m.ended_seq,
+                                          m.ended, m.ended_by, sessions.get(m.id))
+        for g in state.generations.values():
+            leases = [Lease(lease, start, state.seq, manager=g.manager)
+                      for lease in sorted(g.leases)]
+            self.generations[g.id] = Generation(
+                g.id, g.manager, g.created_at, g.created_seq, removal_seq=g.removal_seq,
+                by=g.removal_by, reason=g.removal_reason, leases=leases)
+            if g.manager is not None:
+                self.leases_of.setdefault(g.manager, []).extend(leases)
 
     def each(self, record: Record, _draft: Fold) -> None:
         t, seq = record.time, record.seq
@@ -268,7 +290,11 @@ def timeline(
         collector = _Collector(lo_bound, hi_bound, idle,
                                since=since if isinstance(since, int) else 0,
                                until=until if isinstance(until, int) else None)
-        state = replay(store, lenient=refused, each=collector.each, progress=progress)
+        # Where the kept history starts: what was live there is drawn from there.
+        start = checkpoint.origin(store).state
+        collector.seed(start, store.history().first_time)
+        state = replay(store, lenient=refused, each=collector.each, progress=progress,
+                       start=start)
         events = store.last_seq()
         refused_at = store.times_of([p.seq for p in refused if p.seq is not None])
     if manager is not None and manager not in collector.managers:
