@@ -97,7 +97,8 @@ SegmentHook = Callable[[Literal["segment"], str], None]
 
 # The journal files this process has connections to, by (device, inode).
 _OPEN: Final[Counter[tuple[int, int]]] = Counter()
-_OPEN_LOCK: Final = threading.Lock()
+# Not Final: made anew in a forked child, like _SEALED_LOCK (see _forked).
+_OPEN_LOCK = threading.Lock()
 # Connections inherited through fork(), kept referenced so that they are
 # never closed (see Store.forget).
 _FORKED: Final[list[sqlite3.Connection]] = []
@@ -131,9 +132,26 @@ _READ, _HAS_EVENTS, _NO_FIRST, _NO_LAST, _NO_SEALED, _NO_COVERED = (1 << i for i
 # rows added (to its retired table) from then on, so it never needs the
 # vacuum a killed retirement leaves undone (see Store.retire).
 _VACUUMED: Final[dict[Path, _Identity]] = {}
-_SEALED_LOCK: Final = threading.Lock()
+_SEALED_LOCK = threading.Lock()
 # Bounds the caches of a process that opens many journals.
 _SEALED_MAX: Final = 4096
+
+
+def _forked() -> None:
+    """In a forked child: this module's locks anew, and no connection counted as open.
+
+    A thread of the parent may have held either lock at the fork, and no
+    thread of the child would ever release its copy.  Every connection the
+    child inherited is the parent's: it is parked (Store.forget), never used.
+    Rebinding and clearing take no lock while the child has one thread.
+    """
+    global _OPEN_LOCK, _SEALED_LOCK
+    _OPEN_LOCK = threading.Lock()
+    _SEALED_LOCK = threading.Lock()
+    _OPEN.clear()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def _identity(st: os.stat_result) -> _Identity:
@@ -377,6 +395,8 @@ class Store:
         # One connection shared by the threads of one manager; appends are
         # serialised here because a sqlite3 connection is not re-entrant.
         self._lock = threading.Lock()
+        # Set in a forked child's copy, which never touches the file again.
+        self._forked = False
         self._busy_timeout = busy_timeout
         self._identity: tuple[int, int] | None = None
         # Set when a failed transaction could not be undone, or a commit's
@@ -1162,12 +1182,27 @@ class Store:
         done, wakes it to lead the next one, with everything that queued
         while the sync ran.
         """
+        return self._wait(pending, own=True)
+
+    def _wait(self, pending: Pending, *, own: bool) -> list[Record]:
+        """:meth:`wait`; *own* False for a thread that did not queue *pending* (a drain).
+
+        Only the thread that queued an append sleeps on its waiter: a second
+        one there (a drain waiting for the last append queued) would share
+        the one wake-up a leader gives it, and one of the two would sleep
+        for good.  Any other sleeps until the running commit ends.
+        """
         queued = self._queued
         while True:
             with queued:
                 if pending.done:
                     break
-                if self._leading:
+                if self._leading and not own:
+                    waiter = threading.Lock()
+                    waiter.acquire()
+                    self._idle.append(waiter)
+                    lead = False
+                elif self._leading:
                     if pending.waiter is None:
                         pending.waiter = threading.Lock()
                         pending.waiter.acquire()
@@ -1216,7 +1251,7 @@ class Store:
             last = self._queue[-1] if self._queue else None
         if last is not None:
             with contextlib.suppress(Exception):
-                self.wait(last)
+                self._wait(last, own=False)
         while True:
             with self._queued:
                 if not self._leading:
@@ -2428,6 +2463,9 @@ class Store:
                 self._drop_span()
 
     def close(self) -> None:
+        if self._forked:
+            # A parked copy (forget): its locks may be held by a parent's thread.
+            return
         running = self._maintenance_thread
         if running is not None and running is not threading.current_thread():
             # Before the locks: the maintenance needs them to finish.
@@ -2448,14 +2486,16 @@ class Store:
         clean-up of a last connection), so the copy is parked until the
         process ends.
         """
-        with _OPEN_LOCK:
-            if self._identity is not None:
-                _OPEN[self._identity] -= 1
-                self._identity = None
-                _FORKED.append(self._conn)
-                if self._span is not None:
-                    _FORKED.append(self._span)
-                    self._span = None
+        # No lock: this runs in a forked child's at-fork handler, where any
+        # lock may have been held by a thread of the parent at the fork; and
+        # _forked() has already counted none of the child's connections open.
+        self._forked = True
+        if self._identity is not None:
+            self._identity = None
+            _FORKED.append(self._conn)
+            if self._span is not None:
+                _FORKED.append(self._span)
+                self._span = None
         self.broken = "this is a forked copy of another process's journal connection"
         # The parent's queue and its leader are not this process's.
         self._queued = threading.Lock()

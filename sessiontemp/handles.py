@@ -12,6 +12,7 @@ the tests' simulated kill alike.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import TYPE_CHECKING
 
@@ -85,16 +86,22 @@ class Handles:
         command started by ``lease.popen`` does, until it exits.  The SQLite
         connection is parked, never closed (see :meth:`Store.forget`).
         """
-        if self.closed:
-            return
+        # Whatever is still recorded, even once marked closed: a thread of the
+        # parent may have been half-way through close_all() at the fork.
         self.closed = True
+        # Each copy on its own: that thread may have closed one, which the
+        # child then finds closed already.
         for generation in list(self.generations):
-            self.drop_generation(generation)
+            with contextlib.suppress(OSError):
+                self.drop_generation(generation)
+        closes = [self.root.close]
         if self.liveness is not None:
-            self.liveness.close()
+            closes.append(self.liveness.close)
         if self.session is not None:
             # The child must not keep the session owned after its parent dies.
-            self.session.close()
+            closes.append(self.session.close)
+        for close in closes:
+            with contextlib.suppress(OSError):
+                close()
         if self.store is not None:
             self.store.forget()
-        self.root.close()

@@ -21,6 +21,7 @@ that the next operation, or the next recovery, finishes.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
@@ -96,8 +97,12 @@ _MANAGERS: Final[weakref.WeakSet[Manager]] = weakref.WeakSet()
 
 
 def _disarm_copies() -> None:
+    # Takes no lock (see sessiontemp.forks): the child has one thread, and
+    # any lock may have been held by one of the parent's at the fork.
     for manager in list(_MANAGERS):
-        manager._handles.forget()
+        # One copy that cannot be disarmed must not leave the others armed.
+        with contextlib.suppress(Exception):
+            manager._handles.forget()
 
 
 os.register_at_fork(after_in_child=_disarm_copies)
@@ -203,14 +208,15 @@ class Manager:
             lambda: self._open(root, stale_after, busy_timeout, claim, window),
             lambda handles: self.close(),
         )
-        _MANAGERS.add(self)
         logger.debug("manager.opened", manager=self.id, path=str(self._handles.root.path))
 
     def _open(self, root: os.PathLike[str] | str | None, stale_after: float,
               busy_timeout: float, claim: sessions.Claim | None, window: float) -> Handles:
         handles = Handles(Root.open(root))
-        # Set at once: whatever fails below, close_all() gives back what was had.
+        # Set at once: whatever fails below, close_all() gives back what was had;
+        # and a child forked from now on (by another thread) disarms its copies.
         self._handles = handles
+        _MANAGERS.add(self)
         try:
             if claim is not None:
                 # First: refused at once while another manager owns the name.
@@ -360,11 +366,14 @@ class Manager:
     @property
     def current_dir(self) -> Path | None:
         """The current generation's directory, without taking a lease; None if none is made."""
-        with self._mutex:
-            current = self._me.current
-            if current is None or not self._state.generations[current].ready:
-                return None
-            return self.root / generation_name(current)
+        # One state, read once: no mutex, which a forked child's copy could
+        # find held by a thread of its parent.
+        state = self._state
+        me = state.managers.get(self.id, self._ended)
+        current = None if me is None else me.current
+        if current is None or not state.generations[current].ready:
+            return None
+        return self.root / generation_name(current)
 
     def __repr__(self) -> str:
         me = self._me
@@ -604,7 +613,7 @@ class Manager:
 
     def _release_lease(self, lease: Lease) -> None:
         if self._handles.forked:
-            lease._drop_lock()
+            lease._drop_copy()
             return
 
         def failed(e: JournalError) -> None:
