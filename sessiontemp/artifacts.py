@@ -38,9 +38,10 @@ import attrs
 from journal import ids
 from journal.errors import BadInput
 from journal.reducer import ArtifactState
+from sessiontemp import resources
 from sessiontemp.locks import try_exclusive
 from sessiontemp.root import DIR_FLAGS, Root
-from sessiontemp.steps import Steps
+from sessiontemp.steps import StepHook, Steps
 
 __all__ = [
     "ARTIFACTS_DIR",
@@ -307,13 +308,14 @@ def remove_artifact(
     *,
     clock: Callable[[], float] = time.time,
     busy_timeout: float = 30.0,
+    step_hook: StepHook | None = None,
 ) -> bool:
     """Remove a kept artifact (an :class:`Artifact` or its id) from *root*, journaled.
 
     The removal is journaled (``artifact.removed``) before the file is
     unlinked, by a recovery pass that also does whatever else a pass does.
     Returns False when no kept artifact has that id (already removed, or
-    never kept).
+    never kept).  *step_hook* sees every durable step, as a Manager's does.
     """
     # Imported here: recovery imports this module for its sweep.
     from journal.store import Store
@@ -325,14 +327,17 @@ def remove_artifact(
                          "pass the Artifact lease.keep returned, or its id")
     opened = Root.open(root)
     try:
-        opened.check_journal()
-        store = Store(opened.journal_path, busy_timeout=busy_timeout)
-        try:
-            report = recovery.run(opened, store, stale_after=recovery.DEFAULT_STALE_AFTER,
-                                  clock=clock, steps=Steps(), wait=True,
-                                  remove_artifacts=(artifact_id,))
-        finally:
-            store.close()
+        with resources.translated(opened.path, f"artifact {artifact_id} could not be removed"):
+            opened.check_journal()
+            steps = Steps(step_hook)
+            store = Store(opened.journal_path, busy_timeout=busy_timeout,
+                          step_hook=steps.before)
+            try:
+                report = recovery.run(opened, store, stale_after=recovery.DEFAULT_STALE_AFTER,
+                                      clock=clock, steps=steps, wait=True,
+                                      remove_artifacts=(artifact_id,))
+            finally:
+                store.close()
     finally:
         opened.close()
     return any(id_of(removed.path.name) == artifact_id and removed.reason == ON_REQUEST

@@ -22,6 +22,7 @@ that the next operation, or the next recovery, finishes.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import threading
@@ -65,10 +66,10 @@ from journal.events import (
 from journal.reducer import EMPTY, GenerationState, ManagerState, State, removal_due, replay
 from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Pending, Store
-from sessiontemp import aio, artifacts, placement, processes, recovery, sessions
+from sessiontemp import aio, artifacts, placement, processes, recovery, resources, sessions
 from sessiontemp.handles import Handles
 from sessiontemp.lease import Lease
-from sessiontemp.locks import Liveness, hold_root, lock_shared
+from sessiontemp.locks import Liveness, hold_root, lock_shared, refusal
 from sessiontemp.log import debugging, logger
 from sessiontemp.removal import Target, remove
 from sessiontemp.root import Root, default_root, generation_name
@@ -204,10 +205,12 @@ class Manager:
         # The generation leases were last handed out on: its name and path.
         self._named: tuple[str | None, str, str] = (None, "", "")
         self.recovery = recovery.Report(ran=False)
-        self._handles = shielded(
-            lambda: self._open(root, stale_after, busy_timeout, claim, window),
-            lambda handles: self.close(),
-        )
+        with resources.translated(default_root() if root is None else os.path.abspath(root),
+                                  "the manager could not be opened"):
+            self._handles = shielded(
+                lambda: self._open(root, stale_after, busy_timeout, claim, window),
+                lambda handles: self.close(),
+            )
         logger.debug("manager.opened", manager=self.id, path=str(self._handles.root.path))
 
     def _open(self, root: os.PathLike[str] | str | None, stale_after: float,
@@ -308,6 +311,11 @@ class Manager:
             self._steps.before("lock", name)
             fd = lock_shared(self._handles.root.fd, name)
         except OSError as e:
+            if not resources.gone(e):
+                # No sign that it is gone (a shortage, or a lock held longer
+                # than a probe's): the claim fails and nothing is discarded,
+                # so that the next claim can still resume it.
+                raise self._not_locked(generation.id, e, retire=False) from e
             logger.warning("session.not_resumed", manager=self.id, generation=generation.id,
                            reason=f"{name} could not be locked ({e.strerror})")
             return None
@@ -518,14 +526,16 @@ class Manager:
             # always has its lock, and a lock taken for a lease that could
             # not be journaled is simply closed.
             fd = lock_shared(self._handles.root.fd, name)
+            if made is None:
+                self._check_identity(generation, fd)
             # A usage touch: an age rule (systemd-tmpfiles, the sweep of a
             # lost journal's leftovers) then measures idleness, not age.
             os.utime(fd)
         except BaseException as e:
             if made is not None:
                 self._unmake(made, e)
-            elif isinstance(e, OSError):
-                self._vanished(generation, e)
+            if isinstance(e, OSError):
+                raise self._not_locked(generation, e, retire=made is None) from e
             raise
         try:
             ready = [] if made is None else [made[2]]
@@ -559,17 +569,31 @@ class Manager:
         if isinstance(error, Exception):
             self._abandon(made[0], f"could not be handed out: {error}")
 
-    def _vanished(self, generation: str, error: OSError) -> None:
-        """The current directory cannot be locked: retire it, so the next acquire starts clean."""
+    def _check_identity(self, generation: str, fd: int) -> None:
+        """Refuse (ENOENT) a directory under *generation*'s name that is not the one made."""
+        st = os.fstat(fd)
+        known = self._state.generations[generation]
+        if (st.st_dev, st.st_ino) != (known.device, known.inode):
+            os.close(fd)
+            raise FileNotFoundError(errno.ENOENT, "it was replaced by another directory")
+
+    def _not_locked(self, generation: str, error: OSError, *, retire: bool) -> Unavailable:
+        """Why a lease's lock on *generation* could not be had.
+
+        With *retire*, a directory gone from under its name (or replaced)
+        is retired, so that the next acquire starts clean; nothing else
+        says it is gone (:mod:`sessiontemp.resources`), and nothing else
+        retires it.
+        """
+        path = os.path.join(self.root, generation_name(generation))
+        if not (retire and resources.gone(error)):
+            return refusal(self.root, path, error)
         self._append(Rotated(self.id))
         self._settle()
         logger.warning("generation.vanished", manager=self.id, generation=generation,
                        reason=str(error))
-        raise self._unavailable(
-            f"{os.path.join(self.root, generation_name(generation))} could not be locked "
-            f"({error.strerror})",
-            "It was retired; try again",
-        ) from error
+        return self._unavailable(f"{path} is gone ({error.strerror})",
+                                 "It was retired; try again")
 
     def _make_generation(self) -> tuple[str, int, GenerationReady]:
         """Journal, make and lock a new generation; its ready event is left to the caller."""
@@ -597,6 +621,7 @@ class Manager:
                            reason=str(e))
             raise self._unavailable(
                 f"could not make a private directory: {e.strerror}",
+                resources.fix(e) if resources.shortage(e) else
                 "Free space or fix the root; no other directory will be used",
             ) from e
         return generation, fd, GenerationReady(self.id, generation, st.st_dev, st.st_ino)
@@ -675,8 +700,9 @@ class Manager:
                     raise Unavailable(lease.path, f"lease {lease.id} was already released",
                                       "Keep files while the lease is held")
                 artifact = ids.new_artifact()
-                copy = artifacts.copy_in(self._handles.root, fd, parts, artifact, label,
-                                         steps=self._steps)
+                with resources.translated(lease.path, f"{path} could not be kept"):
+                    copy = artifacts.copy_in(self._handles.root, fd, parts, artifact, label,
+                                             steps=self._steps)
                 try:
                     self._append(ArtifactKept(self.id, artifact, label, copy.sha256, copy.size))
                 except BaseException:
@@ -969,14 +995,21 @@ class Manager:
             # lookups by name only once something touched the file.
             return
         root = self._handles.root
-        if root.managers_removed():
-            # The whole directory went (``rm -r``): its lock file cannot be
-            # put back into a removed directory, so the directory comes first.
-            root.reopen_managers()
-            liveness.moved(root.managers_fd)
-        if liveness.check():
-            logger.warning("manager.lock_recreated", manager=self.id,
-                           path=str(self._handles.root.manager_lock_path(self.id)))
+        try:
+            if root.managers_removed():
+                # The whole directory went (``rm -r``): its lock file cannot be
+                # put back into a removed directory, so the directory comes first.
+                root.reopen_managers()
+                liveness.moved(root.managers_fd)
+            if liveness.check():
+                logger.warning("manager.lock_recreated", manager=self.id,
+                               path=str(self._handles.root.manager_lock_path(self.id)))
+        except OSError as e:
+            if not resources.shortage(e):
+                raise
+            # Put back by the next operation: meanwhile a recovery finds no
+            # lock file and leaves this manager alone, as it must.
+            logger.warning("manager.lock_not_recreated", manager=self.id, reason=str(e))
 
     def _refuse_forked(self) -> None:
         if self._handles.forked:

@@ -32,6 +32,7 @@ import attrs
 
 from journal import ids
 from journal.errors import UnsafeRoot
+from sessiontemp import resources
 
 __all__ = [
     "DIR_FLAGS",
@@ -128,6 +129,9 @@ class Root:
                 # With O_DIRECTORY, Linux reports a symlink as ENOTDIR, not ELOOP.
                 what = "is a symbolic link" if root.is_symlink() else "is not a directory"
                 raise UnsafeRoot(root, what, "Remove it or pass another root") from None
+            if resources.shortage(e):
+                # The process is short of descriptors, not the root unsafe.
+                raise resources.unavailable(root, "the root could not be opened", e) from e
             raise UnsafeRoot(root, f"cannot be opened ({e.strerror})",
                              "Fix its permissions or pass another root") from None
         st = os.fstat(fd)

@@ -39,9 +39,10 @@ import attrs
 from journal import ids
 from journal.errors import SessionOwned
 from journal.reducer import GenerationState, ManagerState, SessionState, State, kept_for_resume
+from sessiontemp import resources
 from sessiontemp.locks import still_named
 from sessiontemp.root import DIR_FLAGS, Root
-from sessiontemp.steps import Steps
+from sessiontemp.steps import StepHook, Steps
 
 if TYPE_CHECKING:
     from sessiontemp.recovery import Report
@@ -277,6 +278,7 @@ def remove_session(
     *,
     clock: Callable[[], float] = time.time,
     busy_timeout: float = 30.0,
+    step_hook: StepHook | None = None,
 ) -> Report:
     """Remove what named session *name* left under *root*, journaled; refused while it is owned.
 
@@ -286,7 +288,8 @@ def remove_session(
     ended owners that no command holds, removed by a recovery pass; the
     pass's report says what was removed and what a running command still
     holds (removed by a later pass, once the command exits).  Artifacts are
-    kept: they go only by :func:`sessiontemp.remove_artifact`.
+    kept: they go only by :func:`sessiontemp.remove_artifact`.  *step_hook*
+    sees every durable step, as :class:`~sessiontemp.Manager`'s does.
     """
     # Imported here: recovery imports this module for the session lock.
     from journal.store import Store
@@ -295,22 +298,27 @@ def remove_session(
     check_name(name)
     opened = Root.open(root)
     try:
-        lock = SessionLock.take(opened, name)
-        try:
-            opened.check_journal()
-            store = Store(opened.journal_path, busy_timeout=busy_timeout)
+        # Out of descriptors part-way, nothing is left half done that the
+        # next call (or recovery) does not finish.
+        with resources.translated(opened.path, f"session {name!r} could not be removed"):
+            lock = SessionLock.take(opened, name)
             try:
-                report = recovery.run(
-                    opened, store, stale_after=recovery.DEFAULT_STALE_AFTER, clock=clock,
-                    steps=Steps(), wait=True,
-                    claim=Claim(name, resume=False, why="the session was removed "
-                                "(remove_session)"),
-                )
+                opened.check_journal()
+                steps = Steps(step_hook)
+                store = Store(opened.journal_path, busy_timeout=busy_timeout,
+                              step_hook=steps.before)
+                try:
+                    report = recovery.run(
+                        opened, store, stale_after=recovery.DEFAULT_STALE_AFTER,
+                        clock=clock, steps=steps, wait=True,
+                        claim=Claim(name, resume=False, why="the session was removed "
+                                    "(remove_session)"),
+                    )
+                finally:
+                    store.close()
+                lock.unlink()
             finally:
-                store.close()
-            lock.unlink()
-        finally:
-            lock.close()
+                lock.close()
     finally:
         opened.close()
     return report
