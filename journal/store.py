@@ -102,6 +102,8 @@ _OPEN_LOCK = threading.Lock()
 # Connections inherited through fork(), kept referenced so that they are
 # never closed (see Store.forget).
 _FORKED: Final[list[sqlite3.Connection]] = []
+# Stores their owner dropped unclosed, waiting to be closed (see Store.abandon).
+_ABANDONED: Final[list[Store]] = []
 # What this process has read of segment files that were sealed, by journal
 # (its head's path), then by segment (its base: its file name within the
 # journal): the file's (device, inode, size, mtime) when it was found sealed,
@@ -149,9 +151,33 @@ def _forked() -> None:
     _OPEN_LOCK = threading.Lock()
     _SEALED_LOCK = threading.Lock()
     _OPEN.clear()
+    # The parent's to close: parked, like every other inherited connection.
+    for store in _ABANDONED:
+        store.forget()
+    _ABANDONED.clear()
 
 
 os.register_at_fork(after_in_child=_forked)
+
+
+def _close_abandoned() -> None:
+    """Close every abandoned store (Store.abandon) whose locks are free now; never waits."""
+    if not _ABANDONED or not _OPEN_LOCK.acquire(blocking=False):
+        return
+    try:
+        for store in list(_ABANDONED):
+            running = store._maintenance_thread
+            if running is not None and running.is_alive():
+                continue
+            if not store._lock.acquire(blocking=False):
+                continue
+            try:
+                store._close_locked()
+            finally:
+                store._lock.release()
+            _ABANDONED.remove(store)
+    finally:
+        _OPEN_LOCK.release()
 
 
 def _identity(st: os.stat_result) -> _Identity:
@@ -444,6 +470,7 @@ class Store:
             self.close()
             raise
         self._ready = True
+        _close_abandoned()
 
     # -- opening -------------------------------------------------------------
 
@@ -2471,12 +2498,32 @@ class Store:
             # Before the locks: the maintenance needs them to finish.
             running.join()
         with _OPEN_LOCK, self._lock:
-            self._drop_span()
-            if self._identity is not None:
-                _OPEN[self._identity] -= 1
-                self._identity = None
-                with contextlib.suppress(sqlite3.Error):
-                    self._conn.close()
+            self._close_locked()
+        _close_abandoned()
+
+    def _close_locked(self) -> None:
+        """Close the connections; the caller holds _OPEN_LOCK and this store's lock."""
+        self._drop_span()
+        if self._identity is not None:
+            _OPEN[self._identity] -= 1
+            self._identity = None
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+
+    def abandon(self) -> None:
+        """Close a store whose owner was dropped unclosed, without waiting for any lock.
+
+        For a garbage-collected manager's finalizer, which runs in whichever
+        thread the collection happens in, at any point of it: that thread
+        may hold this module's lock or this store's, and another thread
+        (its maintenance) may be using the store.  So the locks are only
+        tried; a store that cannot be closed now is closed by the next
+        store this process opens or closes.
+        """
+        if self._forked or self._identity is None:
+            return
+        _ABANDONED.append(self)
+        _close_abandoned()
 
     def forget(self) -> None:
         """Let go of a connection inherited through fork() without touching the file.

@@ -76,6 +76,29 @@ class Handles:
             self.store.close()
         self.root.close()
 
+    def abandon(self) -> None:
+        """Let go of everything, as :meth:`close_all` does, for a manager dropped unclosed.
+
+        Run by its finalizer, in whatever thread the garbage collector runs
+        in: every descriptor is closed at once (nothing can be using them:
+        the manager, and with it each of its leases, is unreachable), and
+        the journal connection is closed as soon as no thread holds its
+        locks (:meth:`Store.abandon`).
+        """
+        self.closed = True
+        for lease in list(self.leases.values()):
+            lease._drop_copy()
+        self.leases.clear()
+        for generation in list(self.generations):
+            self.drop_generation(generation)
+        if self.liveness is not None:
+            self.liveness.close()
+        if self.session is not None:
+            self.session.close()
+        self.root.close()
+        if self.store is not None:
+            self.store.abandon()
+
     def forget(self) -> None:
         """In a forked child: close the copies that would keep the parent looking alive.
 

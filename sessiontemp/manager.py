@@ -25,8 +25,10 @@ import contextlib
 import errno
 import functools
 import os
+import sys
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -791,6 +793,20 @@ class Manager:
                 handles.liveness.unlink()
             handles.close_all()
         logger.debug("manager.closed", manager=self.id)
+
+    def __del__(self) -> None:
+        # Dropped unclosed, as an unclosed file is: its locks are given up
+        # as a killed process's are, so that the next recovery, in this
+        # process or another, finds it dead and removes what it held.  It
+        # journals nothing and unlinks nothing: a finalizer runs in any
+        # thread, at any point of it, and at the interpreter's exit.
+        handles: Handles | None = self.__dict__.get("_handles")
+        if handles is None or handles.closed or handles.forked or sys.is_finalizing():
+            return
+        handles.abandon()
+        warnings.warn(f"unclosed manager {self.id} on {handles.root.path}: its locks are "
+                      "given up, and the next recovery removes what it held", ResourceWarning,
+                      source=self, stacklevel=1)
 
     def __enter__(self) -> Manager:
         return self
