@@ -1,17 +1,19 @@
 """A driver process for the fork tests: a storm of forks from a thread while others work.
 
-Run as ``python tests/forkstorm.py ROOT --forks N --pool M``.  Worker threads
+Run as ``python tests/forkstorm.py ROOT --forks N --main-forks K --pool M``.  Worker threads
 use the library without pause: one opens and closes managers (retain,
 acquire, release, close), one acquires, writes, rotates and releases on a
 shared manager, one starts commands with ``lease.popen`` (some with a
 ``preexec_fn`` that sleeps, so that the lease's lock is held for a while),
 one keeps artifacts.  Meanwhile a thread forks N times; each child releases
-its copy of a lease the main thread holds, closes its copies of the
-managers and exits, by ``os._exit`` or by ``sys.exit`` (the interpreter's
-whole shutdown) in turn.  Then the same thread starts M processes with
-multiprocessing's ``fork`` start method, whose target does the same.  A
-child that has not exited within the deadline is killed and counted as
-hung.
+its copies of two leases (one of them the lease the popen thread starts
+its commands with), closes its copies of the managers and exits by
+``os._exit``.  Then the main thread forks ``--main-forks`` times, and those
+children exit by ``sys.exit``, through the interpreter's whole shutdown
+(which a child forked from another thread cannot run); then a thread starts
+M processes with multiprocessing's ``fork`` start method, whose target does
+the same.  A child that has not exited within the deadline is killed and
+counted as hung.
 
 Afterwards the workers stop, the shared manager must still work and agree
 with its journal, and once everything is closed a recovery must leave no
@@ -137,35 +139,44 @@ def wait_for(pid: int, deadline: float) -> int | None:
     return os.waitstatus_to_exitcode(status) if ended else None
 
 
-class Forker(threading.Thread):
-    def __init__(self, managers: list[Manager], leases: list[Lease], forks: int, pool: int,
-                 deadline: float) -> None:
-        super().__init__()
-        self.managers, self.leases, self.forks, self.pool = managers, leases, forks, pool
-        self.deadline = deadline
+class Forker:
+    """Forks, and judges each child by how it ended."""
+
+    def __init__(self, managers: list[Manager], leases: list[Lease], deadline: float) -> None:
+        self.managers, self.leases, self.deadline = managers, leases, deadline
         # Stop at the first hung child (for the planted bug: it is what is looked for).
         self.first_hang = False
-        self.tally = {"forks": 0, "hung": 0, "failed": 0, "pool": 0, "pool_hung": 0,
-                      "pool_failed": 0}
+        self.tally = {"forks": 0, "main_forks": 0, "hung": 0, "failed": 0, "pool": 0,
+                      "pool_hung": 0, "pool_failed": 0}
 
-    def run(self) -> None:
-        for i in range(self.forks):
+    def fork(self, count: int, *, shutdown: bool) -> None:
+        """Fork *count* children; each ends by ``sys.exit`` with *shutdown*, else ``os._exit``.
+
+        A child forked from a thread other than the main one cannot run the
+        interpreter's shutdown (its SystemExit would end its one thread
+        only): *shutdown* is for the main thread.
+        """
+        for _ in range(count):
             pid = os.fork()
             if pid == 0:
                 code = in_child(self.managers, self.leases)
-                if i % 2:
-                    os._exit(code)
-                sys.exit(code)
+                if shutdown:
+                    # Up through every frame of this process's main thread, then the
+                    # interpreter's whole shutdown: atexit, the modules' clearing.
+                    sys.exit(code)
+                os._exit(code)
             code = wait_for(pid, self.deadline)
-            self.tally["forks"] += 1
+            self.tally["main_forks" if shutdown else "forks"] += 1
             if code is None:
                 self.tally["hung"] += 1
                 if self.first_hang:
-                    break
+                    return
             elif code != 0:
                 self.tally["failed"] += 1
+
+    def pool(self, count: int) -> None:
         context = multiprocessing.get_context("fork")
-        for _ in range(self.pool):
+        for _ in range(count):
             process = context.Process(target=pool_child, args=(self.managers, self.leases))
             process.start()
             process.join(self.deadline)
@@ -199,8 +210,8 @@ def plant_locking_child_handler() -> None:
     journal.store.Store.forget = forget_under_lock  # type: ignore[method-assign]
 
 
-def storm(root: Path, forks: int, pool: int, deadline: float, *, planted: bool = False
-          ) -> dict[str, Any]:
+def storm(root: Path, forks: int, main_forks: int, pool: int, deadline: float, *,
+          planted: bool = False) -> dict[str, Any]:
     shared = Manager(root, busy_timeout=BUSY_TIMEOUT)
     shared.retain()
     other = Manager(root, busy_timeout=BUSY_TIMEOUT, session="storm")
@@ -211,10 +222,16 @@ def storm(root: Path, forks: int, pool: int, deadline: float, *, planted: bool =
     # The planted handler would hang popen's own child, and popen with it.
     workers.slow_popen = not planted
     workers.start()
-    forker = Forker([shared, other], [held, starting], forks, pool, deadline)
+    forker = Forker([shared, other], [held, starting], deadline)
     forker.first_hang = planted
-    forker.start()
-    forker.join()
+    from_thread = threading.Thread(target=forker.fork, args=(forks,),
+                                   kwargs={"shutdown": False})
+    from_thread.start()
+    from_thread.join()
+    forker.fork(main_forks, shutdown=True)
+    in_pool = threading.Thread(target=forker.pool, args=(pool,))
+    in_pool.start()
+    in_pool.join()
     workers.finish()
     works = ""
     try:
@@ -239,6 +256,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("root", type=Path)
     parser.add_argument("--forks", type=int, default=200)
+    parser.add_argument("--main-forks", type=int, default=50,
+                        help="forks from the main thread, whose children exit by sys.exit")
     parser.add_argument("--pool", type=int, default=20)
     parser.add_argument("--deadline", type=float, default=DEADLINE,
                         help="seconds a child has to exit before it counts as hung")
@@ -246,7 +265,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.planted:
         plant_locking_child_handler()
-    emit(storm(args.root, args.forks, args.pool, args.deadline, planted=args.planted))
+    emit(storm(args.root, args.forks, args.main_forks, args.pool, args.deadline,
+               planted=args.planted))
     return 0
 
 
