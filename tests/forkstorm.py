@@ -159,12 +159,12 @@ class Forker:
         for _ in range(count):
             pid = os.fork()
             if pid == 0:
-                code = in_child(self.managers, self.leases)
+                status = in_child(self.managers, self.leases)
                 if shutdown:
                     # Up through every frame of this process's main thread, then the
                     # interpreter's whole shutdown: atexit, the modules' clearing.
-                    sys.exit(code)
-                os._exit(code)
+                    sys.exit(status)
+                os._exit(status)
             code = wait_for(pid, self.deadline)
             self.tally["main_forks" if shutdown else "forks"] += 1
             if code is None:

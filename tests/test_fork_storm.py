@@ -4,8 +4,9 @@ A hung child keeps every lock descriptor it inherited, so the directories
 they guard could never be removed: each child here must release its copy
 of a lease, close its copies of the managers and exit within a deadline,
 by ``os._exit`` (forked from a thread) or by ``sys.exit`` (forked from the
-main thread, through the interpreter's whole shutdown), while threads of the parent open and close managers, acquire, rotate and
-release, start commands with ``lease.popen`` and keep artifacts; then
+main thread, through the interpreter's whole shutdown), while threads of
+the parent open and close managers, acquire, rotate and release, start
+commands with ``lease.popen`` and keep artifacts; then
 processes started with multiprocessing's ``fork`` method do the same.  The
 parent goes on: its manager works and agrees with the journal, and once
 all is closed a recovery leaves nothing behind.  The storm runs in a
@@ -51,7 +52,8 @@ def assert_calm(result: dict[str, Any], forks: int, main_forks: int, pool: int) 
     assert all(n > 0 for n in result["rounds"].values()), result["rounds"]
     assert result["works"] == ""
     assert result["journal"] == "agrees"
-    assert result["left"] == [] and result["skipped"] == [], result
+    assert result["left"] == [], result
+    assert result["skipped"] == [], result
     assert result["problems"] == []
 
 
