@@ -24,7 +24,9 @@ numbers they get never interleave or repeat.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
+import gc
 import hashlib
 import json
 import os
@@ -33,6 +35,7 @@ import stat
 import struct
 import threading
 import time as _time
+import weakref
 from collections import Counter
 from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from pathlib import Path
@@ -101,7 +104,17 @@ _OPEN: Final[Counter[tuple[int, int]]] = Counter()
 _OPEN_LOCK = threading.Lock()
 # Connections inherited through fork(), kept referenced so that they are
 # never closed (see Store.forget).
-_FORKED: Final[list[sqlite3.Connection]] = []
+_FORKED: Final[list[sqlite3.Connection | sqlite3.Cursor]] = []
+# Every store of this process, so that a forked child parks the copy of each,
+# a manager's or not (a recovery pass's in another thread, one half opened).
+_STORES: Final[weakref.WeakSet[Store]] = weakref.WeakSet()
+# Looked up now, not in a forked child (where a lookup could wait for the
+# dynamic loader's lock): a child takes a reference to each connection it
+# parks that nothing ever gives back, so that not even its interpreter's
+# end frees it (see Store.forget).
+_NEVER_FREED: Final = ctypes.pythonapi.Py_IncRef
+_NEVER_FREED.argtypes = [ctypes.py_object]
+_NEVER_FREED.restype = None
 # Stores their owner dropped unclosed, waiting to be closed (see Store.abandon).
 _ABANDONED: Final[list[Store]] = []
 # What this process has read of segment files that were sealed, by journal
@@ -144,17 +157,27 @@ def _forked() -> None:
 
     A thread of the parent may have held either lock at the fork, and no
     thread of the child would ever release its copy.  Every connection the
-    child inherited is the parent's: it is parked (Store.forget), never used.
-    Rebinding and clearing take no lock while the child has one thread.
+    child inherited is the parent's: it is parked (Store.forget), never used
+    nor freed.  Rebinding, clearing and parking take no lock while the child
+    has one thread.
     """
     global _OPEN_LOCK, _SEALED_LOCK
     _OPEN_LOCK = threading.Lock()
     _SEALED_LOCK = threading.Lock()
     _OPEN.clear()
-    # The parent's to close: parked, like every other inherited connection.
-    for store in _ABANDONED:
+    # Abandoned ones too: the parent's to close.
+    for store in list(_STORES):
         store.forget()
     _ABANDONED.clear()
+    if _STORES or _FORKED:
+        # Nor is any other SQLite object the parent left to the garbage
+        # collector (a closed store's connection and statements, which
+        # sqlite3 keeps in a reference cycle): freeing one in the child
+        # (sqlite3_finalize, sqlite3_close) takes SQLite's mutexes, which a
+        # thread of the parent may have held at the fork.  What existed at
+        # the fork is left out of the child's collections; what the child
+        # makes is collected as usual.
+        gc.freeze()
 
 
 os.register_at_fork(after_in_child=_forked)
@@ -382,6 +405,9 @@ class Store:
         retention: Retention = DEFAULT_RETENTION,
         step_hook: SegmentHook | None = None,
     ) -> None:
+        # Set in a forked child's copy, which never touches the file again.
+        self._forked = False
+        _STORES.add(self)
         self.path = Path(path)
         self.retention = retention
         self._step_hook = step_hook
@@ -421,8 +447,6 @@ class Store:
         # One connection shared by the threads of one manager; appends are
         # serialised here because a sqlite3 connection is not re-entrant.
         self._lock = threading.Lock()
-        # Set in a forked child's copy, which never touches the file again.
-        self._forked = False
         self._busy_timeout = busy_timeout
         self._identity: tuple[int, int] | None = None
         # Set when a failed transaction could not be undone, or a commit's
@@ -2529,20 +2553,30 @@ class Store:
         """Let go of a connection inherited through fork() without touching the file.
 
         The parent still uses the same SQLite file: the child must neither
-        write through the copy nor close it (closing runs SQLite's
-        clean-up of a last connection), so the copy is parked until the
-        process ends.
+        write through the copy nor close it, not even as its interpreter
+        ends: closing runs SQLite's clean-up of a last connection
+        (sqlite3WalClose), which may checkpoint and delete a -wal the parent
+        still uses, and which takes a mutex that a thread of the parent may
+        have held at the fork, hanging the child for good.  So each copy is
+        parked, with a reference that is never given back.
         """
         # No lock: this runs in a forked child's at-fork handler, where any
         # lock may have been held by a thread of the parent at the fork; and
         # _forked() has already counted none of the child's connections open.
+        if self._forked:
+            return
         self._forked = True
-        if self._identity is not None:
-            self._identity = None
-            _FORKED.append(self._conn)
-            if self._span is not None:
-                _FORKED.append(self._span)
-                self._span = None
+        self._identity = None
+        # Any attribute may be missing: the copy of a store a thread of the
+        # parent was opening.  The cursor too: freeing it resets its
+        # statement, under the same mutex.
+        for name in ("_conn", "_span", "_writing"):
+            held = self.__dict__.get(name)
+            if held is not None:
+                _FORKED.append(held)
+                _NEVER_FREED(held)
+        self._span = None
+        self._writing = None
         self.broken = "this is a forked copy of another process's journal connection"
         # The parent's queue and its leader are not this process's.
         self._queued = threading.Lock()

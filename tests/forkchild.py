@@ -9,16 +9,21 @@ Modes:
     Threads work on ROOT all the time: one opens and closes managers (each
     opened, retained, leased from, closed), one acquires, rotates and
     releases on a long-lived manager, one starts commands with
-    ``lease.popen``, one keeps artifacts with ``lease.keep`` and removes
-    them.  Meanwhile the forker (the main thread, or a thread of its own)
-    forks N times.  Each child closes its copy of every manager, releases
-    its copy of every lease, checks that its copy refuses an acquire with
-    ForkedCopy, and exits the way asked; each must have exited within
-    ``--deadline`` seconds (an alarm kills one that hangs, and the parent
-    gives up waiting then).  With ``--multiprocessing``, every other child
-    is a ``multiprocessing`` process of the 'fork' start method doing the
-    same.  Then the threads stop, and the counts are answered with what the
-    long-lived manager holds next to the journal, before it closes.
+    ``lease.popen`` (every other one with a ``preexec_fn`` that sleeps, so
+    that popen holds the lease's lock for a while), one keeps artifacts with
+    ``lease.keep`` and removes them.  Meanwhile the forker (the main thread,
+    or a thread of its own) forks N times.  Each child checks that its copy
+    of every manager refuses an acquire, releases its copy of every lease
+    held at the fork, closes its copy of every manager, and exits the way
+    asked: ``sys.exit`` from the main thread is the interpreter's whole end
+    (garbage collection, every module's objects let go of), from a thread
+    the end of that thread.  Each must have exited within ``--deadline``
+    seconds (an alarm kills one that hangs, and the parent gives up waiting
+    a second later).  With ``--multiprocessing``, every other child is a
+    ``multiprocessing`` process of the 'fork' start method doing the same.
+    Then the threads stop, a recovery runs, and the counts are answered with
+    whether the long-lived manager agrees with the journal and the disk;
+    then it closes.
 
 ``--planted`` runs a deliberately broken variant: the child's release of
 its copy of a lease waits for the lease's lock as the parent's own release
@@ -41,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from journal.errors import ForkedCopy, SessionTempError
-from sessiontemp import Lease, Manager, remove_artifact
+from sessiontemp import Lease, Manager, recover, remove_artifact
 from tests.childio import emit
 from tests.faultchild import agrees_with_journal, disk_agrees
 
@@ -168,7 +173,12 @@ def workers(root: Path, long_lived: Manager, stop: threading.Event) -> list[Work
     def start_commands() -> None:
         lease = held(long_lived.acquire(label="popen"))
         try:
-            lease.popen(["true"]).wait()
+            # Every other command with a preexec_fn that sleeps: popen holds
+            # the lease's lock until the exec, and the command's own child
+            # process runs the at-fork handlers too.
+            slow = time.monotonic_ns() % 2 == 0
+            lease.popen(["true"], preexec_fn=(lambda: time.sleep(0.02)) if slow else None
+                        ).wait()
         finally:
             let_go(lease)
 
@@ -281,6 +291,9 @@ def storm(root: Path, args: argparse.Namespace) -> int:
     try:
         with long_lived.acquire(label="after the storm") as lease:
             (lease.path / "after").write_bytes(b"a")
+        # What a closed manager could not remove while a child held a copy
+        # of its lock is the next recovery's; then the disk is the manager's.
+        recover(root, busy_timeout=BUSY_TIMEOUT)
     except Exception as e:
         works = repr(e)
     emit({
