@@ -24,7 +24,9 @@ numbers they get never interleave or repeat.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
+import gc
 import hashlib
 import json
 import os
@@ -99,14 +101,27 @@ SegmentHook = Callable[[Literal["segment"], str], None]
 
 # The journal files this process has connections to, by (device, inode).
 _OPEN: Final[Counter[tuple[int, int]]] = Counter()
-_OPEN_LOCK: Final = threading.Lock()
+# Not Final: made anew in a forked child, like _SEALED_LOCK (see _forked).
+_OPEN_LOCK = threading.Lock()
 # The open stores of this process, by their journal's (device, inode): a
 # segment one of them retires is let go of by all the others at once (see
 # Store.retire), not only at their next look.
 _PEERS: Final[dict[tuple[int, int], weakref.WeakSet[Store]]] = {}
 # Connections inherited through fork(), kept referenced so that they are
 # never closed (see Store.forget).
-_FORKED: Final[list[sqlite3.Connection]] = []
+_FORKED: Final[list[sqlite3.Connection | sqlite3.Cursor]] = []
+# Every store of this process, so that a forked child parks the copy of each,
+# a manager's or not (a recovery pass's in another thread, one half opened).
+_STORES: Final[weakref.WeakSet[Store]] = weakref.WeakSet()
+# Looked up now, not in a forked child (where a lookup could wait for the
+# dynamic loader's lock): a child takes a reference to each connection it
+# parks that nothing ever gives back, so that not even its interpreter's
+# end frees it (see Store.forget).
+_NEVER_FREED: Final = ctypes.pythonapi.Py_IncRef
+_NEVER_FREED.argtypes = [ctypes.py_object]
+_NEVER_FREED.restype = None
+# Stores their owner dropped unclosed, waiting to be closed (see Store.abandon).
+_ABANDONED: Final[list[Store]] = []
 # What this process has read of segment files that were sealed, by journal
 # (its head's path), then by segment (its base: its file name within the
 # journal): the file's (device, inode, size, mtime) when it was found sealed,
@@ -138,9 +153,61 @@ _READ, _HAS_EVENTS, _NO_FIRST, _NO_LAST, _NO_SEALED, _NO_COVERED, _BASED = (
 # rows added (to its retired table) from then on, so it never needs the
 # vacuum a killed retirement leaves undone (see Store.retire).
 _VACUUMED: Final[dict[Path, _Identity]] = {}
-_SEALED_LOCK: Final = threading.Lock()
+_SEALED_LOCK = threading.Lock()
 # Bounds the caches of a process that opens many journals.
 _SEALED_MAX: Final = 4096
+
+
+def _forked() -> None:
+    """In a forked child: this module's locks anew, and no connection counted as open.
+
+    A thread of the parent may have held either lock at the fork, and no
+    thread of the child would ever release its copy.  Every connection the
+    child inherited is the parent's: it is parked (Store.forget), never used
+    nor freed.  Rebinding, clearing and parking take no lock while the child
+    has one thread.
+    """
+    global _OPEN_LOCK, _SEALED_LOCK
+    _OPEN_LOCK = threading.Lock()
+    _SEALED_LOCK = threading.Lock()
+    _OPEN.clear()
+    _PEERS.clear()
+    # Abandoned ones too: the parent's to close.
+    for store in list(_STORES):
+        store.forget()
+    _ABANDONED.clear()
+    if _STORES or _FORKED:
+        # Nor is any other SQLite object the parent left to the garbage
+        # collector (a closed store's connection and statements, which
+        # sqlite3 keeps in a reference cycle): freeing one in the child
+        # (sqlite3_finalize, sqlite3_close) takes SQLite's mutexes, which a
+        # thread of the parent may have held at the fork.  What existed at
+        # the fork is left out of the child's collections; what the child
+        # makes is collected as usual.
+        gc.freeze()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+def _close_abandoned() -> None:
+    """Close every abandoned store (Store.abandon) whose locks are free now; never waits."""
+    if not _ABANDONED or not _OPEN_LOCK.acquire(blocking=False):
+        return
+    try:
+        for store in list(_ABANDONED):
+            running = store._maintenance_thread
+            if running is not None and running.is_alive():
+                continue
+            if not store._lock.acquire(blocking=False):
+                continue
+            try:
+                store._close_locked()
+            finally:
+                store._lock.release()
+            _ABANDONED.remove(store)
+    finally:
+        _OPEN_LOCK.release()
 
 
 def _identity(st: os.stat_result) -> _Identity:
@@ -370,6 +437,9 @@ class Store:
         retention: Retention = DEFAULT_RETENTION,
         step_hook: SegmentHook | None = None,
     ) -> None:
+        # Set in a forked child's copy, which never touches the file again.
+        self._forked = False
+        _STORES.add(self)
         self.path = Path(path)
         self.retention = retention
         self._step_hook = step_hook
@@ -472,6 +542,7 @@ class Store:
             # a directory that cannot be read): never a bare OSError.
             raise _unopenable(self.path, e) from e
         self._ready = True
+        _close_abandoned()
 
     # -- opening -------------------------------------------------------------
 
@@ -1277,12 +1348,27 @@ class Store:
         done, wakes it to lead the next one, with everything that queued
         while the sync ran.
         """
+        return self._wait(pending, own=True)
+
+    def _wait(self, pending: Pending, *, own: bool) -> list[Record]:
+        """:meth:`wait`; *own* False for a thread that did not queue *pending* (a drain).
+
+        Only the thread that queued an append sleeps on its waiter: a second
+        one there (a drain waiting for the last append queued) would share
+        the one wake-up a leader gives it, and one of the two would sleep
+        for good.  Any other sleeps until the running commit ends.
+        """
         queued = self._queued
         while True:
             with queued:
                 if pending.done:
                     break
-                if self._leading:
+                if self._leading and not own:
+                    waiter = threading.Lock()
+                    waiter.acquire()
+                    self._idle.append(waiter)
+                    lead = False
+                elif self._leading:
                     if pending.waiter is None:
                         pending.waiter = threading.Lock()
                         pending.waiter.acquire()
@@ -1331,7 +1417,7 @@ class Store:
             last = self._queue[-1] if self._queue else None
         if last is not None:
             with contextlib.suppress(Exception):
-                self.wait(last)
+                self._wait(last, own=False)
         while True:
             with self._queued:
                 if not self._leading:
@@ -2694,25 +2780,48 @@ class Store:
                 self._drop_span()
 
     def close(self) -> None:
+        if self._forked:
+            # A parked copy (forget): its locks may be held by a parent's thread.
+            return
         running = self._maintenance_thread
         if running is not None and running is not threading.current_thread():
             # Before the locks: the maintenance needs them to finish.
             running.join()
         with _OPEN_LOCK, self._lock:
-            self._drop_span()
-            for conn in self._superseded:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.close()
-            self._superseded = []
-            if self._identity is not None:
-                _OPEN[self._identity] -= 1
-                self._discard_peer()
-                # The write path's cursor first: a statement it still holds
-                # (one a busy journal failed) would keep the closed
-                # connection's files and locks open for as long as it lives.
-                self._writing = None
-                with contextlib.suppress(sqlite3.Error):
-                    self._conn.close()
+            self._close_locked()
+        _close_abandoned()
+
+    def _close_locked(self) -> None:
+        """Close the connections; the caller holds _OPEN_LOCK and this store's lock."""
+        self._drop_span()
+        for conn in self._superseded:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+        self._superseded = []
+        if self._identity is not None:
+            _OPEN[self._identity] -= 1
+            self._discard_peer()
+            # The write path's cursor first: a statement it still holds
+            # (one a busy journal failed) would keep the closed
+            # connection's files and locks open for as long as it lives.
+            self._writing = None
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+
+    def abandon(self) -> None:
+        """Close a store whose owner was dropped unclosed, without waiting for any lock.
+
+        For a garbage-collected manager's finalizer, which runs in whichever
+        thread the collection happens in, at any point of it: that thread
+        may hold this module's lock or this store's, and another thread
+        (its maintenance) may be using the store.  So the locks are only
+        tried; a store that cannot be closed now is closed by the next
+        store this process opens or closes.
+        """
+        if self._forked or self._identity is None:
+            return
+        _ABANDONED.append(self)
+        _close_abandoned()
 
     def _discard_peer(self) -> None:
         """Leave :data:`_PEERS` (the caller holds _OPEN_LOCK); the store is closed from here."""
@@ -2728,20 +2837,34 @@ class Store:
         """Let go of a connection inherited through fork() without touching the file.
 
         The parent still uses the same SQLite file: the child must neither
-        write through the copy nor close it (closing runs SQLite's
-        clean-up of a last connection), so the copy is parked until the
-        process ends.
+        write through the copy nor close it, not even as its interpreter
+        ends: closing runs SQLite's clean-up of a last connection
+        (sqlite3WalClose), which may checkpoint and delete a -wal the parent
+        still uses, and which takes a mutex that a thread of the parent may
+        have held at the fork, hanging the child for good.  So each copy is
+        parked, with a reference that is never given back.
         """
-        with _OPEN_LOCK:
-            if self._identity is not None:
-                _OPEN[self._identity] -= 1
-                self._discard_peer()
-                _FORKED.append(self._conn)
-                if self._span is not None:
-                    _FORKED.append(self._span)
-                    self._span = None
-                _FORKED.extend(self._superseded)
-                self._superseded = []
+        # No lock: this runs in a forked child's at-fork handler, where any
+        # lock may have been held by a thread of the parent at the fork; and
+        # _forked() has already counted none of the child's connections open.
+        if self._forked:
+            return
+        self._forked = True
+        self._identity = None
+        # Any attribute may be missing: the copy of a store a thread of the
+        # parent was opening.  The cursor too: freeing it resets its
+        # statement, under the same mutex.
+        for name in ("_conn", "_span", "_writing"):
+            held = self.__dict__.get(name)
+            if held is not None:
+                _FORKED.append(held)
+                _NEVER_FREED(held)
+        for held in self.__dict__.get("_superseded", ()):
+            _FORKED.append(held)
+            _NEVER_FREED(held)
+        self._span = None
+        self._writing = None
+        self._superseded = []
         self.broken = "this is a forked copy of another process's journal connection"
         # The parent's queue and its leader are not this process's.
         self._queued = threading.Lock()

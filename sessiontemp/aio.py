@@ -12,6 +12,9 @@ a cancellation until the operation has finished and raises it then, and
 :func:`acquire` gives back a lease made for a caller that was cancelled
 meanwhile.  A cancelled task therefore never leaks a lease, and a released
 one is released for good by the time the cancellation reaches the caller.
+When no worker thread can be started (the process is at its limit of
+threads, or out of memory), the call runs on the loop for once, blocking
+it meanwhile, rather than not at all.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import contextvars
 import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
+
+from sessiontemp.log import logger
 
 if TYPE_CHECKING:
     from sessiontemp.lease import Lease
@@ -34,7 +39,23 @@ def _start(call: Callable[[], T]) -> asyncio.Future[T]:
     # As asyncio.to_thread does: the call sees the task's context variables
     # (structlog's bound context, for one).
     context = contextvars.copy_context()
-    return asyncio.get_running_loop().run_in_executor(None, functools.partial(context.run, call))
+    loop = asyncio.get_running_loop()
+    try:
+        return loop.run_in_executor(None, functools.partial(context.run, call))
+    except RuntimeError as e:
+        # No worker thread could be started (the process is at its limit of
+        # threads, or out of memory) or the executor is shut down.  Run
+        # here, on the loop, for once: a release that never ran would keep
+        # its directory until the manager closes, and an acquire refused
+        # for want of a thread would fail on a resource, not on the root.
+        logger.warning("asyncio.inline", reason=f"no worker thread for the call ({e}); it "
+                       "ran on the event loop, which it blocked meanwhile")
+        done: asyncio.Future[T] = loop.create_future()
+        try:
+            done.set_result(context.run(call))
+        except (Exception, asyncio.CancelledError) as failure:
+            done.set_exception(failure)
+        return done
 
 
 async def _finish(future: asyncio.Future[T]) -> T:

@@ -45,9 +45,10 @@ import attrs
 from journal import ids
 from journal.errors import BadInput
 from journal.reducer import ArtifactState
+from sessiontemp import resources
 from sessiontemp.locks import try_exclusive
 from sessiontemp.root import ARTIFACTS_DIR, DIR_FLAGS, FILE_MODE, Root, os_error
-from sessiontemp.steps import Steps
+from sessiontemp.steps import StepHook, Steps
 
 __all__ = [
     "ARTIFACTS_DIR",
@@ -317,6 +318,7 @@ def remove_artifact(
     *,
     clock: Callable[[], float] = time.time,
     busy_timeout: float = 30.0,
+    step_hook: StepHook | None = None,
 ) -> bool:
     """Remove a kept artifact (an :class:`Artifact` or its id) from *root*, journaled.
 
@@ -329,6 +331,7 @@ def remove_artifact(
     recorded right now) is left.  Returns whether a file was removed:
     False when there was none (already removed, or never kept).  Raises
     :class:`~sessiontemp.NoSuchRoot` for a root that does not exist (none is created).
+    *step_hook* sees every durable step, as a Manager's does.
     """
     # Imported here: recovery imports this module for its sweep.
     from journal.store import Store
@@ -340,14 +343,17 @@ def remove_artifact(
                          "pass the Artifact lease.keep returned, or its id")
     opened = Root.open(root, create=False)
     try:
-        opened.check_journal()
-        store = Store(opened.journal_path, busy_timeout=busy_timeout)
-        try:
-            report = recovery.run(opened, store, stale_after=recovery.DEFAULT_STALE_AFTER,
-                                  clock=clock, steps=Steps(), wait=True,
-                                  remove_artifacts=(artifact_id,))
-        finally:
-            store.close()
+        with resources.translated(opened.path, f"artifact {artifact_id} could not be removed"):
+            opened.check_journal()
+            steps = Steps(step_hook)
+            store = Store(opened.journal_path, busy_timeout=busy_timeout,
+                          step_hook=steps.before)
+            try:
+                report = recovery.run(opened, store, stale_after=recovery.DEFAULT_STALE_AFTER,
+                                      clock=clock, steps=steps, wait=True,
+                                      remove_artifacts=(artifact_id,))
+            finally:
+                store.close()
     finally:
         opened.close()
     return any(id_of(removed.path.name) == artifact_id

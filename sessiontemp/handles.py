@@ -12,6 +12,7 @@ the tests' simulated kill alike.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import TYPE_CHECKING
 
@@ -75,6 +76,29 @@ class Handles:
             self.store.close()
         self.root.close()
 
+    def abandon(self) -> None:
+        """Let go of everything, as :meth:`close_all` does, for a manager dropped unclosed.
+
+        Run by its finalizer, in whatever thread the garbage collector runs
+        in: every descriptor is closed at once (nothing can be using them:
+        the manager, and with it each of its leases, is unreachable), and
+        the journal connection is closed as soon as no thread holds its
+        locks (:meth:`Store.abandon`).
+        """
+        self.closed = True
+        for lease in list(self.leases.values()):
+            lease._drop_copy()
+        self.leases.clear()
+        for generation in list(self.generations):
+            self.drop_generation(generation)
+        if self.liveness is not None:
+            self.liveness.close()
+        if self.session is not None:
+            self.session.close()
+        self.root.close()
+        if self.store is not None:
+            self.store.abandon()
+
     def forget(self) -> None:
         """In a forked child: close the copies that would keep the parent looking alive.
 
@@ -85,16 +109,22 @@ class Handles:
         command started by ``lease.popen`` does, until it exits.  The SQLite
         connection is parked, never closed (see :meth:`Store.forget`).
         """
-        if self.closed:
-            return
+        # Whatever is still recorded, even once marked closed: a thread of the
+        # parent may have been half-way through close_all() at the fork.
         self.closed = True
+        # Each copy on its own: that thread may have closed one, which the
+        # child then finds closed already.
         for generation in list(self.generations):
-            self.drop_generation(generation)
+            with contextlib.suppress(OSError):
+                self.drop_generation(generation)
+        closes = [self.root.close]
         if self.liveness is not None:
-            self.liveness.close()
+            closes.append(self.liveness.close)
         if self.session is not None:
             # The child must not keep the session owned after its parent dies.
-            self.session.close()
+            closes.append(self.session.close)
+        for close in closes:
+            with contextlib.suppress(OSError):
+                close()
         if self.store is not None:
             self.store.forget()
-        self.root.close()

@@ -15,14 +15,13 @@ import contextlib
 import functools
 import os
 import subprocess
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from journal.errors import Unavailable
-from sessiontemp import aio
+from sessiontemp import aio, forks
 
 if TYPE_CHECKING:
     from sessiontemp.artifacts import Artifact
@@ -52,7 +51,10 @@ class Lease:
         self._path = path
         self.label = label
         self._fd: int | None = fd
-        self._lock = threading.Lock()
+        # A forks.Mutex: a forked child releasing its copy of the lease must
+        # not wait for a lock that a thread of its parent held at the fork
+        # (one starting a command with popen, say).
+        self._lock = forks.Mutex()
 
     @functools.cached_property
     def path(self) -> Path:
@@ -144,11 +146,23 @@ class Lease:
         deadlock.
         """
         with self._lock:
-            if self._fd is None:
+            fd, self._fd = self._fd, None
+            if fd is None:
                 return False
-            os.close(self._fd)
-            self._fd = None
+            os.close(fd)
             return True
+
+    def _drop_copy(self) -> None:
+        """In a forked child: close this process's copy of the lock descriptor.
+
+        The parent may have been closing its own at the fork, so the copy
+        may be closed already.
+        """
+        with self._lock:
+            fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def __enter__(self) -> Lease:
         return self

@@ -40,8 +40,11 @@ import fcntl
 import os
 import secrets
 import stat
+from time import monotonic, sleep
 from typing import Final
 
+from journal.errors import Unavailable
+from sessiontemp import resources
 from sessiontemp.root import (
     DIR_FLAGS,
     FILE_MODE,
@@ -55,16 +58,25 @@ from sessiontemp.root import (
 )
 
 __all__ = [
+    "PROBE_PATIENCE",
     "Liveness",
     "RecoveryLock",
+    "flock_holders",
     "hold_root",
+    "holder_of",
     "is_locked",
     "lock_shared",
     "probe_liveness",
+    "refusal",
     "try_exclusive",
 ]
 
 _FILE_FLAGS: Final = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+# How long an exclusive lock on a directory is waited out by one that wants a
+# shared lock on it: a probe's lasts an instant (see lock_shared).
+PROBE_PATIENCE: Final = 2.0
+# The kernel's table of every lock held on the system.
+_PROC_LOCKS: Final = "/proc/locks"
 
 
 class Liveness:
@@ -282,21 +294,33 @@ class RecoveryLock:
             os.close(fd)
 
 
-def lock_shared(dir_fd: int, name: str) -> int:
+def lock_shared(dir_fd: int, name: str, *, patience: float = PROBE_PATIENCE) -> int:
     """Open the directory *name* under *dir_fd* and hold a shared lock on it.
 
     Returns the descriptor that carries the lock; closing it (in every
-    process that shares it) releases the lock.
+    process that shares it) releases the lock.  An exclusive lock held on
+    it is waited out for up to *patience* seconds, the name opened afresh
+    each time; still held then, BlockingIOError.
     """
-    fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
-    try:
-        # Non-blocking: only a remover holds it exclusively, and a generation
-        # being removed must not be handed out.
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    deadline = monotonic() + patience
+    while True:
+        fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+        try:
+            # Non-blocking: a generation being removed must not be handed out.
+            # Its remover holds the exclusive lock until the name is gone, so
+            # the next open by name fails (ENOENT); a probe (systemd-tmpfiles,
+            # an older journal-inspect) lets go within moments, and a single
+            # try that met one would take a live directory for a lost one.
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            os.close(fd)
+            if monotonic() >= deadline:
+                raise
+        except BaseException:
+            os.close(fd)
+            raise
+        sleep(0.005)
 
 
 def try_exclusive(fd: int) -> bool:
@@ -317,3 +341,56 @@ def is_locked(dir_fd: int, name: str) -> bool:
         return not try_exclusive(fd)
     finally:
         os.close(fd)
+
+
+def flock_holders(st: os.stat_result) -> list[tuple[str, int]] | None:
+    """Who holds a ``flock`` lock on the file *st* describes, by the kernel's lock table.
+
+    Each holder as (``"READ"`` or ``"WRITE"``, the pid that took the lock:
+    it may have exited since, while a process it handed the descriptor to
+    holds the lock on).  None when ``/proc/locks`` cannot be read.  Taking
+    no lock at all, it cannot make anyone else's try fail: the way to look
+    at a lock that a manager may try in the same instant.  Exact for flock
+    on Linux, but for the locks of processes in another pid namespace,
+    which kernels before 5.14 leave out.
+    """
+    # The table names a file by "MAJOR:MINOR:INODE", the numbers in hex
+    # (at least two digits) and the inode in decimal.
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}".encode()
+    try:
+        with open(_PROC_LOCKS, "rb") as table:
+            lines = table.read().splitlines()
+    except OSError:
+        return None
+    holders = []
+    for line in lines:
+        # "7: FLOCK  ADVISORY  WRITE 1234 fe:00:2171429 0 EOF"; a process
+        # waiting for the lock has "->" after the number, and holds nothing.
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] == b"FLOCK" and fields[5] == key:
+            holders.append((fields[3].decode(), int(fields[4])))
+    return holders
+
+
+def holder_of(path: os.PathLike[str] | str) -> str:
+    """Who holds an exclusive lock on *path*, for an error message: "process N" or so."""
+    try:
+        holders = flock_holders(os.stat(path, follow_symlinks=False))
+    except OSError:
+        holders = None
+    pids = sorted({pid for mode, pid in holders or () if mode == "WRITE"})
+    if not pids:
+        return "another process"
+    return ("process " if len(pids) == 1 else "processes ") + ", ".join(map(str, pids))
+
+
+def refusal(root: os.PathLike[str] | str, path: str, error: OSError) -> Unavailable:
+    """Why a lock on the directory *path* under *root* could not be had, with nothing retired."""
+    if isinstance(error, BlockingIOError):
+        return Unavailable(root, f"{path} is locked exclusively by {holder_of(path)}",
+                           "Retry once it lets go (find it with `fuser` or in /proc/locks); "
+                           "nothing was retired")
+    if resources.shortage(error):
+        return resources.unavailable(root, f"{path} could not be locked", error)
+    return Unavailable(root, f"{path} could not be locked ({error.strerror})",
+                       "Fix it and retry; nothing was retired")

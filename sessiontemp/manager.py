@@ -21,10 +21,14 @@ that the next operation, or the next recovery, finishes.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import os
+import sys
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -64,10 +68,10 @@ from journal.events import (
 from journal.reducer import EMPTY, GenerationState, ManagerState, State, removal_due, replay
 from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Pending, Store
-from sessiontemp import aio, artifacts, placement, processes, recovery, sessions
+from sessiontemp import aio, artifacts, placement, processes, recovery, resources, sessions
 from sessiontemp.handles import Handles
 from sessiontemp.lease import Lease
-from sessiontemp.locks import Liveness, hold_root, lock_shared
+from sessiontemp.locks import Liveness, hold_root, lock_shared, refusal
 from sessiontemp.log import debugging, logger
 from sessiontemp.removal import Blocked, Target, remove
 from sessiontemp.root import Root, default_root, generation_name
@@ -96,8 +100,12 @@ _MANAGERS: Final[weakref.WeakSet[Manager]] = weakref.WeakSet()
 
 
 def _disarm_copies() -> None:
+    # Takes no lock (see sessiontemp.forks): the child has one thread, and
+    # any lock may have been held by one of the parent's at the fork.
     for manager in list(_MANAGERS):
-        manager._handles.forget()
+        # One copy that cannot be disarmed must not leave the others armed.
+        with contextlib.suppress(Exception):
+            manager._handles.forget()
 
 
 os.register_at_fork(after_in_child=_disarm_copies)
@@ -204,18 +212,21 @@ class Manager:
         self.recovery = recovery.Report(ran=False)
         # What each generation's removal had to leave, as last warned of.
         self._blocked: dict[str, frozenset[Blocked]] = {}
-        self._handles = shielded(
-            lambda: self._open(root, stale_after, busy_timeout, claim, window),
-            lambda handles: self.close(),
-        )
-        _MANAGERS.add(self)
+        with resources.translated(default_root() if root is None else os.path.abspath(root),
+                                  "the manager could not be opened"):
+            self._handles = shielded(
+                lambda: self._open(root, stale_after, busy_timeout, claim, window),
+                lambda handles: self.close(),
+            )
         logger.debug("manager.opened", manager=self.id, path=str(self._handles.root.path))
 
     def _open(self, root: os.PathLike[str] | str | None, stale_after: float,
               busy_timeout: float, claim: sessions.Claim | None, window: float) -> Handles:
         handles = Handles(Root.open(root))
-        # Set at once: whatever fails below, close_all() gives back what was had.
+        # Set at once: whatever fails below, close_all() gives back what was had;
+        # and a child forked from now on (by another thread) disarms its copies.
         self._handles = handles
+        _MANAGERS.add(self)
         try:
             if claim is not None:
                 # First: refused at once while another manager owns the name.
@@ -307,6 +318,11 @@ class Manager:
             self._steps.before("lock", name)
             fd = lock_shared(self._handles.root.fd, name)
         except OSError as e:
+            if not resources.gone(e):
+                # No sign that it is gone (a shortage, or a lock held longer
+                # than a probe's): the claim fails and nothing is discarded,
+                # so that the next claim can still resume it.
+                raise self._not_locked(generation.id, e, retire=False) from e
             logger.warning("session.not_resumed", manager=self.id, generation=generation.id,
                            reason=f"{name} could not be locked ({e.strerror})")
             return None
@@ -365,11 +381,14 @@ class Manager:
     @property
     def current_dir(self) -> Path | None:
         """The current generation's directory, without taking a lease; None if none is made."""
-        with self._mutex:
-            current = self._me.current
-            if current is None or not self._state.generations[current].ready:
-                return None
-            return self.root / generation_name(current)
+        # One state, read once: no mutex, which a forked child's copy could
+        # find held by a thread of its parent.
+        state = self._state
+        me = state.managers.get(self.id, self._ended)
+        current = None if me is None else me.current
+        if current is None or not state.generations[current].ready:
+            return None
+        return self.root / generation_name(current)
 
     def __repr__(self) -> str:
         me = self._me
@@ -514,14 +533,16 @@ class Manager:
             # always has its lock, and a lock taken for a lease that could
             # not be journaled is simply closed.
             fd = lock_shared(self._handles.root.fd, name)
+            if made is None:
+                self._check_identity(generation, fd)
             # A usage touch: an age rule (systemd-tmpfiles, the sweep of a
             # lost journal's leftovers) then measures idleness, not age.
             os.utime(fd)
         except BaseException as e:
             if made is not None:
                 self._unmake(made, e)
-            elif isinstance(e, OSError):
-                self._vanished(generation, e)
+            if isinstance(e, OSError):
+                raise self._not_locked(generation, e, retire=made is None) from e
             raise
         try:
             ready = [] if made is None else [made[2]]
@@ -555,17 +576,31 @@ class Manager:
         if isinstance(error, Exception):
             self._abandon(made[0], f"could not be handed out: {error}")
 
-    def _vanished(self, generation: str, error: OSError) -> None:
-        """The current directory cannot be locked: retire it, so the next acquire starts clean."""
+    def _check_identity(self, generation: str, fd: int) -> None:
+        """Refuse (ENOENT) a directory under *generation*'s name that is not the one made."""
+        st = os.fstat(fd)
+        known = self._state.generations[generation]
+        if (st.st_dev, st.st_ino) != (known.device, known.inode):
+            os.close(fd)
+            raise FileNotFoundError(errno.ENOENT, "it was replaced by another directory")
+
+    def _not_locked(self, generation: str, error: OSError, *, retire: bool) -> Unavailable:
+        """Why a lease's lock on *generation* could not be had.
+
+        With *retire*, a directory gone from under its name (or replaced)
+        is retired, so that the next acquire starts clean; nothing else
+        says it is gone (:mod:`sessiontemp.resources`), and nothing else
+        retires it.
+        """
+        path = os.path.join(self.root, generation_name(generation))
+        if not (retire and resources.gone(error)):
+            return refusal(self.root, path, error)
         self._append(Rotated(self.id))
         self._settle()
         logger.warning("generation.vanished", manager=self.id, generation=generation,
                        reason=str(error))
-        raise self._unavailable(
-            f"{os.path.join(self.root, generation_name(generation))} could not be locked "
-            f"({error.strerror})",
-            "It was retired; try again",
-        ) from error
+        return self._unavailable(f"{path} is gone ({error.strerror})",
+                                 "It was retired; try again")
 
     def _make_generation(self) -> tuple[str, int, GenerationReady]:
         """Journal, make and lock a new generation; its ready event is left to the caller."""
@@ -593,6 +628,7 @@ class Manager:
                            reason=str(e))
             raise self._unavailable(
                 f"could not make a private directory: {e.strerror}",
+                resources.fix(e) if resources.shortage(e) else
                 "Free space or fix the root; no other directory will be used",
             ) from e
         return generation, fd, GenerationReady(self.id, generation, st.st_dev, st.st_ino)
@@ -609,7 +645,7 @@ class Manager:
 
     def _release_lease(self, lease: Lease) -> None:
         if self._handles.forked:
-            lease._drop_lock()
+            lease._drop_copy()
             return
 
         def failed(e: JournalError) -> None:
@@ -671,8 +707,9 @@ class Manager:
                     raise Unavailable(lease.path, f"lease {lease.id} was already released",
                                       "Keep files while the lease is held")
                 artifact = ids.new_artifact()
-                copy = artifacts.copy_in(self._handles.root, fd, parts, artifact, label,
-                                         steps=self._steps)
+                with resources.translated(lease.path, f"{path} could not be kept"):
+                    copy = artifacts.copy_in(self._handles.root, fd, parts, artifact, label,
+                                             steps=self._steps)
                 try:
                     self._append(ArtifactKept(self.id, artifact, label, copy.sha256, copy.size))
                 except BaseException:
@@ -770,6 +807,20 @@ class Manager:
                 handles.liveness.unlink()
             handles.close_all()
         logger.debug("manager.closed", manager=self.id)
+
+    def __del__(self) -> None:
+        # Dropped unclosed, as an unclosed file is: its locks are given up
+        # as a killed process's are, so that the next recovery, in this
+        # process or another, finds it dead and removes what it held.  It
+        # journals nothing and unlinks nothing: a finalizer runs in any
+        # thread, at any point of it, and at the interpreter's exit.
+        handles: Handles | None = self.__dict__.get("_handles")
+        if handles is None or handles.closed or handles.forked or sys.is_finalizing():
+            return
+        handles.abandon()
+        warnings.warn(f"unclosed manager {self.id} on {handles.root.path}: its locks are "
+                      "given up, and the next recovery removes what it held", ResourceWarning,
+                      source=self, stacklevel=1)
 
     def __enter__(self) -> Manager:
         return self
@@ -985,14 +1036,21 @@ class Manager:
             # lookups by name only once something touched the file.
             return
         root = self._handles.root
-        if root.managers_removed():
-            # The whole directory went (``rm -r``): its lock file cannot be
-            # put back into a removed directory, so the directory comes first.
-            root.reopen_managers()
-            liveness.moved(root.managers_fd)
-        if liveness.check():
-            logger.warning("manager.lock_recreated", manager=self.id,
-                           path=str(self._handles.root.manager_lock_path(self.id)))
+        try:
+            if root.managers_removed():
+                # The whole directory went (``rm -r``): its lock file cannot be
+                # put back into a removed directory, so the directory comes first.
+                root.reopen_managers()
+                liveness.moved(root.managers_fd)
+            if liveness.check():
+                logger.warning("manager.lock_recreated", manager=self.id,
+                               path=str(self._handles.root.manager_lock_path(self.id)))
+        except OSError as e:
+            if not resources.shortage(e):
+                raise
+            # Put back by the next operation: meanwhile a recovery finds no
+            # lock file and leaves this manager alone, as it must.
+            logger.warning("manager.lock_not_recreated", manager=self.id, reason=str(e))
 
     def _refuse_forked(self) -> None:
         if self._handles.forked:

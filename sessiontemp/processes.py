@@ -86,9 +86,11 @@ def users(path: str, *, exclude: int) -> list[int]:
                 continue
             with open(f"/proc/{entry.name}/environ", "rb") as f:
                 environ = f.read().split(b"\0")
-        except OSError:
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
             # Gone meanwhile, or another user's: neither can be told apart
-            # from the outside, and neither is ours to wait for.
+            # from the outside, and neither is ours to wait for.  Any other
+            # error (out of descriptors, say) tells nothing of the process:
+            # raised, so that the removal waits for a later pass.
             continue
         if any(
             var.startswith(prefix) and (value := var[len(prefix):]) and any(

@@ -77,7 +77,7 @@ from journal.history import Past, pasts
 from journal.reducer import Fold, GenerationState, State, held_by, kept_for_resume
 from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Store
-from sessiontemp import artifacts, sessions
+from sessiontemp import artifacts, resources, sessions
 from sessiontemp.locks import RecoveryLock, probe_liveness, try_exclusive
 from sessiontemp.log import logger
 from sessiontemp.removal import Target, remove
@@ -160,15 +160,18 @@ def recover(
     check_stale_after(stale_after)
     opened = Root.open(root, create=False)
     try:
-        opened.check_journal()
-        steps = Steps(step_hook)
-        store = Store(opened.journal_path, busy_timeout=busy_timeout, retention=retention,
-                      step_hook=steps.before)
-        try:
-            return run(opened, store, stale_after=stale_after, clock=clock,
-                       steps=steps, wait=True, progress=progress)
-        finally:
-            store.close()
+        # Out of descriptors part-way, the pass stops where it was, as one
+        # that failed at a step: the next pass finishes it.
+        with resources.translated(opened.path, "the recovery pass stopped"):
+            opened.check_journal()
+            steps = Steps(step_hook)
+            store = Store(opened.journal_path, busy_timeout=busy_timeout, retention=retention,
+                          step_hook=steps.before)
+            try:
+                return run(opened, store, stale_after=stale_after, clock=clock,
+                           steps=steps, wait=True, progress=progress)
+            finally:
+                store.close()
     finally:
         opened.close()
 

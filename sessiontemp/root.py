@@ -60,6 +60,7 @@ from journal.errors import (
     SessionTempError,
     UnsafeRoot,
 )
+from sessiontemp import resources
 
 __all__ = [
     "ARTIFACTS_DIR",
@@ -360,6 +361,9 @@ class Root:
                                      "(not a link to it) as the root, or another root") from None
                 raise UnsafeRoot(root, "is not a directory", "Pass the path of a directory as "
                                  "the root (or of one to make)") from None
+            if resources.shortage(e):
+                # The process is short of descriptors, not the root unsafe.
+                raise resources.unavailable(root, "the root could not be opened", e) from e
             raise os_error(root, e, "opened") from None
         st = os.fstat(fd)
         opened = cls(path=root, fd=fd, device=st.st_dev, inode=st.st_ino)

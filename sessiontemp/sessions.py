@@ -44,9 +44,17 @@ import attrs
 from journal import ids
 from journal.errors import SessionOwned
 from journal.reducer import GenerationState, ManagerState, SessionState, State, kept_for_resume
+from sessiontemp import resources
 from sessiontemp.locks import still_named
-from sessiontemp.root import FILE_MODE, SESSIONS_DIR, Root, check_entry, os_error, path_of
-from sessiontemp.steps import Steps
+from sessiontemp.root import (
+    FILE_MODE,
+    SESSIONS_DIR,
+    Root,
+    check_entry,
+    os_error,
+    path_of,
+)
+from sessiontemp.steps import StepHook, Steps
 
 if TYPE_CHECKING:
     from sessiontemp.recovery import Report
@@ -298,6 +306,7 @@ def remove_session(
     *,
     clock: Callable[[], float] = time.time,
     busy_timeout: float = 30.0,
+    step_hook: StepHook | None = None,
 ) -> Report:
     """Remove what named session *name* left under *root*, journaled; refused while it is owned.
 
@@ -309,6 +318,7 @@ def remove_session(
     holds (removed by a later pass, once the command exits).  Artifacts are
     kept: they go only by :func:`sessiontemp.remove_artifact`.  Raises
     :class:`~sessiontemp.NoSuchRoot` for a root that does not exist (none is created).
+    *step_hook* sees every durable step, as :class:`~sessiontemp.Manager`'s does.
     """
     # Imported here: recovery imports this module for the session lock.
     from journal.store import Store
@@ -317,22 +327,27 @@ def remove_session(
     check_name(name)
     opened = Root.open(root, create=False)
     try:
-        lock = SessionLock.take(opened, name)
-        try:
-            opened.check_journal()
-            store = Store(opened.journal_path, busy_timeout=busy_timeout)
+        # Out of descriptors part-way, nothing is left half done that the
+        # next call (or recovery) does not finish.
+        with resources.translated(opened.path, f"session {name!r} could not be removed"):
+            lock = SessionLock.take(opened, name)
             try:
-                report = recovery.run(
-                    opened, store, stale_after=recovery.DEFAULT_STALE_AFTER, clock=clock,
-                    steps=Steps(), wait=True,
-                    claim=Claim(name, resume=False, why="the session was removed "
-                                "(remove_session)"),
-                )
+                opened.check_journal()
+                steps = Steps(step_hook)
+                store = Store(opened.journal_path, busy_timeout=busy_timeout,
+                              step_hook=steps.before)
+                try:
+                    report = recovery.run(
+                        opened, store, stale_after=recovery.DEFAULT_STALE_AFTER,
+                        clock=clock, steps=steps, wait=True,
+                        claim=Claim(name, resume=False, why="the session was removed "
+                                    "(remove_session)"),
+                    )
+                finally:
+                    store.close()
+                lock.unlink()
             finally:
-                store.close()
-            lock.unlink()
-        finally:
-            lock.close()
+                lock.close()
     finally:
         opened.close()
     return report

@@ -460,6 +460,7 @@ def storm(root: Path, interrupts: int, seed: int, from_outside: bool) -> int:
 def plant_fork_unsafety() -> None:
     """The old behaviour: a forked child's copies act as the parent's own."""
     Handles.forget = lambda self: None  # type: ignore[method-assign]
+    Store.forget = lambda self: None  # type: ignore[method-assign]
     Handles.forked = property(lambda self: False)  # type: ignore[assignment, method-assign]
 
 

@@ -509,8 +509,12 @@ class World:
         self.model.keep(artifact, f"{artifact}\n")
         return artifact
 
-    def remove_artifact(self, artifact: str) -> None:
-        assert remove_artifact(self.root, self.artifacts.pop(artifact), busy_timeout=BUSY_TIMEOUT)
+    def remove_artifact(self, artifact: str, *, again: bool = False) -> None:
+        """Remove *artifact*; *again* after a call that failed once its removal was journaled."""
+        removed = remove_artifact(self.root, self.artifacts[artifact], busy_timeout=BUSY_TIMEOUT,
+                                  step_hook=self.step_hook)
+        assert removed or again, f"artifact {artifact} was not kept"
+        del self.artifacts[artifact]
         self.model.remove_artifact(artifact)
         self._recovered()
 
@@ -537,11 +541,12 @@ class World:
             return
         if self.owned(session):
             try:
-                remove_session(self.root, session, busy_timeout=BUSY_TIMEOUT)
+                remove_session(self.root, session, busy_timeout=BUSY_TIMEOUT,
+                               step_hook=self.step_hook)
             except SessionOwned:
                 return
             raise AssertionError(f"session {session} was removed under its live owner")
-        remove_session(self.root, session, busy_timeout=BUSY_TIMEOUT)
+        remove_session(self.root, session, busy_timeout=BUSY_TIMEOUT, step_hook=self.step_hook)
         self.model.remove_session(session)
         self._recovered()
 
@@ -785,6 +790,15 @@ class World:
                                  interrupt=False)
         finally:
             neighbour.let_go()
+
+    def faulted(self, op: Op, faults: Faults, action: Action, *, at: int,
+                expected: Callable[[BaseException | None], bool]) -> tuple[StepKind, str] | None:
+        """Run *op* with *action* done before its *at*-th step; carry on, as :meth:`failed`.
+
+        *expected* judges what the operation raised (None: nothing); as far
+        as the journal says, it then happened entirely or not at all.
+        """
+        return self._faulted(op, faults, action, at, None, expected, interrupt=False)
 
     def interrupted(self, op: Op, faults: Faults, action: Action, *,
                     at: int = 1) -> tuple[StepKind, str] | None:

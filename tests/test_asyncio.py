@@ -9,7 +9,12 @@ outcome.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -283,3 +288,68 @@ def test_no_journal_write_lock_or_removal_runs_on_the_event_loop_thread(
     loop_thread = asyncio.run(main())
     assert {"journal", "mkdir", "lock", "unlock", "rename", "rmdir"} <= set(threads)
     assert all(loop_thread not in seen for seen in threads.values())
+
+
+# -- no worker thread to be had -----------------------------------------------------------
+
+# Run as nobody (uid 65534), at a limit of one process for that user: root is not held to
+# RLIMIT_NPROC, nobody is, and the kernel then refuses every new thread (EAGAIN).
+WITHOUT_THREADS = """
+import asyncio, concurrent.futures.thread, json, os, resource, sys
+import sqlite_utils.plugins
+import sessiontemp
+sqlite_utils.plugins.ensure_plugins_loaded()
+os.setgroups([]); os.setgid(65534); os.setuid(65534)
+from sessiontemp import Manager
+manager = Manager(sys.argv[1])
+manager.retain()
+held = manager.acquire(label="released from the loop")
+resource.setrlimit(resource.RLIMIT_NPROC, (1, resource.getrlimit(resource.RLIMIT_NPROC)[1]))
+seen = {}
+
+async def main():
+    try:
+        lease = await manager.acquire_async(label="acquired from the loop")
+        async with lease:
+            seen["path"] = str(lease.path)
+        seen["released"] = lease.released
+    except BaseException as e:
+        seen["acquire"] = repr(e)
+    try:
+        async with held:
+            pass
+    except BaseException as e:
+        seen["release"] = repr(e)
+    seen["held_released"] = held.released
+    seen["leases"] = sorted(
+        lease for g in manager.state.generations.values() for lease in g.leases)
+
+try:
+    asyncio.run(main())
+except RuntimeError:
+    pass  # asyncio.run's own shutdown of its executor starts a thread too
+manager.close()
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to act as a second user")
+def test_with_no_worker_thread_to_be_had_a_lease_is_still_taken_and_given_back() -> None:
+    """The call runs on the loop for once, rather than failing or leaving a lease held."""
+    # Not under pytest's tmp_path, which is root's alone (0700).
+    place = Path(tempfile.mkdtemp(prefix="sessiontemp-nothreads-"))
+    try:
+        os.chmod(place, 0o755)  # noqa: S103 - nobody must reach the root inside it
+        (place / "root").mkdir(mode=0o700)
+        os.chown(place / "root", 65534, 65534)
+        done = subprocess.run([sys.executable, "-c", WITHOUT_THREADS, str(place / "root")],
+                              capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        shutil.rmtree(place)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert "acquire" not in seen, seen
+    assert "release" not in seen, seen
+    assert seen["released"]
+    assert seen["held_released"]
+    assert seen["leases"] == []

@@ -16,8 +16,12 @@ one operation (:mod:`tests.faults`): an append the journal refuses (full,
 busy, read-only) at the operation's next journal step; a plain exception
 before its k-th durable step, caught, the process carrying on; SIGINT
 delivered before its k-th step (the operation completes, then the
-KeyboardInterrupt surfaces); and ``os.fork()`` with the manager live (the
-child's copy refuses everything and closing it does nothing).  Another
+KeyboardInterrupt surfaces); ``os.fork()`` with the manager live (the
+child's copy refuses everything and closing it does nothing); and a fork
+from another thread while the operation waits at its k-th step (the child
+releases and closes its copies and exits in time, changing nothing under
+the root, and the operation runs on as if nothing had happened:
+:mod:`tests.forking`).  Another
 process on the root (:mod:`tests.neighbour`, a real one) steps in too:
 between two operations, or just before the k-th step of one, it
 checkpoints, rolls the journal over and retires every sealed segment (the
@@ -38,9 +42,10 @@ the journal, each live generation holds exactly its files, nothing outside
 the root changed, sealed managers refuse to lease.
 
 The budget is the hypothesis profile's (``conftest.py``: examples and steps
-per example for ``default``, ``ci``, ``dev`` and ``long``).  A planted bug,
-a manager that removes a retired generation while one lease is left, must
-make the same machine fail on the invariant it breaks.
+per example for ``default``, ``ci``, ``dev`` and ``long``).  Planted bugs (a
+manager that removes a retired generation while one lease is left, one that
+trusts a failed append, one whose forked copy waits for the parent's mutex)
+must make the same machine fail on the invariant each breaks.
 """
 
 from __future__ import annotations
@@ -67,7 +72,8 @@ from journal.errors import RuleViolation
 from sessiontemp import Manager
 from sessiontemp.manager import Durability
 from sessiontemp.root import JOURNAL_NAME, generation_name
-from tests.faults import Faults, Injected, StoreFailure, interrupting, store_error
+from tests.faults import Injected, StoreFailure, interrupting, store_error
+from tests.forking import ClosesUnderTheMutex, ForkingHook
 from tests.model import SCRATCH, Op, World
 from tests.neighbour import Neighbour
 from tests.strategies import fault_steps, faulted_operations, interrupt_ways, store_failures
@@ -98,11 +104,13 @@ class SessionMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.faults = Faults()
+        # Faults, which can also fork from a thread of its own at a step.
+        self.faults = ForkingHook()
         self.world = World(Path(tempfile.mkdtemp(prefix="sessiontemp-machine-", dir=SCRATCH)) / "w",
                            manager_class=self.manager_class, step_hook=self.faults,
                            durability=self.durability, busy_timeout=NEIGHBOURLY_BUSY_TIMEOUT,
                            neighbour=shared_neighbour())
+        self.faults.world = self.world
 
     def manager(self, i: int) -> str:
         live = self.world.live()
@@ -279,6 +287,21 @@ class SessionMachine(RuleBasedStateMachine):
         self.world.interleave()
         event(f"busy journal: {kind} at {'no step' if fired is None else fired[0]}")
 
+    @precondition(has_manager)
+    @rule(kind=faulted_operations(), i=picks, k=fault_steps())
+    def fork_from_a_thread_at_a_step(self, kind: str, i: int, k: int) -> None:
+        # The child comes and goes while the operation waits at its k-th step;
+        # the operation then runs on as if nothing had happened.
+        op = self.target(kind, i)
+        self.faults.arm(self.faults.fork_from_a_thread, at=k)
+        try:
+            getattr(self.world, op[0])(*op[1:])
+        finally:
+            fired = self.faults.disarm()
+        assert fired is None or self.faults.outcome == "", (
+            f"{op}, a fork at step {k} {fired}: {self.faults.outcome}")
+        event(f"fork from a thread: {kind} at {'no step' if fired is None else fired[0]}")
+
     @precondition(lambda self: bool(self.world.unclosed))
     @rule(i=picks)
     def close_again(self, i: int) -> None:
@@ -363,6 +386,24 @@ def test_the_machine_finds_a_manager_whose_memory_runs_ahead_of_a_failed_append(
     with pytest.raises((AssertionError, RuleViolation), match=disagrees):
         run_state_machine_as_test(
             MachineTrustingFailedAppends,
+            settings=settings(max_examples=1000, database=None, print_blob=False,
+                              phases=[Phase.generate]),
+        )
+
+
+class MachineWhoseCopiesWaitForTheParent(SessionMachine):
+    manager_class = ClosesUnderTheMutex
+
+    def __init__(self) -> None:
+        super().__init__()
+        # The first hung child is the finding: no need to wait long for it.
+        self.faults.deadline = 2.0
+
+
+def test_the_machine_finds_a_forked_child_that_waits_for_a_lock_its_parent_held() -> None:
+    with pytest.raises(AssertionError, match="the child hung"):
+        run_state_machine_as_test(
+            MachineWhoseCopiesWaitForTheParent,
             settings=settings(max_examples=1000, database=None, print_blob=False,
                               phases=[Phase.generate]),
         )

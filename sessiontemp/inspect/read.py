@@ -2,16 +2,15 @@
 
 What every part of the inspector shares.  Nothing here writes: the journal
 is opened read-only (immutable for a copy on a read-only medium), and the
-locks probed are taken without blocking and dropped at once.
+locks are looked at in the kernel's table, never taken.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import errno
-import fcntl
 import os
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final, Literal, TypeAlias
@@ -24,6 +23,7 @@ from journal.events import Event, Record, Unreadable, decode
 from journal.reducer import EMPTY, Fold, History, State
 from journal.store import Store
 from sessiontemp.artifacts import ARTIFACTS_DIR
+from sessiontemp.locks import flock_holders
 from sessiontemp.root import (
     GENERATION_PREFIX,
     JOURNAL_NAME,
@@ -139,55 +139,43 @@ def opened(journal: Path, *, snapshot: bool = False) -> Iterator[Store]:
 
 
 def probe_liveness(root: Path, manager_id: str) -> Liveness:
-    """Whether a manager's liveness lock is held, without creating or keeping anything.
+    """Whether a manager's liveness lock is held, read from the kernel's lock table.
 
-    The lock file is opened read-only only if it exists; a non-blocking
-    shared flock is tried and, if had, dropped at once.  "unknown" when the
-    file is missing (not made yet, or already swept) or unreadable.
+    Taking no lock: a recovery pass, or a named session's next owner, that
+    probes the lock in the same instant must find it as it would without
+    an inspector, or it would take a dead manager for a live one and the
+    session would start afresh.  "unknown" when the lock file is missing
+    (not made yet, or already swept), is not a regular file, or the table
+    (``/proc/locks``) cannot be read.
     """
-    path = root / MANAGERS_DIR / f"{manager_id}.lock"
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        st = os.stat(root / MANAGERS_DIR / f"{manager_id}.lock", follow_symlinks=False)
     except OSError:
         return "unknown"
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                return "live"
-            return "unknown"
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return "gone"
-    finally:
-        os.close(fd)
+    holders = flock_holders(st) if stat.S_ISREG(st.st_mode) else None
+    if holders is None:
+        return "unknown"
+    return "live" if holders else "gone"
 
 
 def probe_generation(root: Path, generation_id: str) -> Hold:
     """Whether a command (or anyone) holds the lock of a generation directory.
 
-    Holders take shared locks, so only a non-blocking exclusive try can see
-    them; it is dropped at once.  Call it only for generations of managers
-    that ended or are gone: nobody hands those out again, and a recovery
-    pass that probes one in the same instant sees it held and leaves it to
-    the next pass, which is what it does for any held directory.
+    Read from the kernel's lock table, taking no lock: an exclusive probe
+    would make a manager's shared lock on it fail in the same instant (a
+    named session's next owner adopting the directory, a lease on it).
+    "unknown" when it is not a directory or the table cannot be read.
     """
     try:
-        fd = os.open(root / (GENERATION_PREFIX + generation_id),
-                     os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        st = os.stat(root / (GENERATION_PREFIX + generation_id), follow_symlinks=False)
     except FileNotFoundError:
         return "absent"
     except OSError:
         return "unknown"
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            return "held" if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN) else "unknown"
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return "free"
-    finally:
-        os.close(fd)
+    holders = flock_holders(st) if stat.S_ISDIR(st.st_mode) else None
+    if holders is None:
+        return "unknown"
+    return "held" if holders else "free"
 
 
 @attrs.frozen

@@ -1,0 +1,145 @@
+"""A child forked from a thread of its own at a chosen step, judged by what it did.
+
+:class:`ForkingHook` is a step hook (:class:`tests.faults.Faults`): armed
+for the k-th durable step of an operation, it starts a thread that forks,
+and waits for that thread there, so the operation's thread holds whatever
+it holds at that step for the child's whole life.  The child reads what
+its copy of each manager says, releases its copy of every lease, checks
+that each manager's copy refuses an acquire with ForkedCopy, closes it and
+leaves its ``with`` block, and exits; it must exit within the deadline,
+having changed nothing under the root: its entries (mode, size, mtime), the
+journal's files, and who holds a flock on each (a copy is only ever closed,
+never unlocked).  ``outcome`` says what went wrong, or is empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import threading
+import traceback
+from pathlib import Path
+
+import attrs
+
+from journal.errors import ForkedCopy
+from sessiontemp import Manager
+from sessiontemp.locks import flock_holders
+from sessiontemp.steps import StepKind
+from tests.faults import Faults
+from tests.model import World
+
+__all__ = ["CHILD_FAILURES", "DEADLINE", "ClosesUnderTheMutex", "ForkingHook", "in_child",
+           "snapshot", "wait_for"]
+
+# Long, for two shared cores: a child that has not exited by then never will.
+DEADLINE = 30.0
+
+# Exit statuses of a forked child, each naming what went wrong in it.
+CHILD_FAILURES = {
+    3: "its copy of a manager did not refuse an acquire with ForkedCopy",
+    4: "releasing or closing a copy raised",
+    5: "its copy of a lease was still held after release()",
+}
+
+
+def in_child(world: World) -> int:
+    """What the forked child does with its copies; 0 if it all went as it must."""
+    try:
+        for lease in list(world.leases.values()):
+            lease.release()
+            if not lease.released:
+                return 5
+        for manager in [*world.real.values(), *world.unclosed.values()]:
+            # What a child may read of its copy, as of any object it inherited.
+            repr(manager)
+            _ = manager.current_dir, manager.sealed, manager.owners, manager.closed
+            try:
+                manager.acquire()
+            except ForkedCopy:
+                pass
+            else:
+                return 3
+            manager.close()
+            with manager:
+                pass
+    except BaseException:
+        traceback.print_exc()
+        return 4
+    return 0
+
+
+def snapshot(root: Path) -> dict[str, object]:
+    """Every entry under *root* (size and mtime of each file), and who holds a flock on each."""
+    entries: dict[str, object] = {}
+    if not root.exists():
+        return entries
+    for path in [root, *sorted(root.rglob("*"))]:
+        with contextlib.suppress(FileNotFoundError):
+            st = os.stat(path, follow_symlinks=False)
+            holders = flock_holders(st)
+            entries[str(path.relative_to(root))] = (
+                st.st_mode, st.st_size if path.is_file() else 0, st.st_mtime_ns,
+                None if holders is None else sorted(holders))
+    return entries
+
+
+def wait_for(pid: int, deadline: float) -> int | None:
+    """Child *pid*'s exit code, or None when it hung past *deadline* (it is killed then)."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        ended = bool(select.select([pidfd], [], [], deadline)[0])
+    finally:
+        os.close(pidfd)
+    if not ended:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) if ended else None
+
+
+@attrs.define
+class ForkingHook(Faults):
+    """The step hook: once armed, at the chosen step, fork from a thread of its own.
+
+    The operation's thread waits in the hook until the child has exited (or
+    was killed past the deadline); what the child did is in ``outcome``.
+    """
+
+    world: World | None = None
+    deadline: float = DEADLINE
+    outcome: str | None = None
+
+    def fork_from_a_thread(self, kind: StepKind, detail: str) -> None:
+        forker = threading.Thread(target=self._fork)
+        forker.start()
+        forker.join()
+
+    def _fork(self) -> None:
+        world = self.world
+        assert world is not None
+        before = snapshot(world.root)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(in_child(world))
+        code = wait_for(pid, self.deadline)
+        after = snapshot(world.root)
+        if code is None:
+            self.outcome = f"the child hung: killed after {self.deadline:g} s"
+        elif code != 0:
+            self.outcome = f"the child {CHILD_FAILURES.get(code, f'exited {code}')}"
+        elif after != before:
+            changed = sorted(k for k in before.keys() | after.keys()
+                             if before.get(k) != after.get(k))
+            self.outcome = f"the child changed {changed}"
+        else:
+            self.outcome = ""
+
+
+class ClosesUnderTheMutex(Manager):
+    """A planted bug: a copy that closes under the mutex, which a parent's thread may hold."""
+
+    def close(self) -> None:
+        with self._mutex:
+            super().close()
