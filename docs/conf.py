@@ -71,4 +71,6 @@ nitpick_ignore_regex = [
 nitpick_ignore_regex += [
     (r"py:.*", r"sessiontemp\.sessions\.Resumable|journal\.(reducer\.State|store\.History)"),
     (r"py:class", r"Callable\[\[.*"),
+    # The step hook's alias: documented with Manager's step_hook parameter.
+    (r"py:class", r"StepHook|sessiontemp\.steps\.StepHook"),
 ]
