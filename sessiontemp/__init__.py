@@ -5,42 +5,51 @@ a notebook kernel, a CI job) a lease on the session's one private 0700
 directory; owners retain and release it, rotate gives later commands a fresh
 directory, and a crash at any point is cleaned up by the next recovery
 without touching anything still in use.
+
+Its names are loaded when first used (``from sessiontemp import Manager``):
+``import sessiontemp`` alone imports nothing more, so the pytest plugin and
+the console scripts can tell a platform the library refuses (anything but
+Linux) from a working one without importing what needs it.  There, the
+first name used raises :class:`Unsupported`, an ``ImportError``, naming what
+the platform lacks.
 """
 
-# isort: off
-# First: on a platform without the kernel facilities needed, one clear
-# Unsupported error instead of a ModuleNotFoundError from deep inside.
-import sessiontemp.platform  # noqa: F401 (imported for its check alone)
-# isort: on
+from __future__ import annotations
 
-from journal.errors import (
-    BadInput,
-    CheckpointInvalid,
-    CommandNotStarted,
-    ForkedCopy,
-    JournalBusy,
-    JournalCorrupt,
-    JournalError,
-    JournalFull,
-    JournalReadOnly,
-    JournalVersionError,
-    NoSuchRoot,
-    RootReadOnly,
-    RootUnusable,
-    SessionOwned,
-    SessionTempError,
-    Unavailable,
-    UnsafeRoot,
-    Unsupported,
-)
-from journal.segments import DEFAULT_RETENTION, Retention
-from sessiontemp.artifacts import Artifact, remove_artifact
-from sessiontemp.lease import Lease
-from sessiontemp.manager import Manager
-from sessiontemp.placement import InsideWorkdir
-from sessiontemp.recovery import Removed, Report, Skipped, recover
-from sessiontemp.root import GENERATION_PREFIX, TRASH_PREFIX, default_root
-from sessiontemp.sessions import remove_session
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from sessiontemp import platform as _platform
+
+if TYPE_CHECKING:
+    from journal.errors import (
+        BadInput,
+        CheckpointInvalid,
+        CommandNotStarted,
+        ForkedCopy,
+        JournalBusy,
+        JournalCorrupt,
+        JournalError,
+        JournalFull,
+        JournalReadOnly,
+        JournalVersionError,
+        NoSuchRoot,
+        RootReadOnly,
+        RootUnusable,
+        SessionOwned,
+        SessionTempError,
+        Unavailable,
+        UnsafeRoot,
+        Unsupported,
+    )
+    from journal.segments import DEFAULT_RETENTION, Retention
+    from sessiontemp.artifacts import Artifact, remove_artifact
+    from sessiontemp.lease import Lease
+    from sessiontemp.manager import Manager
+    from sessiontemp.placement import InsideWorkdir
+    from sessiontemp.recovery import Removed, Report, Skipped, recover
+    from sessiontemp.root import GENERATION_PREFIX, TRASH_PREFIX, default_root
+    from sessiontemp.sessions import remove_session
 
 __all__ = [
     "DEFAULT_RETENTION",
@@ -77,3 +86,56 @@ __all__ = [
     "remove_artifact",
     "remove_session",
 ]
+
+# Where each public name lives.
+_WHERE: dict[str, str] = {
+    "DEFAULT_RETENTION": "journal.segments",
+    "GENERATION_PREFIX": "sessiontemp.root",
+    "TRASH_PREFIX": "sessiontemp.root",
+    "Artifact": "sessiontemp.artifacts",
+    "BadInput": "journal.errors",
+    "CheckpointInvalid": "journal.errors",
+    "CommandNotStarted": "journal.errors",
+    "ForkedCopy": "journal.errors",
+    "InsideWorkdir": "sessiontemp.placement",
+    "JournalBusy": "journal.errors",
+    "JournalCorrupt": "journal.errors",
+    "JournalError": "journal.errors",
+    "JournalFull": "journal.errors",
+    "JournalReadOnly": "journal.errors",
+    "JournalVersionError": "journal.errors",
+    "Lease": "sessiontemp.lease",
+    "Manager": "sessiontemp.manager",
+    "NoSuchRoot": "journal.errors",
+    "Removed": "sessiontemp.recovery",
+    "Report": "sessiontemp.recovery",
+    "Retention": "journal.segments",
+    "RootReadOnly": "journal.errors",
+    "RootUnusable": "journal.errors",
+    "SessionOwned": "journal.errors",
+    "SessionTempError": "journal.errors",
+    "Skipped": "sessiontemp.recovery",
+    "Unavailable": "journal.errors",
+    "UnsafeRoot": "journal.errors",
+    "Unsupported": "journal.errors",
+    "default_root": "sessiontemp.root",
+    "recover": "sessiontemp.recovery",
+    "remove_artifact": "sessiontemp.artifacts",
+    "remove_session": "sessiontemp.sessions",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name on first use (PEP 562), once the platform is known to suffice."""
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sessiontemp' has no attribute {name!r}")
+    _platform.require()
+    value = getattr(importlib.import_module(module), name)
+    # Cached as a module attribute: later lookups never come here again.
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

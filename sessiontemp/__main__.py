@@ -11,6 +11,13 @@ stderr naming the path, the reason and the fix, and exit status 2.
 
 from __future__ import annotations
 
+from sessiontemp import platform as _platform
+
+if __name__ == "__main__":
+    # `python -m sessiontemp` on a platform sessiontemp refuses: one line and
+    # exit status 2, before an import below fails with a traceback.
+    _platform.exit_if_unsupported("sessiontemp")
+
 import argparse
 import contextlib
 import errno

@@ -5,21 +5,26 @@ opens directories with ``O_PATH`` and changes modes through
 ``/proc/self/fd``.  macOS has flock and ``O_NOFOLLOW`` but neither
 ``O_PATH`` nor ``/proc``, and Windows has none of them; a fallback would
 have to give up the guarantee that a symlink swapped in is never followed.
-So :mod:`sessiontemp` imports this module first and refuses at once with
-:class:`Unsupported`, instead of a ``ModuleNotFoundError`` on the way or an
-``AttributeError`` in the middle of a removal.
+So :mod:`sessiontemp` asks this module before it loads any of its names and
+refuses with :class:`Unsupported`, instead of a ``ModuleNotFoundError`` on
+the way or an ``AttributeError`` in the middle of a removal; the console
+scripts and the pytest plugin ask it first too, so that on such a platform
+they say so in one line (and the plugin stands aside) instead of breaking
+their host.  Importing this module needs nothing a platform may lack.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
+from typing import Final
 
 from journal.errors import Unsupported
 
-__all__ = ["missing", "require"]
+__all__ = ["SUPPORTED_PLATFORMS", "exit_if_unsupported", "lacking", "missing", "require"]
+
+SUPPORTED_PLATFORMS: Final = "Linux (it needs flock on directories, O_PATH and /proc)"
 
 
 def missing(platform: str, *, has_fcntl: bool, has_o_path: bool, proc: Path) -> str | None:
@@ -35,12 +40,31 @@ def missing(platform: str, *, has_fcntl: bool, has_o_path: bool, proc: Path) -> 
     return None
 
 
+def _has_fcntl() -> bool:
+    try:
+        import fcntl  # noqa: F401 (only whether it can be imported)
+    except ImportError:
+        return False
+    return True
+
+
+def lacking() -> str | None:
+    """What this platform lacks, in words, or None when sessiontemp runs here."""
+    return missing(sys.platform, has_fcntl=_has_fcntl(), has_o_path=hasattr(os, "O_PATH"),
+                   proc=Path("/proc/self/fd"))
+
+
 def require() -> None:
     """Raise :class:`Unsupported` (an ImportError) naming what this platform lacks."""
-    lack = missing(sys.platform, has_fcntl=importlib.util.find_spec("fcntl") is not None,
-                   has_o_path=hasattr(os, "O_PATH"), proc=Path("/proc/self/fd"))
+    lack = lacking()
     if lack is not None:
         raise Unsupported(lack)
 
 
-require()
+def exit_if_unsupported(script: str) -> None:
+    """For a console script: on a platform sessiontemp refuses, one line on stderr and exit 2."""
+    lack = lacking()
+    if lack is not None:
+        sys.stderr.write(f"{script}: not supported on this platform ({lack}); sessiontemp runs "
+                         f"on {SUPPORTED_PLATFORMS} only\n")
+        raise SystemExit(2)

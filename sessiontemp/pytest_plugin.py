@@ -16,20 +16,33 @@ Opt-in by use: nothing is opened or created until a test asks for one of
 the fixtures.  Then one manager per pytest process (per xdist worker: they
 share the root safely) opens, and its recovery removes what killed runs
 left; it closes when the session ends.
+
+On a platform sessiontemp refuses (anything but Linux), the plugin stands
+aside with one warning: a suite that never asks for its fixtures runs as it
+would without it, and a test that asks for one fails with
+:class:`~sessiontemp.Unsupported` naming what the platform lacks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from sessiontemp.lease import Lease
-from sessiontemp.manager import Manager
-from sessiontemp.run import label
+from journal.errors import Unsupported
+from sessiontemp import platform
 
-__all__ = ["pytest_addoption", "sessiontemp_lease", "sessiontemp_path"]
+if TYPE_CHECKING:
+    from sessiontemp.lease import Lease
+    from sessiontemp.manager import Manager
+
+__all__ = ["pytest_addoption", "pytest_configure", "sessiontemp_lease", "sessiontemp_path"]
+
+# Asked once, when pytest loads the plugin: nothing that needs the platform
+# is imported before the answer.
+LACKING = platform.lacking()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -41,9 +54,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    if LACKING is not None:
+        config.issue_config_time_warning(pytest.PytestConfigWarning(
+            f"sessiontemp's fixtures are not available: {Unsupported(LACKING)}; tests that "
+            "do not ask for them are not affected (-p no:sessiontemp silences this)"),
+            stacklevel=2)
+
+
 @pytest.fixture(scope="session")
 def _sessiontemp_manager(request: pytest.FixtureRequest) -> Iterator[Manager]:
     """The session's manager, opened (and recovery run) at the first test that needs it."""
+    if LACKING is not None:
+        raise Unsupported(LACKING)
+    from sessiontemp.manager import Manager
+
     root: str | None = request.config.getoption("sessiontemp_root")
     manager = Manager(root)
     try:
@@ -59,6 +84,8 @@ def sessiontemp_lease(
     request: pytest.FixtureRequest, _sessiontemp_manager: Manager
 ) -> Iterator[Lease]:
     """A lease on a private directory of this test's own, given back (and removed) after it."""
+    from sessiontemp.run import label
+
     manager = _sessiontemp_manager
     # Rotating first makes the directory this test's alone; rotating after
     # retires it, so giving the lease back removes it at once.

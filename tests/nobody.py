@@ -27,6 +27,9 @@ as_root = pytest.mark.skipif(os.getuid() != 0, reason="needs root to act as a se
 _PROLOGUE = (
     "import os, pathlib, importlib.metadata, sessiontemp, sqlite_utils.plugins\n"
     "sqlite_utils.plugins.ensure_plugins_loaded()\n"
+    # Loaded while still root: nobody cannot read the interpreter's own
+    # modules under /root, where this machine's Python lives.
+    "for name in sessiontemp.__all__:\n    getattr(sessiontemp, name)\n"
     f"os.setgroups([])\nos.setgid({NOBODY})\nos.setuid({NOBODY})\n"
 )
 

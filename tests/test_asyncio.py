@@ -297,10 +297,9 @@ def test_no_journal_write_lock_or_removal_runs_on_the_event_loop_thread(
 WITHOUT_THREADS = """
 import asyncio, concurrent.futures.thread, json, os, resource, sys
 import sqlite_utils.plugins
-import sessiontemp
+from sessiontemp import Manager
 sqlite_utils.plugins.ensure_plugins_loaded()
 os.setgroups([]); os.setgid(65534); os.setuid(65534)
-from sessiontemp import Manager
 manager = Manager(sys.argv[1])
 manager.retain()
 held = manager.acquire(label="released from the loop")
