@@ -49,6 +49,7 @@ from journal.errors import ForkedCopy, SessionTempError
 from sessiontemp import Lease, Manager, recover, remove_artifact
 from tests.childio import emit
 from tests.faultchild import agrees_with_journal, disk_agrees
+from tests.forking import fork, in_thread
 
 BUSY_TIMEOUT = 20.0
 
@@ -234,7 +235,7 @@ class Forker:
             self.multiprocessing += 1
             assert process.exitcode is not None
             return process.exitcode
-        pid = os.fork()
+        pid = fork()
         if pid == 0:
             child_exit(self.how, in_child(self.how, self.deadline))
         return reap(pid, self.deadline + 1)
@@ -277,10 +278,9 @@ def storm(root: Path, args: argparse.Namespace) -> int:
     for worker in working:
         worker.start()
     forker = Forker(args.forks, args.exit, args.deadline, args.multiprocessing)
+    raised = ""
     if args.forker == "thread":
-        thread = threading.Thread(target=forker.run, name="forker")
-        thread.start()
-        thread.join()
+        raised = in_thread(forker.run, "forker")
     else:
         forker.run()
     stop.set()
@@ -301,7 +301,7 @@ def storm(root: Path, args: argparse.Namespace) -> int:
         "statuses": {str(k): v for k, v in sorted(forker.statuses.items())},
         "rounds": {w.name: w.rounds for w in working},
         "failures": [f for w in working for f in w.failures],
-        "stuck": alive, "works": works,
+        "stuck": alive, "works": works, "forker_raised": raised,
         "journal": agrees_with_journal(long_lived), "disk": disk_agrees(long_lived),
     })
     long_lived.close()

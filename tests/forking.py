@@ -19,7 +19,9 @@ import os
 import select
 import signal
 import threading
+import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -31,8 +33,8 @@ from sessiontemp.steps import StepKind
 from tests.faults import Faults
 from tests.model import World
 
-__all__ = ["CHILD_FAILURES", "DEADLINE", "ClosesUnderTheMutex", "ForkingHook", "in_child",
-           "snapshot", "wait_for"]
+__all__ = ["CHILD_FAILURES", "DEADLINE", "ClosesUnderTheMutex", "ForkingHook", "fork",
+           "in_child", "in_thread", "snapshot", "wait_for"]
 
 # Long, for two shared cores: a child that has not exited by then never will.
 DEADLINE = 30.0
@@ -84,6 +86,45 @@ def snapshot(root: Path) -> dict[str, object]:
                 st.st_mode, st.st_size if path.is_file() else 0, st.st_mtime_ns,
                 None if holders is None else sorted(holders))
     return entries
+
+
+def fork(*, patience: float = 60.0) -> int:
+    """``os.fork()``, waiting out a process limit the machine reaches for a moment.
+
+    EAGAIN from fork is the kernel's limit on processes (a cgroup's
+    ``pids.max``, ``RLIMIT_NPROC``) met while the storm's own commands and
+    children come and go: the machine's state, not the library's, so the
+    storm waits for a slot rather than end there.
+    """
+    waited = 0.0
+    while True:
+        try:
+            return os.fork()
+        except BlockingIOError:
+            if waited >= patience:
+                raise
+            time.sleep(0.05)
+            waited += 0.05
+
+
+def in_thread(target: Callable[[], object], name: str) -> str:
+    """Run *target* in a thread of its own to its end; the traceback it raised, or ``""``.
+
+    A thread's exception ends only that thread: a storm that forks from one
+    must say why its count fell short, not go on as if the count were met.
+    """
+    raised: list[str] = []
+
+    def run() -> None:
+        try:
+            target()
+        except BaseException:
+            raised.append(traceback.format_exc())
+
+    thread = threading.Thread(target=run, name=name)
+    thread.start()
+    thread.join()
+    return "".join(raised)
 
 
 def wait_for(pid: int, deadline: float) -> int | None:

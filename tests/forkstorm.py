@@ -42,6 +42,7 @@ from typing import Any
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Lease, Manager, recover
 from tests.childio import emit
 from tests.faultchild import agrees_with_journal
+from tests.forking import fork, in_thread
 from tests.model import journal_problems
 
 # Generous, for two shared cores: a child that has not exited by then never will.
@@ -157,7 +158,7 @@ class Forker:
         only): *shutdown* is for the main thread.
         """
         for _ in range(count):
-            pid = os.fork()
+            pid = fork()
             if pid == 0:
                 status = in_child(self.managers, self.leases)
                 if shutdown:
@@ -224,14 +225,9 @@ def storm(root: Path, forks: int, main_forks: int, pool: int, deadline: float, *
     workers.start()
     forker = Forker([shared, other], [held, starting], deadline)
     forker.first_hang = planted
-    from_thread = threading.Thread(target=forker.fork, args=(forks,),
-                                   kwargs={"shutdown": False})
-    from_thread.start()
-    from_thread.join()
+    raised = in_thread(lambda: forker.fork(forks, shutdown=False), "forker")
     forker.fork(main_forks, shutdown=True)
-    in_pool = threading.Thread(target=forker.pool, args=(pool,))
-    in_pool.start()
-    in_pool.join()
+    raised += in_thread(lambda: forker.pool(pool), "pool")
     workers.finish()
     works = ""
     try:
@@ -247,7 +243,7 @@ def storm(root: Path, forks: int, main_forks: int, pool: int, deadline: float, *
     report = recover(root, busy_timeout=BUSY_TIMEOUT)
     left = sorted(n for n in os.listdir(root) if n.startswith((GENERATION_PREFIX, TRASH_PREFIX)))
     return {**forker.tally, "rounds": workers.rounds, "errors": workers.errors,
-            "works": works, "journal": journal, "left": left,
+            "works": works, "forker_raised": raised, "journal": journal, "left": left,
             "skipped": [str(s.reason) for s in report.skipped],
             "problems": journal_problems(root)}
 

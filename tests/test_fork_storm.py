@@ -44,6 +44,8 @@ def storm(root: Path, *options: str, timeout: float = 900) -> dict[str, Any]:
 
 
 def assert_calm(result: dict[str, Any], forks: int, main_forks: int, pool: int) -> None:
+    # A forking thread that raised says why its count fell short.
+    assert result["forker_raised"] == "", result["forker_raised"]
     assert (result["forks"], result["main_forks"], result["pool"]) == (forks, main_forks, pool)
     assert (result["hung"], result["pool_hung"]) == (0, 0), result
     assert (result["failed"], result["pool_failed"]) == (0, 0), result
