@@ -1,32 +1,55 @@
 """Kill torture: real processes share one root while a driver SIGKILLs them at random.
 
-Run ``python tools/torture.py --processes 4 --kills 200 --seconds 600``.
+Run ``python tools/torture.py --processes 4 --kills 600 --seconds 3600``.
 
 The driver starts PROCESSES workers (this script with ``--worker``), each in
 its own process group.  A worker loops: open a Manager on the shared root
-(which runs recovery), retain it, then at random acquire leases and write a
-marker file into each, start child commands with ``lease.popen`` that hold
-the lease's lock and check, every 20 ms until they exit, that their marker is
-still there, release leases (checking their marker first), rotate, run a
-standalone recovery, write a checkpoint of the journal (which later opens and
-recoveries start from); then release and close the manager and start over.
+(which runs recovery): half the time as the owner of a named session, one of
+three shared by every worker, resuming what its dead owner left or (one time
+in four) starting afresh, and unnamed when another worker owns that name;
+retain it, then at random acquire leases and write a marker file into each,
+start child commands with ``lease.popen`` that hold the lease's lock and
+check, every 20 ms until they exit, that their marker is still there, release
+leases (checking their marker first), keep a file of a lease as an artifact,
+remove an artifact (its own or another worker's), read an artifact back,
+rotate, run a standalone recovery, remove a named session (refused while it
+is owned), write a checkpoint of the journal, run a long-lived manager's
+maintenance; then release and close the manager and start over.  Every
+journal is opened with ``Retention(segment_bytes=0, history_bytes=0,
+history_age=0)``: every checkpoint (each recovery pass that replayed 100
+events or more, each maintenance, each checkpoint written) starts a new
+segment, and every sealed segment a checkpoint covers is deleted at once.
+
+An artifact's lifecycle is written to a ledger outside the root, each line
+before the call it announces returns or starts: ``keeping LABEL`` before
+``lease.keep``, ``kept ID LABEL SHA256`` after it, ``removing ID`` before
+``remove_artifact``.  A kept artifact that is not being removed must hold
+its content; a worker that finds one gone or changed (and not announced for
+removal meanwhile) writes a violation.
 
 Meanwhile the driver waits a random moment (20-300 ms), picks a worker and
 SIGKILLs it (with probability 0.3 its whole process group, so its running
 children die too; otherwise the children outlive it, holding their
 directories), and starts a new worker in its place.  It stops after KILLS
 kills or SECONDS seconds, whichever comes first, then kills every process
-group it started, reaps everything (it is the children's subreaper), runs a
-final recovery and checks:
+group it started, reaps everything (it is the children's subreaper), removes
+each named session (every owner is dead, so what they kept for a resume
+goes), runs a final recovery and checks:
 
 * leaks: no generation or trash directory is left on disk, and the journal
   has finished the removal of every generation it names;
 * wrongful removals: no worker found its lease's directory gone before it
   released it, and no child found its directory gone while it ran (each
   writes a line to a violations file outside the root);
-* the journal replays from scratch and ``Store.verify()`` finds nothing; the
-  newest checkpoint is usable and, with the events after it, gives the same
-  state as the replay from scratch.
+* artifacts lost: every artifact the ledger says was kept and not announced
+  for removal is in the journal and its file holds the recorded SHA-256;
+  an artifact file no record names must be one a killed worker was keeping
+  or removing (it is then removed with ``remove_artifact``, as a user
+  would); any other is a failure;
+* the journal verifies (``Store.verify()``); the newest checkpoint is
+  usable and, with the events after it, gives the same state as the replay
+  from where the kept history starts; ``journal-inspect verify`` and
+  ``journal-inspect fsck`` (the console script) exit 0.
 
 It prints one JSON object with the figures and exits 1 when any check fails
 or a worker ended by itself (an exception: its log is kept in the work
@@ -39,6 +62,7 @@ import argparse
 import collections
 import contextlib
 import ctypes
+import hashlib
 import json
 import os
 import random
@@ -52,9 +76,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from journal import Store, checkpoint, replay
-from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Lease, Manager, recover
-from sessiontemp.root import JOURNAL_NAME
+from journal import Retention, Store, checkpoint, replay
+from sessiontemp import (
+    GENERATION_PREFIX,
+    TRASH_PREFIX,
+    Lease,
+    Manager,
+    SessionOwned,
+    recover,
+    remove_artifact,
+    remove_session,
+)
+from sessiontemp.inspect import fsck
+from sessiontemp.recovery import maintain
+from sessiontemp.root import JOURNAL_NAME, Root
+from sessiontemp.steps import Steps
 
 # A command that holds its lease's directory and watches its marker file.
 CHILD = """
@@ -72,6 +108,10 @@ while time.monotonic() < deadline:
 # The longest any start, death or final step may take before the run fails.
 TIMEOUT = 30.0
 PR_SET_CHILD_SUBREAPER = 36
+# Every checkpoint starts a new segment; every sealed segment a checkpoint covers goes.
+EAGER = Retention(segment_bytes=0, history_bytes=0, history_age=0)
+# The named sessions every worker may own, resume, start afresh or remove.
+SESSIONS = ("s0", "s1", "s2")
 
 
 # -- a worker ---------------------------------------------------------------------------
@@ -87,11 +127,82 @@ def violation(violations: Path, text: str) -> None:
         f.write(f"worker {os.getpid()}: {text}\n")
 
 
-def work(root: Path, violations: Path, stats: Path, seed: int) -> None:
+class Ledger:
+    """The artifacts' lifecycle, in a file outside the root that every process appends to."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def write(self, *words: str) -> None:
+        # One short line in one write to an O_APPEND file: never torn between writers.
+        with open(self.path, "a") as f:
+            f.write(" ".join(words) + "\n")
+
+    def read(self) -> tuple[dict[str, tuple[str, str]], set[str], set[str]]:
+        """(kept: id -> (label, sha256), ids announced for removal, labels being kept)."""
+        kept: dict[str, tuple[str, str]] = {}
+        removing: set[str] = set()
+        keeping: set[str] = set()
+        if self.path.exists():
+            for line in self.path.read_text().splitlines():
+                words = line.split()
+                if words[:1] == ["keeping"] and len(words) == 2:
+                    keeping.add(words[1])
+                elif words[:1] == ["kept"] and len(words) == 4:
+                    kept[words[1]] = (words[2], words[3])
+                elif words[:1] == ["removing"] and len(words) == 2:
+                    removing.add(words[1])
+        return kept, removing, keeping
+
+
+def sha256_of(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def open_manager(root: Path, rng: random.Random, stats: Path) -> Manager:
+    """A manager on *root*: half the time a named session's owner, unnamed when it is owned."""
+    if rng.random() < 0.5:
+        session = rng.choice(SESSIONS)
+        resume = rng.random() < 0.75
+        try:
+            manager = Manager(root, busy_timeout=TIMEOUT, retention=EAGER, session=session,
+                              resume=resume)
+        except SessionOwned:
+            note(stats, "session_owned")
+        else:
+            note(stats, "resumed" if manager.resumed else
+                 "started_afresh" if not resume else "session_new")
+            return manager
+    return Manager(root, busy_timeout=TIMEOUT, retention=EAGER)
+
+
+def check_artifact(root: Path, ledger: Ledger, rng: random.Random, violations: Path) -> bool:
+    """Read back one kept artifact not announced for removal; False if there was none."""
+    kept, removing, _ = ledger.read()
+    candidates = sorted(set(kept) - removing)
+    if not candidates:
+        return False
+    artifact = rng.choice(candidates)
+    label, digest = kept[artifact]
+    found = sha256_of(root / "artifacts" / f"{artifact}-{label}")
+    if found != digest and artifact not in ledger.read()[1]:
+        violation(violations, f"artifact {artifact} ({label}) "
+                  f"{'is gone' if found is None else 'changed'} while nothing removed it")
+    return True
+
+
+def work(root: Path, workdir: Path, seed: int) -> None:
+    violations = workdir / "violations.log"
+    stats = workdir / "stats"
+    ledger = Ledger(workdir / "artifacts.ledger")
     rng = random.Random(seed)
     announced = False
+    keeps = 0
     while True:
-        manager = Manager(root, busy_timeout=TIMEOUT)
+        manager = open_manager(root, rng, stats)
         note(stats, "manager")
         if not announced:
             # The driver's handshake: this worker has a manager on the root.
@@ -103,12 +214,12 @@ def work(root: Path, violations: Path, stats: Path, seed: int) -> None:
         children: list[subprocess.Popen[bytes]] = []
         for _ in range(rng.randint(5, 40)):
             roll = rng.random()
-            if roll < 0.35 and len(leases) < 3:
+            if roll < 0.30 and len(leases) < 3:
                 lease = manager.acquire()
                 (lease.path / "marker").write_text(f"{os.getpid()}\n")
                 leases.append(lease)
                 note(stats, "lease")
-            elif roll < 0.5 and leases and len(children) < 3:
+            elif roll < 0.42 and leases and len(children) < 3:
                 lease = rng.choice(leases)
                 children.append(lease.popen(
                     [sys.executable, "-c", CHILD, str(lease.path), str(violations),
@@ -116,20 +227,55 @@ def work(root: Path, violations: Path, stats: Path, seed: int) -> None:
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 ))
                 note(stats, "command")
-            elif roll < 0.75 and leases:
+            elif roll < 0.60 and leases:
                 lease = leases.pop(rng.randrange(len(leases)))
                 if not (lease.path / "marker").is_file():
                     violation(violations, f"{lease.path} vanished under a live lease")
                 lease.release()
-            elif roll < 0.88:
+            elif roll < 0.66 and leases:
+                lease = rng.choice(leases)
+                keeps += 1
+                label = f"w{os.getpid()}-{keeps}"
+                content = rng.randbytes(rng.randint(1, 4096))
+                (lease.path / "result.bin").write_bytes(content)
+                digest = hashlib.sha256(content).hexdigest()
+                ledger.write("keeping", label)
+                artifact = lease.keep("result.bin", label)
+                ledger.write("kept", artifact.id, label, artifact.sha256)
+                if artifact.sha256 != digest or sha256_of(artifact.path) != digest:
+                    violation(violations, f"artifact {artifact.id} kept other bytes than given")
+                note(stats, "keep")
+            elif 0.66 <= roll < 0.675:
+                # Only here: the rolls above that fell through (no lease) are not removals.
+                kept, removing, _ = ledger.read()
+                candidates = sorted(set(kept) - removing)
+                if candidates:
+                    artifact_id = rng.choice(candidates)
+                    ledger.write("removing", artifact_id)
+                    remove_artifact(root, artifact_id, busy_timeout=TIMEOUT)
+                    note(stats, "remove_artifact")
+            elif roll < 0.74:
+                if check_artifact(root, ledger, rng, violations):
+                    note(stats, "artifact_read")
+            elif roll < 0.84:
                 manager.rotate()
                 note(stats, "rotate")
-            elif roll < 0.93:
-                recover(root, busy_timeout=TIMEOUT)
+            elif roll < 0.89:
+                recover(root, busy_timeout=TIMEOUT, retention=EAGER)
                 note(stats, "recover")
-            elif roll < 0.95:
+            elif roll < 0.90:
+                try:
+                    remove_session(root, rng.choice(SESSIONS), busy_timeout=TIMEOUT)
+                except SessionOwned:
+                    note(stats, "remove_session_refused")
+                else:
+                    note(stats, "remove_session")
+            elif roll < 0.94:
                 write_checkpoint(root)
                 note(stats, "checkpoint")
+            elif roll < 0.97:
+                run_maintenance(root)
+                note(stats, "maintenance")
             children = [c for c in children if c.poll() is None]
         for lease in leases:
             if not (lease.path / "marker").is_file():
@@ -140,13 +286,32 @@ def work(root: Path, violations: Path, stats: Path, seed: int) -> None:
 
 
 def write_checkpoint(root: Path) -> None:
-    """What a recovery pass does when one is due, here whenever asked."""
-    store = Store(root / JOURNAL_NAME, busy_timeout=TIMEOUT)
+    """What a recovery pass does when one is due, here whenever asked (a rollover with it)."""
+    store = Store(root / JOURNAL_NAME, busy_timeout=TIMEOUT, retention=EAGER)
     try:
         start = checkpoint.restore(store).state
         checkpoint.save(store, replay(store.records(after=start.seq), start))
     finally:
         store.close()
+
+
+def run_maintenance(root: Path) -> None:
+    """What a long-lived manager's maintenance thread does, here whenever asked.
+
+    A checkpoint (due whatever was appended since the last), which rolls
+    over, then every sealed segment it covers retired; skipped while a
+    recovery pass holds the root.
+    """
+    opened = Root.open(root)
+    try:
+        store = Store(opened.journal_path, busy_timeout=TIMEOUT, retention=EAGER)
+        try:
+            store.maintenance_every = 0
+            maintain(opened, store, clock=time.time, steps=Steps(None))
+        finally:
+            store.close()
+    finally:
+        opened.close()
 
 
 # -- the driver ---------------------------------------------------------------------------
@@ -204,6 +369,62 @@ def reap_everything(groups: list[int]) -> None:
     raise TimeoutError(f"processes still running {TIMEOUT:g} s after SIGKILL")
 
 
+def journal_inspect(root: Path, command: str) -> tuple[int, str]:
+    """Run the console script on *root*; its exit status and what it printed."""
+    script = Path(sys.executable).parent / "journal-inspect"
+    done = subprocess.run([str(script), "--root", str(root), command], capture_output=True,
+                          text=True, timeout=TIMEOUT * 4, check=False)
+    return done.returncode, (done.stdout + done.stderr)[-2000:]
+
+
+def check_artifacts(root: Path, ledger: Ledger) -> dict[str, Any]:
+    """What the ledger says of the artifact store, against the journal and the files.
+
+    An artifact file no record names must be one a killed worker was keeping
+    (copied, not yet recorded) or removing (recorded as removed, not yet
+    unlinked); it is removed as a user would, by ``remove_artifact``.
+    """
+    kept, removing, keeping = ledger.read()
+    store = Store(root / JOURNAL_NAME, readonly=True)
+    try:
+        start = checkpoint.origin(store).state
+        journaled = replay(store.records(after=start.seq), start).artifacts
+    finally:
+        store.close()
+    lost = []
+    for artifact, (label, digest) in sorted(kept.items()):
+        if artifact in removing and artifact not in journaled:
+            continue
+        # Not announced for removal, or announced and still journaled (the
+        # remover was killed before its record): the file must be intact.
+        found = sha256_of(root / "artifacts" / f"{artifact}-{label}")
+        if artifact not in journaled or found != digest:
+            what = ("not in the journal" if artifact not in journaled else
+                    "its file is gone" if found is None else "its file changed")
+            lost.append(f"{artifact} ({label}): {what}")
+    labels = {artifact: label for artifact, (label, _) in kept.items()}
+    unrecorded = unexplained = 0
+    for finding in fsck(root).findings:
+        if finding.check != "unreferenced":
+            continue
+        artifact, _, label = finding.path.name.partition("-")
+        if label in keeping and (artifact not in kept or artifact in removing) and (
+                labels.get(artifact, label) == label):
+            unrecorded += 1
+            remove_artifact(root, artifact, busy_timeout=TIMEOUT)
+        else:
+            unexplained += 1
+            lost.append(f"{finding.path}: unreferenced, yet no worker was keeping or removing it")
+    return {
+        "artifacts_kept": len(kept),
+        "artifacts_removed": len(removing & set(kept)),
+        "artifacts_left": len(journaled),
+        "artifact_files_unrecorded": unrecorded,
+        "artifacts_lost": len(lost),
+        "lost": lost[:10],
+    }
+
+
 def drive(args: argparse.Namespace) -> dict[str, Any]:
     become_subreaper()
     workdir = Path(tempfile.mkdtemp(prefix="sessiontemp-torture-"))
@@ -232,23 +453,37 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
     reap_everything(groups)
     elapsed = time.monotonic() - started
 
-    report = recover(root, busy_timeout=TIMEOUT)
+    # Every owner is dead: what they kept for a resume goes with its session.
+    for session in SESSIONS:
+        remove_session(root, session, busy_timeout=TIMEOUT)
+    report = recover(root, busy_timeout=TIMEOUT, retention=EAGER)
+    artifacts = check_artifacts(root, Ledger(workdir / "artifacts.ledger"))
     on_disk = sorted(n for n in os.listdir(root)
                      if n.startswith((GENERATION_PREFIX, TRASH_PREFIX)))
     store = Store(root / JOURNAL_NAME, readonly=True)
     try:
         problems = store.verify()
-        state = replay(store.records())
+        # Retired history is gone: the replay starts where the kept history does.
+        origin = checkpoint.origin(store)
+        state = replay(store.records(after=origin.state.seq), origin.state)
         restored = checkpoint.restore(store)
         if restored.skipped:
             problems.append(f"checkpoints skipped: {list(restored.skipped)}")
         if replay(store.records(after=restored.state.seq), restored.state) != state:
             problems.append(f"the replay from checkpoint {restored.checkpoint} differs")
         checkpoints = len(store.checkpoints())
+        segments = len(store.segments())
+        history_from = origin.state.seq + 1
     finally:
         store.close()
+    for command in ("verify", "fsck"):
+        status, output = journal_inspect(root, command)
+        if status != 0:
+            problems.append(f"journal-inspect {command} exited {status}: {output}")
     unfinished = sorted(g.id for g in state.generations.values() if g.removal != "finished")
     wrongful = [line for line in violations.read_text().splitlines() if line]
+    lost = [line for line in wrongful if " artifact " in line]
+    wrongful = [line for line in wrongful if " artifact " not in line]
     done = collections.Counter((workdir / "stats").read_text().split()) if (
         workdir / "stats").exists() else collections.Counter()
     figures = {
@@ -258,28 +493,45 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         "workers_started": len(groups),
         "seconds": round(elapsed, 1),
         "managers_opened": done["manager"],
+        "sessions_resumed": done["resumed"],
+        "sessions_started_afresh": done["started_afresh"],
+        "sessions_new": done["session_new"],
+        "sessions_refused_as_owned": done["session_owned"],
+        "sessions_removed": done["remove_session"],
+        "session_removals_refused": done["remove_session_refused"],
         "leases": done["lease"],
         "commands": done["command"],
         "rotations": done["rotate"],
         "recoveries": done["recover"],
         "checkpoints_written": done["checkpoint"],
+        "maintenances": done["maintenance"],
+        "artifacts_read_back": done["artifact_read"],
+        **{k: v for k, v in artifacts.items() if k != "lost"},
         "checkpoints_left": checkpoints,
+        "segments_left": segments,
+        "history_from_event": history_from,
         "events": state.seq,
-        "generations": len(state.generations),
-        "managers_dead": sum(m.ended == "dead" for m in state.managers.values()),
+        "generations_live": len(state.generations),
         "final_recovery_removed": len(report.removed),
         "final_recovery_skipped": len(report.skipped),
         "leaks": len(on_disk) + len(unfinished),
         "leaked": on_disk + unfinished,
         "wrongful_removals": len(wrongful),
         "wrongful": wrongful[:10],
+        "lost": (lost + artifacts["lost"])[:10],
         "journal_problems": problems,
         "failed_workers": failed_workers,
         "workdir": str(workdir),
     }
-    if not args.keep and not (figures["leaks"] or wrongful or problems or failed_workers):
+    figures["artifacts_lost"] += len(lost)
+    if not args.keep and not failed(figures):
         shutil.rmtree(workdir, ignore_errors=True)
     return figures
+
+
+def failed(figures: dict[str, Any]) -> bool:
+    return bool(figures["leaks"] or figures["wrongful_removals"] or figures["artifacts_lost"]
+                or figures["journal_problems"] or figures["failed_workers"])
 
 
 def main(argv: list[str]) -> int:
@@ -293,13 +545,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker is not None:
-        work(args.worker, args.workdir / "violations.log", args.workdir / "stats", args.seed)
+        work(args.worker, args.workdir, args.seed)
         return 0
     figures = drive(args)
     print(json.dumps(figures, indent=2))
-    failed = (figures["leaks"] or figures["wrongful_removals"] or figures["journal_problems"]
-              or figures["failed_workers"])
-    return 1 if failed else 0
+    return 1 if failed(figures) else 0
 
 
 if __name__ == "__main__":
