@@ -27,7 +27,15 @@ Modes:
     one is the operation's own) every sealed segment retired; it answers
     with the segment files before and after and what it retired.
     ``retire PATH`` is a recovery pass that retires whatever a checkpoint
-    covers and rolls nothing over (``Retention(2**40, 0, 0)``).  ``hold
+    covers and rolls nothing over (``Retention(2**40, 0, 0)``).  The
+    neighbour's moves one at a time, each answered with the segment files
+    before and after: ``checkpoint PATH`` writes a checkpoint of the whole
+    journal and rolls nothing over; ``seal PATH`` writes one and rolls over
+    with it, retiring nothing; ``retire-sealed PATH`` (under the recovery
+    lock, unless a pass holds it) deletes every sealed segment a checkpoint
+    covers and writes nothing; ``maintenance PATH`` is a long-lived
+    manager's maintenance alone (checkpoint, rollover, retirement, with
+    ``Retention(0, 0, 0)``; skipped while a pass holds the root).  ``hold
     PATH`` takes the write lock of the journal's active segment and keeps it
     (answering ``{"holding": FILE}``) until ``let-go``.
 
@@ -212,6 +220,62 @@ def interleave(path: Path) -> dict[str, Any]:
             "locked": locked}
 
 
+# A checkpoint here never starts a segment.
+NEVER_ROLLS = Retention(segment_bytes=1 << 40, history_bytes=0, history_age=0)
+
+
+def checkpoint_only(path: Path, *, roll_over: bool) -> dict[str, Any]:
+    """A checkpoint of the whole journal, with a rollover or none; nothing retired."""
+    before = segment_files(path)
+    store = Store(path / "journal.sqlite3", busy_timeout=2.0,
+                  retention=EAGER if roll_over else NEVER_ROLLS)
+    try:
+        written = checkpoint_now(store)
+    finally:
+        store.close()
+    return {"before": before, "after": segment_files(path), "written": written}
+
+
+def retire_sealed(path: Path) -> dict[str, Any]:
+    """Every sealed segment a checkpoint covers deleted (unless a pass holds the root)."""
+    before = segment_files(path)
+    lock = filelock.FileLock(path / "recovery.lock", timeout=0, thread_local=False,
+                             fallback_to_soft=False)
+    try:
+        lock.acquire()
+    except (filelock.Timeout, OSError):
+        return {"before": before, "after": before, "retired": [], "locked": False}
+    try:
+        store = Store(path / "journal.sqlite3", busy_timeout=2.0, retention=EAGER)
+        try:
+            retired = [str(p) for p in store.retire(now=time.time())]
+        finally:
+            store.close()
+    finally:
+        lock.release()
+    return {"before": before, "after": segment_files(path), "retired": retired, "locked": True}
+
+
+def maintenance_only(path: Path) -> dict[str, Any]:
+    """What a long-lived manager's maintenance thread does, once, eagerly; no recovery pass."""
+    before = segment_files(path)
+    opened = Root.open(path)
+    try:
+        store = Store(opened.journal_path, busy_timeout=2.0, retention=EAGER)
+        try:
+            store.maintenance_every = 0
+            with capture_logs() as logs:
+                maintain(opened, store, clock=time.time, steps=Steps(None))
+        finally:
+            store.close()
+    finally:
+        opened.close()
+    return {"before": before, "after": segment_files(path),
+            "retired": [e["path"] for e in logs if e["event"] == "segment.retired"],
+            "warnings": [f"{e['event']}: {e.get('reason', '')}" for e in logs
+                         if e["log_level"] in ("warning", "error")]}
+
+
 def hold_active(path: Path) -> sqlite3.Connection:
     """A write transaction on the journal's active segment, open until closed."""
     while True:
@@ -244,6 +308,12 @@ def neighbour() -> int:
                     emit({"refused": str(e)})
             elif words[0] == "interleave":
                 emit(interleave(Path(words[1])))
+            elif words[0] in ("checkpoint", "seal"):
+                emit(checkpoint_only(Path(words[1]), roll_over=words[0] == "seal"))
+            elif words[0] == "retire-sealed":
+                emit(retire_sealed(Path(words[1])))
+            elif words[0] == "maintenance":
+                emit(maintenance_only(Path(words[1])))
             elif words[0] == "retire":
                 emit(report_json(recover(words[1], busy_timeout=BUSY_TIMEOUT, retention=Retention(
                     segment_bytes=1 << 40, history_bytes=0, history_age=0))))

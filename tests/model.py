@@ -72,7 +72,7 @@ from sessiontemp.root import (
 )
 from sessiontemp.steps import StepHook, StepKind
 from tests.faults import Action, Faults
-from tests.neighbour import MANAGER_STEPS, Neighbour, stepping_in
+from tests.neighbour import MANAGER_STEPS, Move, Neighbour, stepping_in
 
 __all__ = ["SCRATCH", "Archive", "Model", "Op", "World", "owed", "settled_view",
            "simulate_kill", "view_of_journal"]
@@ -713,29 +713,51 @@ class World:
 
     # -- another process steps in ------------------------------------------------------
 
-    def interleave(self) -> None:
-        """The neighbour rolls the journal over and retires every sealed segment, now.
+    def interleave(self, how: Move = "rollover") -> None:
+        """The neighbour makes its move *how* now (by default: rolls the journal over and
+        retires every sealed segment).
 
         Everything the journal holds is folded into the archive first: what
         the neighbour retires is gone from the journal.
         """
         assert self.neighbour is not None
         self.archive.absorb()
-        self.neighbour.interleave(self.root)
+        self.neighbour.move(how, self.root)
 
-    def stepped_in(self, op: Op, faults: Faults, *, at: int = 1) -> tuple[StepKind, str] | None:
-        """Run *op* with the neighbour rolling over and retiring just before its *at*-th step.
+    def before_stepping_in(self, how: Move) -> None:
+        """What the neighbour does before the operation: seal a segment it will retire."""
+        if how == "retire":
+            assert self.neighbour is not None
+            if (self.root / JOURNAL_NAME).exists():
+                self.neighbour.seal(self.root)
+
+    def after_stepping_in(self, how: Move, fired: tuple[StepKind, str] | None) -> None:
+        """The model follows a recovery pass the neighbour ran while the operation waited.
+
+        It buried the managers that had crashed and removed what they held;
+        the live managers it leaves alone, so its place among the steps of
+        an operation of theirs changes nothing the model says of them.
+        """
+        if how == "recover" and fired is not None:
+            self.model.recover()
+            self._recovered()
+
+    def stepped_in(self, op: Op, faults: Faults, *, at: int = 1, how: Move = "rollover"
+                   ) -> tuple[StepKind, str] | None:
+        """Run *op* with the neighbour making its move *how* just before its *at*-th step.
 
         Nothing the operation may see changes: it completes as it would have
         (or is refused as it would have been), and the model with it.
         Returns where the neighbour stepped in; None when *op* had fewer steps.
         """
         kind, *args = op
-        faults.arm(stepping_in(self.interleave), at=at)
+        self.before_stepping_in(how)
+        faults.arm(stepping_in(lambda: self.interleave(how)), at=at)
         try:
             getattr(self, kind)(*args)
         finally:
             fired = faults.disarm()
+        self.after_stepping_in(how, fired)
         return fired
 
     # -- faults the process lives through ---------------------------------------------

@@ -4,8 +4,11 @@ A :class:`Neighbour` is a real process (``tests/faultchild.py`` in
 ``neighbour`` mode, forked from the zygote) that the test tells what to do
 and waits for: roll the journal over at a checkpoint and retire every
 sealed segment (:meth:`Neighbour.interleave`, ``Retention(0, 0, 0)``), or
-take the journal's write lock and keep it (:meth:`Neighbour.hold`) until
-told to let go.  :func:`stepping_in` and :func:`holding_the_journal` make
+one of those moves alone (:meth:`Neighbour.move`: a checkpoint that rolls
+nothing over, a retirement of what an earlier rollover sealed, a
+long-lived manager's maintenance, a whole recovery pass), or take the
+journal's write lock and keep it (:meth:`Neighbour.hold`) until told to
+let go.  :func:`stepping_in` and :func:`holding_the_journal` make
 step actions of them (:mod:`tests.faults`): the operation stops just
 before one of its durable steps, the neighbour acts, and the operation
 carries on.
@@ -17,14 +20,14 @@ import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 from sessiontemp.steps import StepKind
 from tests.faults import Action
 from tests.test_faults import Child
 
-__all__ = ["MANAGER_STEPS", "Neighbour", "deleted_descriptors", "holding_the_journal",
-           "stepping_in"]
+__all__ = ["MANAGER_STEPS", "MOVES", "Move", "Neighbour", "deleted_descriptors",
+           "holding_the_journal", "stepping_in"]
 
 # The steps of a manager's operations, between which another process may act.
 # Not the store's own ("segment": inside a write transaction of this
@@ -32,6 +35,17 @@ __all__ = ["MANAGER_STEPS", "Neighbour", "deleted_descriptors", "holding_the_jou
 # recovery pass's checkpoint (written in such a transaction too).
 MANAGER_STEPS: frozenset[StepKind] = frozenset(
     {"journal", "lock", "unlock", "mkdir", "rename", "rmdir", "copy", "unlink"})
+
+# What another process may do between two steps of an operation, one thing at a
+# time (``rollover`` is :meth:`Neighbour.interleave`: checkpoint, rollover and
+# retirement at once):
+#   checkpoint  a checkpoint of the whole journal, no rollover, nothing retired;
+#   retire      every sealed segment a checkpoint covers deleted, nothing written
+#               (the test has the neighbour seal one first: :meth:`Neighbour.seal`);
+#   maintain    a long-lived manager's maintenance (checkpoint, rollover, retirement);
+#   recover     a whole recovery pass (dead managers buried, their directories removed).
+Move: TypeAlias = Literal["rollover", "checkpoint", "retire", "maintain", "recover"]
+MOVES: tuple[Move, ...] = ("rollover", "checkpoint", "retire", "maintain", "recover")
 
 
 class Neighbour(Child):
@@ -43,6 +57,8 @@ class Neighbour(Child):
         self.holding = False
         self.interleaved = 0
         self.retired = 0
+        # Managers a recovery pass of the neighbour's found dead.
+        self.buried = 0
 
     def interleave(self, root: Path) -> dict[str, Any]:
         """Checkpoint, roll over, and retire every sealed segment (unless a pass holds the root)."""
@@ -50,6 +66,24 @@ class Neighbour(Child):
         assert "error" not in done, done
         self.interleaved += 1
         self.retired += len(done["retired"])
+        return done
+
+    def seal(self, root: Path) -> None:
+        """Checkpoint and roll over, retiring nothing: a sealed segment for a later retirement."""
+        done = self.ask("seal", str(root))
+        assert "error" not in done, done
+
+    def move(self, how: Move, root: Path) -> dict[str, Any]:
+        """Do *how* on *root* now (see :data:`Move`)."""
+        if how == "rollover":
+            return self.interleave(root)
+        command = {"checkpoint": "checkpoint", "retire": "retire-sealed",
+                   "maintain": "maintenance", "recover": "recover"}[how]
+        done = self.ask(command, str(root))
+        assert "error" not in done, done
+        self.interleaved += 1
+        self.retired += len(done.get("retired", ()))
+        self.buried += len(done.get("dead", ()))
         return done
 
     def hold(self, root: Path) -> None:

@@ -73,6 +73,7 @@ from journal.events import (
 )
 from journal.reducer import Fold
 from tests.faults import STORE_FAILURES, StoreFailure
+from tests.neighbour import MOVES, Move
 
 __all__ = [
     "EVENT_CLASSES",
@@ -103,6 +104,7 @@ __all__ = [
     "live_part",
     "manager_id",
     "manager_ids",
+    "neighbour_moves",
     "records",
     "scaled",
     "session_histories",
@@ -903,6 +905,11 @@ def fault_steps() -> st.SearchStrategy[int]:
     """Before which durable step of the operation (1 = its first); past its last, none fires."""
     # Most operations take one to four steps: the first few are drawn most.
     return st.integers(min_value=1, max_value=4) | st.integers(min_value=1, max_value=12)
+
+
+def neighbour_moves() -> st.SearchStrategy[Move]:
+    """What another process does at a step: roll over and retire, or one move alone."""
+    return st.sampled_from(MOVES)
 
 
 def store_failures() -> st.SearchStrategy[StoreFailure]:

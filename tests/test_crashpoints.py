@@ -454,8 +454,16 @@ def enumerate_exceptions(script: Script, op: Op, tally: Tally, *,
 # The two ways: the neighbour rolls the journal over and retires every sealed
 # segment, the one the manager writes to included; or it holds the journal's
 # write lock past the managers' busy_timeout, and rolls over once let go.
-Interleaving = Literal["rollover", "busy"]
+# Beside them, each of the neighbour's moves alone (tests/neighbour.py's Move):
+# a checkpoint with no rollover, a retirement of a segment sealed before the
+# operation, a long-lived manager's maintenance, a whole recovery pass.
+Interleaving = Literal["rollover", "busy", "checkpoint", "retire", "maintain", "recover"]
 INTERLEAVINGS: tuple[Interleaving, ...] = ("rollover", "busy")
+ALONE: tuple[Interleaving, ...] = ("checkpoint", "retire", "maintain", "recover")
+# The moves that need the recovery lock, which a recovery pass (open, recover)
+# holds across its steps: a retirement or a maintenance there does nothing, and
+# a recovery pass would wait for the one it steps into.
+NEEDS_THE_ROOT: frozenset[Interleaving] = frozenset({"busy", "retire", "maintain", "recover"})
 # Short, so that a lock held on purpose fails an append quickly.
 NEIGHBOURLY_BUSY_TIMEOUT = 0.2
 
@@ -475,11 +483,13 @@ def step_in_at(world: World, faults: Faults, op: Op, k: int, how: Interleaving
         if fired is not None:
             world.interleave()
         return fired
-    faults.arm(stepping_in(world.interleave), at=k)
+    world.before_stepping_in(how)
+    faults.arm(stepping_in(lambda: world.interleave(how)), at=k)
     try:
         perform(world, op)
     finally:
         fired = faults.disarm()
+    world.after_stepping_in(how, fired)
     for name in world.live():
         world.memory_agrees(world.real[name])
     return fired
@@ -508,8 +518,9 @@ def enumerate_interleavings(script: Script, op: Op, tally: Tally, neighbour: Nei
                             how: Interleaving) -> None:
     """Every step k of *op* after *script*, the neighbour stepping in there; then carry on."""
     tally.operations += 1
-    if op[0] in ("write", "crash") or (how == "busy" and op[0] in ("open", "recover")):
-        # No durable step; or a recovery pass, whose refused append is a failed open.
+    if op[0] in ("write", "crash") or (how in NEEDS_THE_ROOT and op[0] in ("open", "recover")):
+        # No durable step; or a recovery pass, whose refused append is a failed open, and
+        # which holds the lock the neighbour's retirement, maintenance or recovery takes.
         return
     for k in itertools.count(1):
         faults = Faults()
@@ -680,6 +691,47 @@ def test_another_process_stepping_in_at_every_step_of_every_operation_leaves_all
     assert (tally.leaks, tally.wrongful) == (0, 0)
     assert tally.crash_points > 20
     assert set(tally.by_kind) >= {"journal", "lock", "mkdir", "rename", "rmdir"}
+
+
+# The default run deals a thinner sample still out between the moves alone.
+ALONE_STRIDE = 8
+MANAGER_OPERATIONS = frozenset({"retain", "release", "rotate", "acquire", "release_lease",
+                                "close"})
+
+
+@pytest.mark.parametrize("every", [SAMPLED, EVERY])
+@pytest.mark.parametrize("how", ALONE)
+def test_another_process_checkpointing_retiring_maintaining_or_recovering_at_every_step(
+    neighbour: Neighbour, how: Interleaving, every: bool,
+) -> None:
+    """At each step of each operation another process makes one move alone: writes a
+    checkpoint (no rollover), retires a segment sealed before the operation, runs a
+    long-lived manager's maintenance, or runs a whole recovery pass; the operation carries
+    on, memory, journal and disk agree, the manager keeps working, close gives up every
+    lock, verify and fsck are clean."""
+    tally = Tally()
+    chosen = pairs(every) if every else pairs(
+        False, share=ALONE.index(how), shares=ALONE_STRIDE)
+    if how == "recover" and not every:
+        # The pass has work where a manager crashed: the sample is of those classes.
+        chosen = [(script, op) for script, op in pairs(True) if op[0] in MANAGER_OPERATIONS
+                  and any(m.status == "crashed" for m in replayed(script).model.managers.values())
+                  ][::ALONE_STRIDE * 2]
+    before, retired, buried = neighbour.interleaved, neighbour.retired, neighbour.buried
+    for script, op in chosen:
+        enumerate_interleavings(script, op, tally, neighbour, how)
+    print(f"\n{len(CLASSES)} state classes, {len(chosen)} operations, the neighbour {how}: "
+          f"{tally.line()}; {neighbour.interleaved - before} moves, "
+          f"{neighbour.retired - retired} segments retired, "
+          f"{neighbour.buried - buried} dead managers buried")
+    assert tally.failures == [], "\n".join(tally.failures[:10])
+    assert (tally.leaks, tally.wrongful) == (0, 0)
+    assert tally.crash_points > 10
+    assert set(tally.by_kind) >= {"journal", "lock", "unlock"}
+    if how in ("retire", "maintain"):
+        assert neighbour.retired > retired, "nothing was retired"
+    if how == "recover":
+        assert neighbour.buried > buried, "no dead manager was buried"
 
 
 # -- named sessions and artifacts -----------------------------------------------------------
@@ -868,18 +920,33 @@ def run_torture(*options: str, timeout: float) -> dict[str, object]:
     return figures
 
 
+def judge_torture(figures: dict[str, object], kills: int) -> None:
+    assert figures["kills"] == kills
+    assert (figures["leaks"], figures["wrongful_removals"], figures["artifacts_lost"]) == (
+        0, 0, 0), figures
+    assert figures["journal_problems"] == []
+    assert figures["failed_workers"] == 0
+    # What the run was for happened: named sessions, artifacts kept and read back,
+    # rollovers (history retired past event 1).
+    assert figures["sessions_new"] or figures["sessions_resumed"]
+    assert figures["artifacts_kept"]
+    assert figures["artifacts_read_back"]
+    assert isinstance(figures["history_from_event"], int)
+    assert figures["history_from_event"] > 1
+
+
 def test_workers_killed_at_random_leak_nothing_and_lose_no_directory_in_use() -> None:
     figures = run_torture("--processes", "3", "--kills", "15", "--seconds", "40",
                           timeout=120)
-    assert figures["kills"] == 15
-    assert (figures["leaks"], figures["wrongful_removals"]) == (0, 0)
-    assert figures["journal_problems"] == []
-    assert figures["failed_workers"] == 0
+    judge_torture(figures, 15)
 
 
 @pytest.mark.slow
-def test_the_long_torture_survives_two_hundred_kills_across_four_processes() -> None:
-    figures = run_torture("--processes", "4", "--kills", "200", "--seconds", "600",
-                          timeout=900)
-    assert figures["kills"] == 200
-    assert (figures["leaks"], figures["wrongful_removals"]) == (0, 0)
+def test_the_long_torture_survives_six_hundred_kills_across_four_processes() -> None:
+    figures = run_torture("--processes", "4", "--kills", "600", "--seconds", "3600",
+                          timeout=5400)
+    judge_torture(figures, 600)
+    assert figures["sessions_resumed"]
+    assert figures["sessions_started_afresh"]
+    assert figures["sessions_removed"]
+    assert figures["artifacts_removed"]

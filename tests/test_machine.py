@@ -25,10 +25,13 @@ the root, and the operation runs on as if nothing had happened:
 process on the root (:mod:`tests.neighbour`, a real one) steps in too:
 between two operations, or just before the k-th step of one, it
 checkpoints, rolls the journal over and retires every sealed segment (the
-one the managers write to included), and the operation carries on as if
-nothing happened; or it holds the journal's write lock past the managers'
-``busy_timeout`` from the k-th step on, the operation's next append fails,
-and once the lock is let go it rolls over and retires.  The model
+one the managers write to included), or makes one of those moves alone (a
+checkpoint that rolls nothing over, a retirement of a segment it sealed
+before the operation, a long-lived manager's maintenance), or runs a whole
+recovery pass, and the operation carries on as if nothing happened; or it
+holds the journal's write lock past the managers' ``busy_timeout`` from
+the k-th step on, the operation's next append fails, and once the lock is
+let go it rolls over and retires.  The model
 follows what the journal shows: a failed operation happened entirely or
 not at all, and the work it left is owed until the manager's next
 operation, or a recovery once it has ended, finishes it
@@ -75,8 +78,14 @@ from sessiontemp.root import JOURNAL_NAME, generation_name
 from tests.faults import Injected, StoreFailure, interrupting, store_error
 from tests.forking import ClosesUnderTheMutex, ForkingHook
 from tests.model import SCRATCH, Op, World
-from tests.neighbour import Neighbour
-from tests.strategies import fault_steps, faulted_operations, interrupt_ways, store_failures
+from tests.neighbour import Move, Neighbour
+from tests.strategies import (
+    fault_steps,
+    faulted_operations,
+    interrupt_ways,
+    neighbour_moves,
+    store_failures,
+)
 
 MAX_MANAGERS = 3
 # Short: the neighbour holds the journal past it on purpose.
@@ -273,10 +282,12 @@ class SessionMachine(RuleBasedStateMachine):
         self.world.interleave()
 
     @precondition(has_manager)
-    @rule(kind=faulted_operations(), i=picks, k=fault_steps())
-    def neighbour_steps_in(self, kind: str, i: int, k: int) -> None:
-        fired = self.world.stepped_in(self.target(kind, i), self.faults, at=k)
-        event(f"neighbour rolls over: {kind} at {'no step' if fired is None else fired[0]}")
+    @rule(kind=faulted_operations(), i=picks, k=fault_steps(), how=neighbour_moves())
+    def neighbour_steps_in(self, kind: str, i: int, k: int, how: Move) -> None:
+        # Rolls over and retires; or, alone, checkpoints, retires a segment it sealed
+        # before the operation, runs a long-lived manager's maintenance, or recovers.
+        fired = self.world.stepped_in(self.target(kind, i), self.faults, at=k, how=how)
+        event(f"neighbour {how}: {kind} at {'no step' if fired is None else fired[0]}")
 
     @precondition(has_manager)
     @rule(kind=faulted_operations(), i=picks, k=fault_steps())
