@@ -46,6 +46,8 @@ goes), runs a final recovery and checks:
   an artifact file no record names must be one a killed worker was keeping
   or removing (it is then removed with ``remove_artifact``, as a user
   would); any other is a failure;
+* ``journal-inspect verify``, run every second during the run (as a
+  ``watch`` would), exits 0 every time;
 * the journal verifies (``Store.verify()``); the newest checkpoint is
   usable and, with the events after it, gives the same state as the replay
   from where the kept history starts; ``journal-inspect verify`` and
@@ -72,6 +74,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -88,6 +91,7 @@ from sessiontemp import (
     remove_session,
 )
 from sessiontemp.inspect import fsck
+from sessiontemp.locks import RecoveryLock
 from sessiontemp.recovery import maintain
 from sessiontemp.root import JOURNAL_NAME, Root
 from sessiontemp.steps import Steps
@@ -286,13 +290,27 @@ def work(root: Path, workdir: Path, seed: int) -> None:
 
 
 def write_checkpoint(root: Path) -> None:
-    """What a recovery pass does when one is due, here whenever asked (a rollover with it)."""
-    store = Store(root / JOURNAL_NAME, busy_timeout=TIMEOUT, retention=EAGER)
+    """What a recovery pass does when one is due, here whenever asked (a rollover with it).
+
+    Under the recovery lock, as every writer of checkpoints in the library
+    is: retirement runs under it too, so the events after the checkpoint
+    restored here stay until they are read.
+    """
+    opened = Root.open(root)
     try:
-        start = checkpoint.restore(store).state
-        checkpoint.save(store, replay(store.records(after=start.seq), start))
+        lock = RecoveryLock.take(opened, wait=True)
+        assert lock is not None
+        try:
+            store = Store(opened.journal_path, busy_timeout=TIMEOUT, retention=EAGER)
+            try:
+                start = checkpoint.restore(store).state
+                checkpoint.save(store, replay(store.records(after=start.seq), start))
+            finally:
+                store.close()
+        finally:
+            lock.release()
     finally:
-        store.close()
+        opened.close()
 
 
 def run_maintenance(root: Path) -> None:
@@ -336,9 +354,11 @@ class Worker:
     def kill(self, *, children: bool) -> bool:
         """SIGKILL the worker; False if it had already ended by itself (a failure: see its log)."""
         alive = self.process.poll() is None
+        # A worker that ended by itself is reaped already: its pid is no longer its own.
         if children:
-            os.killpg(self.pid, signal.SIGKILL)
-        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGKILL)
+        elif alive:
             os.kill(self.pid, signal.SIGKILL)
         self.process.wait(timeout=TIMEOUT)
         assert self.process.stdout is not None
@@ -375,6 +395,27 @@ def journal_inspect(root: Path, command: str) -> tuple[int, str]:
     done = subprocess.run([str(script), "--root", str(root), command], capture_output=True,
                           text=True, timeout=TIMEOUT * 4, check=False)
     return done.returncode, (done.stdout + done.stderr)[-2000:]
+
+
+class Inspector(threading.Thread):
+    """``journal-inspect verify`` on the root in a loop while workers append, roll over,
+    retire and die: a healthy journal, so every run must exit 0."""
+
+    def __init__(self, root: Path, every: float) -> None:
+        super().__init__(daemon=True)
+        self.root = root
+        self.every = every
+        self.runs = 0
+        self.wrong: list[str] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(self.every):
+            status, output = journal_inspect(self.root, "verify")
+            self.runs += 1
+            if status != 0:
+                self.wrong.append(f"journal-inspect verify exited {status} during the run: "
+                                  f"{output}")
 
 
 def check_artifacts(root: Path, ledger: Ledger) -> dict[str, Any]:
@@ -436,6 +477,9 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
     started = time.monotonic()
     workers = [Worker(root, workdir, next(seeds)) for _ in range(args.processes)]
     groups = [w.pid for w in workers]
+    inspector = Inspector(root, args.inspect_every)
+    if args.inspect_every > 0:
+        inspector.start()
     kills = with_children = failed_workers = 0
     while kills < args.kills and time.monotonic() - started < args.seconds:
         # A random moment, not a handshake: the point is to land anywhere.
@@ -450,6 +494,9 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         workers[i] = Worker(root, workdir, next(seeds))
         groups.append(workers[i].pid)
     failed_workers += sum(w.process.poll() is not None for w in workers)
+    inspector.stop.set()
+    if inspector.is_alive():
+        inspector.join(TIMEOUT * 4)
     reap_everything(groups)
     elapsed = time.monotonic() - started
 
@@ -476,6 +523,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         history_from = origin.state.seq + 1
     finally:
         store.close()
+    problems += inspector.wrong
     for command in ("verify", "fsck"):
         status, output = journal_inspect(root, command)
         if status != 0:
@@ -519,6 +567,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         "wrongful_removals": len(wrongful),
         "wrongful": wrongful[:10],
         "lost": (lost + artifacts["lost"])[:10],
+        "inspections_during_the_run": inspector.runs,
         "journal_problems": problems,
         "failed_workers": failed_workers,
         "workdir": str(workdir),
@@ -541,6 +590,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seconds", type=float, default=600.0)
     parser.add_argument("--seed", type=int, default=int(time.time()) % 100_000)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--inspect-every", type=float, default=1.0, metavar="SECONDS",
+                        help="run journal-inspect verify this often during the run (0: never)")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
