@@ -20,14 +20,26 @@ agree, the caller's retry (for what raised) does what was asked, and the
 model's invariants hold: no leak, no wrongful removal, every artifact's
 content intact.
 
-The default run takes one refusal for each operation, taking turns; ``-m
-slow`` takes all three for every operation.
+The same operations meet another process too (:mod:`tests.neighbour`): at
+each step it rolls the journal over and retires, or makes one move alone
+(a checkpoint, a retirement of a segment it sealed before the operation, a
+long-lived manager's maintenance, a whole recovery pass; the last three not
+inside a recovery pass, which holds the lock they take), and the operation
+completes as it would have; every manager then closes, a recovery runs,
+``verify`` and ``fsck`` are clean.
+
+The default run takes one refusal and one move for each operation, taking
+turns; ``-m slow`` takes every refusal and every move for every operation.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Callable
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -36,8 +48,9 @@ from sessiontemp import Manager
 from sessiontemp.root import JOURNAL_NAME
 from sessiontemp.steps import StepKind
 from tests.faults import STORE_FAILURES, Faults, StoreFailure, raising, store_error
-from tests.model import Op, World
-from tests.test_crashpoints import Tally, carry_on, perform, world_at
+from tests.model import SCRATCH, Op, World
+from tests.neighbour import MOVES, Move, Neighbour, stepping_in
+from tests.test_crashpoints import Tally, carry_on, conclude, perform, world_at
 from tests.test_descriptors import NEVER_RAISE, OPERATIONS, WITHOUT_MANAGER
 
 
@@ -168,6 +181,103 @@ def test_an_append_refused_at_every_journal_step_of_an_operation_loses_nothing(
 ) -> None:
     tally = enumerate_refusals(op_name, failure)
     print(f"\n{op_name}, {failure}: {tally.line()}")
+    assert tally.failures == [], "\n".join(tally.failures[:10])
+    assert (tally.leaks, tally.wrongful) == (0, 0)
+    assert tally.crash_points >= 1
+
+
+# -- another process's move at every step of the same operations -----------------------------
+
+# The operations that are recovery passes: they hold the recovery lock across their steps,
+# which the neighbour's retirement, maintenance and recovery take (or wait for).
+PASSES = frozenset({"open", "open_session", "recover", "remove_session", "remove_artifact"})
+
+
+def moves_for(op: Op) -> tuple[Move, ...]:
+    return tuple(m for m in MOVES if op[0] not in PASSES or m in ("rollover", "checkpoint"))
+
+
+def enumerate_moves(op_name: str, how: Move, neighbour: Neighbour) -> Tally:
+    """Every step k of the operation named *op_name*, the neighbour making its move there."""
+    script, op = OPERATIONS[op_name]
+    tally = Tally()
+    tally.operations += 1
+    for k in itertools.count(1):
+        faults = Faults()
+        where = f"{op_name}, the neighbour's {how} at step {k}"
+        base = Path(tempfile.mkdtemp(prefix="sessiontemp-moves-", dir=SCRATCH))
+        world = World(base / "w", step_hook=faults, neighbour=neighbour)
+        try:
+            for step in script:
+                perform(world, step)
+            name = (world.manager_of(("release_lease", op[1])) if op[0] == "keep"
+                    else None if op[0] in WITHOUT_MANAGER else world.manager_of(op))
+            try:
+                world.before_stepping_in(how)
+                faults.arm(stepping_in(functools.partial(world.interleave, how)), at=k)
+                try:
+                    perform(world, op)
+                finally:
+                    fired = faults.disarm()
+                world.after_stepping_in(how, fired)
+                for live in world.live():
+                    world.memory_agrees(world.real[live])
+            except (AssertionError, SessionTempError) as e:
+                tally.failures.append(f"{where}: {e!r}")
+                continue
+            if fired is None:
+                break
+            tally.crash_points += 1
+            tally.by_kind[fired[0]] += 1
+            where = f"{where} {fired}"
+            try:
+                world.check()
+                carry_on(world, name)
+                leaked, removed = world.disk_difference()
+                tally.leaks += len(leaked)
+                tally.wrongful += len(removed)
+                conclude(world)
+            except (AssertionError, SessionTempError) as e:
+                tally.failures.append(f"{where}: {e!r}")
+        finally:
+            faults.disarm()
+            world.shutdown()
+            shutil.rmtree(base, ignore_errors=True)
+    return tally
+
+
+def move_cases(every: bool) -> list[tuple[str, Move]]:
+    """(operation, move) pairs: each operation with one of its moves, taking turns; or all."""
+    chosen = []
+    for i, (op_name, (_, op)) in enumerate(OPERATIONS.items()):
+        moves = moves_for(op)
+        chosen += [(op_name, m) for j, m in enumerate(moves) if every or j == i % len(moves)]
+    return chosen
+
+
+@pytest.fixture(scope="module")
+def neighbour() -> Iterator[Neighbour]:
+    other = Neighbour()
+    try:
+        yield other
+    finally:
+        other.end()
+
+
+@pytest.mark.parametrize(("op_name", "how"), [
+    *(pytest.param(o, m, id=f"{o}-{m}") for o, m in move_cases(False)),
+    *(pytest.param(o, m, id=f"{o}-{m}-every", marks=pytest.mark.slow)
+      for o, m in move_cases(True) if (o, m) not in move_cases(False)),
+])
+def test_another_process_at_every_step_of_an_operation_on_sessions_and_artifacts_changes_nothing(
+    op_name: str, how: Move, neighbour: Neighbour,
+) -> None:
+    """Another process rolls over and retires, or checkpoints, retires a segment it sealed
+    before, maintains or recovers, at each step of each operation (keep, adopt, a fresh start,
+    remove_session and remove_artifact among them): the operation completes as it would have,
+    every invariant holds, every manager closes, verify and fsck are clean."""
+    tally = enumerate_moves(op_name, how, neighbour)
+    print(f"\n{op_name}, the neighbour {how}: {tally.line()}")
     assert tally.failures == [], "\n".join(tally.failures[:10])
     assert (tally.leaks, tally.wrongful) == (0, 0)
     assert tally.crash_points >= 1
