@@ -47,7 +47,9 @@ goes), runs a final recovery and checks:
   or removing (it is then removed with ``remove_artifact``, as a user
   would); any other is a failure;
 * ``journal-inspect verify``, run every second during the run (as a
-  ``watch`` would), exits 0 every time;
+  ``watch`` would), should exit 0 every time: each time it does not is
+  counted (``inspector_wrong_answers``, with the first few answers), and
+  fails the run with ``--inspector-must-agree``;
 * the journal verifies (``Store.verify()``); the newest checkpoint is
   usable and, with the events after it, gives the same state as the replay
   from where the kept history starts; ``journal-inspect verify`` and
@@ -523,7 +525,8 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         history_from = origin.state.seq + 1
     finally:
         store.close()
-    problems += inspector.wrong
+    if args.inspector_must_agree:
+        problems += inspector.wrong
     for command in ("verify", "fsck"):
         status, output = journal_inspect(root, command)
         if status != 0:
@@ -568,6 +571,8 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         "wrongful": wrongful[:10],
         "lost": (lost + artifacts["lost"])[:10],
         "inspections_during_the_run": inspector.runs,
+        "inspector_wrong_answers": len(inspector.wrong),
+        "inspector_wrong": inspector.wrong[:5],
         "journal_problems": problems,
         "failed_workers": failed_workers,
         "workdir": str(workdir),
@@ -592,6 +597,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--inspect-every", type=float, default=1.0, metavar="SECONDS",
                         help="run journal-inspect verify this often during the run (0: never)")
+    parser.add_argument("--inspector-must-agree", action="store_true",
+                        help="fail the run when a verify during the run finds a problem")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
