@@ -30,10 +30,11 @@ from sessiontemp.inspect import verify
 from sessiontemp.root import JOURNAL_NAME
 from tests.neighbour import Neighbour
 
-# Enough reads that a reader racing the retirements meets one (about 1 in 15 did).
-READS = 150
+# Enough reads and retirements that a reader racing them meets one (1 read in 15 did).
+READS = 300
+RETIREMENTS = 60
 # A bound on the test's time whatever the machine's load.
-SECONDS = 20.0
+SECONDS = 30.0
 
 
 @pytest.fixture
@@ -58,7 +59,7 @@ def test_verify_in_a_loop_while_another_process_retires_answers_no_problems_ever
 
     def read() -> None:
         nonlocal reads
-        while not stop.is_set() and reads < READS:
+        while not stop.is_set():
             try:
                 found = verify(root / JOURNAL_NAME)
             except SessionTempError as e:
@@ -73,7 +74,8 @@ def test_verify_in_a_loop_while_another_process_retires_answers_no_problems_ever
         reader.start()
         deadline = time.monotonic() + SECONDS
         try:
-            while reader.is_alive() and time.monotonic() < deadline:
+            while time.monotonic() < deadline and (
+                    reads < READS or neighbour.interleaved < RETIREMENTS):
                 for _ in range(5):
                     manager.acquire().release()
                     manager.rotate()
