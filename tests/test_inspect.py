@@ -165,7 +165,7 @@ def test_a_read_only_open_that_sqlite_refuses_falls_back_to_immutable(
             return real_connect(database, *args, **kwargs)
         return Refusing()
 
-    monkeypatch.setattr("journal.store.sqlite3.connect", connect)
+    monkeypatch.setattr("sqlite3.connect", connect)
     store = Store(tmp_path / "root" / "journal.sqlite3", readonly=True)
     try:
         assert store.immutable

@@ -29,9 +29,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from journal import EMPTY, JournalCorrupt, Record, Retention, State, Store, checkpoint, replay
-from journal import store as store_module
 from journal.events import Event, ManagerClosed, ManagerOpened, Released, Retained, Rotated
 from journal.segments import ROLL_FLOOR, Segment, directory, size_of
+from journal.store import facade as store_module
 from sessiontemp import Manager, recover
 from sessiontemp.recovery import maintain
 from sessiontemp.steps import Steps

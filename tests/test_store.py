@@ -306,10 +306,10 @@ def test_a_sqlite_failure_mid_transaction_commits_nothing(store: Store, path: Pa
 def test_an_interruption_mid_transaction_commits_nothing(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import journal.store
+    import journal.store.facade
 
     before = fill(store, 3)
-    real_chain = journal.store.chain
+    real_chain = journal.store.facade.chain
     calls = 0
 
     def interrupted_chain(*args: Any) -> bytes:
@@ -319,7 +319,7 @@ def test_an_interruption_mid_transaction_commits_nothing(
             raise KeyboardInterrupt
         return real_chain(*args)
 
-    monkeypatch.setattr(journal.store, "chain", interrupted_chain)
+    monkeypatch.setattr(journal.store.facade, "chain", interrupted_chain)
     with pytest.raises(KeyboardInterrupt):
         store.append([Retained(manager_id(f"x{i}")) for i in range(5)], time=2.0)
     monkeypatch.undo()

@@ -101,7 +101,7 @@ def warm_after(rotations: int, cycles: int) -> tuple[float, int]:
 def append_costs(count: int) -> None:
     from journal.events import GenerationCreated, LeaseAcquired, ManagerOpened, Retained
     from journal.ids import new_generation, new_lease
-    from journal.store import _INDEXES
+    from journal.store.facade import _INDEXES
 
     with tempfile.TemporaryDirectory() as scratch:
         stores = {"with indexes": Store(Path(scratch) / "a.sqlite3"),
