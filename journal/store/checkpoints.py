@@ -37,24 +37,7 @@ class Checkpoints:
                         catch_up: CatchUp | None = None) -> None:
         """Store *state*, derived from events 1 to *seq*, and keep only the newest *keep*.
 
-        With *spacing*, older ones are kept too: the newest of each run of
-        *spacing* sequence numbers (``seq // spacing``), for the newest
-        *keep* runs, so that frequent checkpoints still leave some far
-        enough back for a reader of the past to start near where it asks.
-        One transaction: either the new row is in and the old ones beyond
-        these are gone, or nothing changed.  Raises :class:`ValueError`
-        when there is no event *seq*; does nothing when event *seq* was
-        already retired.  When the active segment has grown past
-        ``retention.segment_bytes``, the same transaction starts a new
-        segment with this checkpoint as its first content and seals the old;
-        *roll_over* does so from ``retention.retirement_rollover_bytes`` on.
-
-        The new segment starts right after the journal's last event, and its
-        first content must be the state there (see :func:`segments.create`):
-        when events follow *seq* (appended by others since the caller
-        replayed), *catch_up* folds them onto *state*, here, under the write
-        lock, and its result is that first content.  Without *catch_up*, or
-        when it raises, the rollover waits for a later checkpoint.
+        See ``Store.save_checkpoint``.
         """
         with self._link.transaction("write a checkpoint to") as conn:
             row = conn.execute("SELECT digest FROM events WHERE seq = ?", (seq,)).fetchone()
@@ -103,18 +86,7 @@ class Checkpoints:
                 ) -> list[tuple[int, int, bool]]:
         """``(seq, format, chained)`` of each checkpoint at or before *until*, newest first.
 
-        ``chained`` is False when the checkpoint's digest is not that of
-        event *seq* here: it was derived from another history (a journal
-        moved aside and started afresh, or rows copied between files).
-        A journal without the table (an older one opened read-only) has none.
-
-        *recent*: only those the active segment holds from its base on,
-        read from it alone (no other segment is opened), and none when
-        another segment holds events after the base asked for.  No older
-        segment holds a newer checkpoint than these (its events end at the
-        base), so the newest usable among them is the newest usable of all;
-        when none is usable, ask again without *recent*.  A journal that
-        never rolled over answers as without it.
+        See ``Store.checkpoints``.
         """
         if recent and not self._link.active.is_head:
             return self._recent(until)
@@ -147,7 +119,7 @@ class Checkpoints:
         return [(int(seq), int(format), bool(chained)) for seq, format, chained in rows]
 
     def _recent(self, until: int | None) -> list[tuple[int, int, bool]]:
-        """What :meth:`checkpoints` gives with *recent*, on a journal that rolled over."""
+        """What :meth:`listing` gives with *recent*, on a journal that rolled over."""
         with self._link.lock:
             base, digest = self._link.base
             if until is not None and until < base:

@@ -129,21 +129,7 @@ class GroupCommit:
     ) -> Pending:
         """Queue *events* for the next group commit; :meth:`wait` for it to be durable.
 
-        Group commit: whoever waits first while no commit runs leads: it
-        commits, in one transaction and one sync, every append queued
-        meanwhile, each in its own savepoint, so that what one append's
-        *decide* or *fold* refuses is rolled back alone.
-
-        *fold*, with *base*, threads a caller's state through the queue:
-        ``fold(records, base)`` runs here at once, on the sequence numbers
-        the records will most likely get, and raises (queueing nothing) if
-        it refuses them; its result is :attr:`Pending.speculative`, which
-        the caller may build its next append on.  Inside the transaction
-        the result is reused when the records got those numbers and
-        *base* is what the appends before committed; otherwise *fold*
-        runs again on what they did commit, and its refusal fails this
-        append alone.  :attr:`tip` is the state after the last append
-        folded; a failed transaction puts it back to :attr:`durable_tip`.
+        See ``Store.submit``.
         """
         events = list(events)
         # One event is what nearly every append holds.
@@ -170,12 +156,7 @@ class GroupCommit:
     def wait(self, pending: Pending) -> list[Record]:
         """Return *pending*'s records once they are durable; raise why they are not.
 
-        The thread that finds no commit running leads one, in its own
-        thread: with nothing else queued, the append is committed right
-        here, with no hand-off.  A thread that finds a commit running
-        sleeps until a leader either settles its append or, its own commit
-        done, wakes it to lead the next one, with everything that queued
-        while the sync ran.
+        See ``Store.wait``.
         """
         return self._wait(pending, own=True)
 
@@ -349,10 +330,10 @@ class GroupCommit:
 
     def _write_batch(self, batch: list[Pending], own: Pending,
                      tail: tuple[int, bytes] | None) -> None:
-        """:meth:`_commit_batch` after *tail*, the last event known here (None: read it).
+        """:meth:`commit_batch` after *tail*, the last event known here (None: read it).
 
         Raises _StaleTail, with nothing written, when *tail* is not the last.
-        The transaction is :meth:`_transaction`'s, written out: this is the
+        The transaction is :meth:`Link.transaction`'s, written out: this is the
         one path every append takes.
         """
         link = self._link
@@ -490,7 +471,7 @@ class GroupCommit:
         return row is not None and bytes(row[0]) == digest
 
     def _landed(self, seq: int, digest: bytes) -> bool:
-        """:meth:`committed`, False when even that cannot be told (the link is then broken)."""
+        """:meth:`_committed`, False when even that cannot be told (the link is then broken)."""
         try:
             return self._committed(seq, digest)
         except JournalError:

@@ -256,7 +256,7 @@ class Store:
         """Bytes the active segment's database holds, what is still in its -wal included.
 
         Not the files' sizes: a -wal file keeps the largest size it ever
-        reached, however little it holds since (the caller holds _lock).
+        reached, however little it holds since.
         """
         return self._link.active_size()
 
@@ -474,7 +474,7 @@ class Store:
         """Delete the oldest retired segments beyond :attr:`retention`; return their paths.
 
         A sealed segment is retired once a later segment starts with the
-        checkpoint of its base (see :meth:`_retirement_cut`).  Run by one
+        checkpoint of its base.  Run by one
         process at a time (recovery's lock); writers and readers of other
         segments are not disturbed.
         Each step is safe to crash after: the head records the retirement

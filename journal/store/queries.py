@@ -54,7 +54,10 @@ class Queries:
 
     def kind_counts(self, *, excluding: Collection[str] = ()) -> dict[str, int]:
         """How many events there are of each kind stored (known to this version or not),
-        leaving out *excluding*: grouping fewer rows is what makes it fast."""
+        leaving out *excluding*: grouping fewer rows is what makes it fast.
+
+        See ``Store.kind_counts``.
+        """
         marks = ",".join("?" * len(excluding))
         return {kind: int(n) for kind, n in self._reader.query(
             f"SELECT kind, count(*) FROM events WHERE kind NOT IN ({marks}) "  # noqa: S608
@@ -80,11 +83,7 @@ class Queries:
     ) -> Iterator[tuple[int, float, str, str]]:
         """Raw ``(seq, time, kind, payload)`` rows of the life of *generations*, in order.
 
-        Their creation, readiness, commands, removals and reappearances: every
-        record whose ``generation`` field names one of them, except leases
-        (which a finished generation no longer has).  Up to *until* when
-        given.  Read through an index, so its cost follows the rows found,
-        not the journal's length.
+        See ``Store.generation_rows``.
         """
         yield from self._by_id(0, generations, until)
 
@@ -128,9 +127,7 @@ class Queries:
         """Raw ``(seq, time, kind, payload)`` rows after *after* whose payload holds one of
         *values* as a string, in order; of *kinds* only, when given.
 
-        A superset: a value may stand in any field, so callers decode each
-        row and keep those naming it where they look.  More than 50 values
-        read every row after *after*.
+        See ``Store.rows_naming``.
         """
         clauses = ["seq > ?"]
         params: list[object] = [after]
@@ -155,7 +152,10 @@ class Queries:
     ) -> Iterator[tuple[int, float, str, str]]:
         """Raw ``(seq, time, kind, payload)`` rows after seq *after*, in order, that are at
         most *until*, written in ``[since_time, until_time]``, of one of *kinds* and whose
-        payload holds every one of *naming* as a string (a superset: decode to be sure)."""
+        payload holds every one of *naming* as a string (a superset: decode to be sure).
+
+        See ``Store.rows_where``.
+        """
         clauses = ["seq > ?"]
         params: list[object] = [after]
         for clause, value in (("seq <= ?", until), ("time >= ?", since_time),
@@ -182,7 +182,7 @@ class Queries:
                    ) -> Iterator[Record]:
         """Decoded records of *kinds* up to *until*, in order.
 
-        Raises :class:`JournalCorrupt` for one that does not decode.
+        See ``Store.records_of``.
         """
         for seq, time, kind, payload in self.rows_where(until=until, kinds=kinds):
             try:

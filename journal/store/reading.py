@@ -263,8 +263,7 @@ class Reader:
     def snapshot(self) -> Iterator[None]:
         """Make every read inside the block see the journal at one moment.
 
-        A read transaction: under WAL it blocks no writer; their checkpoints
-        only stop short of it until the block ends.
+        See ``Store.snapshot``.
         """
         link = self._link
         with link.lock:

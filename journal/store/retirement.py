@@ -79,8 +79,7 @@ class Retirement:
     def rollover_due(self) -> bool:
         """Whether a retirement pass should seal the active segment at a checkpoint first.
 
-        See :attr:`Retention.retirement_rollover_bytes`; checked again by
-        :meth:`save_checkpoint` inside its transaction.
+        See ``Store.rollover_due``.
         """
         if self._link.readonly:
             return False
@@ -99,7 +98,7 @@ class Retirement:
             return self._segments()
 
     def _segments(self, *, again: bool = True) -> list[SegmentInfo]:
-        """:meth:`segments`, under _lock; *again*: list again once if a listed file went."""
+        """:meth:`segments` (holding the lock); *again*: list again once if a listed file went."""
         found: list[SegmentInfo] = []
         kept = self._link.resolve(remove=False)
         # What a sealed segment holds never changes: read once by this
@@ -160,7 +159,7 @@ class Retirement:
     def _segment_facts(
         self, segment: Segment, span: sqlite3.Connection | None, attached: dict[str, str]
     ) -> seals.Facts:
-        """What *segment* holds, read from it (the caller holds _lock)."""
+        """What *segment* holds, read from it (the caller holds the link's lock)."""
         schema = attached.get(segment.file)
         if segment.file == self._link.active.file:
             conn, schema = self._link.conn, "main"
@@ -219,13 +218,7 @@ class Retirement:
     def retire(self, *, now: float) -> list[Path]:
         """Delete the oldest retired segments beyond :attr:`retention`; return their paths.
 
-        A sealed segment is retired once a later segment starts with the
-        checkpoint of its base (see :meth:`_retirement_cut`).  Run by one
-        process at a time (recovery's lock); writers and readers of other
-        segments are not disturbed.
-        Each step is safe to crash after: the head records the retirement
-        first, then files go oldest first, so what is kept is always one
-        unbroken run of history up to the active segment.
+        See ``Store.retire``.
         """
         if self._link.readonly:
             raise JournalReadOnly(self._link.path, "cannot retire history through a read-only "
