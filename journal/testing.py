@@ -133,8 +133,11 @@ def listing(store: Store) -> list[Segment]:
     return store._link.resolve(remove=False)
 
 
-def stale_listing(store: Store, stale: list[Segment]) -> None:
-    """Make *store*'s next listing *stale*, as if made before another process changed it."""
+def stale_listing(store: Store, stale: list[Segment]) -> Callable[..., list[Segment]]:
+    """Make *store*'s next listing *stale*, as if made before another process changed it.
+
+    Returns the store's own way of listing, which lists the segments as they are.
+    """
     link = store._link
     listings = [stale]
     resolve = link.resolve
@@ -143,6 +146,7 @@ def stale_listing(store: Store, stale: list[Segment]) -> None:
         return listings.pop() if listings else resolve(remove=remove)
 
     link.resolve = once  # type: ignore[method-assign]
+    return resolve
 
 
 def remembered(journal: Path) -> dict[int, bool]:

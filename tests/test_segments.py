@@ -488,8 +488,7 @@ def overtake_listing(store: Store, path: Path) -> Callable[..., list[Segment]]:
         assert retirer.retire(now=2e9)
     finally:
         retirer.close()
-    testing.stale_listing(store, listing)
-    return lambda *, remove=True: testing.listing(store)
+    return testing.stale_listing(store, listing)
 
 
 def test_a_reader_whose_listing_another_process_retired_meanwhile_lists_again(
