@@ -49,9 +49,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import sqlite3
 import stat
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -63,13 +61,11 @@ __all__ = [
     "DEFAULT_RETENTION",
     "MAX_KEPT",
     "ROLL_FLOOR",
-    "SCHEMA_SQL",
     "Filed",
     "Retention",
     "Segment",
     "check_directory",
     "check_files",
-    "create",
     "directory",
     "folder",
     "listed",
@@ -218,95 +214,6 @@ def temporary(path: os.PathLike[str] | str) -> str:
     """The name *path* is made under before it is renamed to its own (``.NAME.tmp``)."""
     head, name = os.path.split(os.fspath(path))
     return os.path.join(head, f".{name}.tmp")
-
-
-# The schema of every journal file.  {base}: the seq of the event before
-# the file's first, baked into the sequence trigger so the next event must
-# be exactly the one after it.
-SCHEMA_SQL: Final = (
-    "CREATE TABLE events (seq INTEGER PRIMARY KEY, time FLOAT NOT NULL, kind TEXT NOT NULL, "
-    "payload TEXT NOT NULL, digest BLOB NOT NULL)",
-    "CREATE TRIGGER events_no_update BEFORE UPDATE ON events "
-    "BEGIN SELECT RAISE(ABORT, 'sessiontemp events are append-only'); END",
-    "CREATE TRIGGER events_no_delete BEFORE DELETE ON events "
-    "BEGIN SELECT RAISE(ABORT, 'sessiontemp events are append-only'); END",
-    # REPLACE deletes without firing DELETE triggers, and a hand-made seq
-    # could leave a gap: the next event must be exactly the one after the last.
-    "CREATE TRIGGER events_in_sequence BEFORE INSERT ON events "
-    "WHEN NEW.seq IS NOT (SELECT coalesce(max(seq), {base}) + 1 FROM events) "
-    "BEGIN SELECT RAISE(ABORT, 'sessiontemp events are append-only, each one right "
-    "after the last'); END",
-    # digest: the chain digest of event seq, which ties the row to one
-    # history; a journal whose event seq differs ignores it.
-    "CREATE TABLE checkpoints (seq INTEGER PRIMARY KEY, digest BLOB NOT NULL, "
-    "format INTEGER NOT NULL, state BLOB NOT NULL)",
-)
-# Segment bookkeeping, in every file: where its events start (the seq and
-# digest of the event before its first), whether a newer segment took
-# over, and (read in the head only) up to which event history was retired.
-SEGMENT_SQL: Final = (
-    "CREATE TABLE IF NOT EXISTS segment (base INTEGER NOT NULL, digest BLOB NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS sealed (next TEXT NOT NULL, seq INTEGER NOT NULL, "
-    "time REAL NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS retired (seq INTEGER NOT NULL, time REAL NOT NULL)",
-)
-
-
-def create(
-    path: os.PathLike[str] | str,
-    *,
-    checkpoint: tuple[int, bytes, int, bytes],
-    application_id: int,
-    version: int,
-    indexes: Sequence[str] = (),
-) -> None:
-    """Make the segment file *path* durable, holding only its schema and *checkpoint*.
-
-    *checkpoint* is ``(seq, digest, format, state)``: the state after the
-    last event before the segment's first, and that event's chain digest.
-    The segment's base is that checkpoint's event, by construction: a
-    reader of the history this segment starts finds the state there, once
-    everything before it is retired.
-
-    Written under a temporary name and renamed, so *path* never names a
-    half-made file; created in rollback-journal mode and switched to WAL
-    before it is closed, so no -wal file is left beside the temporary name.
-    Raises OSError or sqlite3.Error; the caller removes the temporary file.
-    """
-    base, digest = int(checkpoint[0]), bytes(checkpoint[1])
-    tmp = temporary(path)
-    remove_file(tmp)
-    conn = sqlite3.connect(tmp, isolation_level=None)
-    try:
-        conn.execute("PRAGMA synchronous=FULL")
-        conn.execute("BEGIN IMMEDIATE")
-        for sql in SCHEMA_SQL:
-            conn.execute(sql.format(base=base))
-        for sql in SEGMENT_SQL:
-            conn.execute(sql)
-        # The store's read indexes, made while the file is empty.
-        for sql in indexes:
-            conn.execute(sql)
-        conn.execute("INSERT INTO segment (base, digest) VALUES (?, ?)", (base, digest))
-        conn.execute("INSERT INTO checkpoints (seq, digest, format, state) "
-                     "VALUES (?, ?, ?, ?)", checkpoint)
-        conn.execute(f"PRAGMA application_id={int(application_id)}")
-        conn.execute(f"PRAGMA user_version={int(version)}")
-        conn.execute("COMMIT")
-        conn.execute("PRAGMA journal_mode=WAL").fetchone()
-    finally:
-        conn.close()
-    fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        # Sticky before it has its name: an age cleaner never takes a
-        # segment (no connection to the file is open: closing this
-        # descriptor drops no SQLite lock).
-        os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) | stat.S_ISVTX)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
-    sync_directory(parent(path))
 
 
 # SQLite opens a database by its name, following a symlink there: a link at

@@ -15,11 +15,10 @@ from __future__ import annotations
 import sys
 import threading
 
-from journal.store import Pending, Store
+from journal import testing
 from sessiontemp import Manager
 
 _print = threading.Lock()
-_commit = Store._commit_batch
 _batched = threading.Event()
 
 
@@ -29,16 +28,15 @@ def say(line: str) -> None:
         sys.stdout.flush()
 
 
-def counting(self: Store, batch: list[Pending], own: Pending) -> None:
-    if len(batch) > 1 and not _batched.is_set():
+def counting(size: int) -> None:
+    if size > 1 and not _batched.is_set():
         _batched.set()
         say("batched")
-    _commit(self, batch, own)
 
 
 def main() -> None:
     root, durability, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    Store._commit_batch = counting  # type: ignore[method-assign]
+    testing.record_commits(counting)
     manager = Manager(root, durability=durability)  # type: ignore[arg-type]
     manager.retain()
 

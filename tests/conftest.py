@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from journal import State, Store, checkpoint, replay
-from journal.reducer import History
+from journal.reducer import Forgotten
 from sessiontemp import Manager
 from tests import zygote
 
@@ -54,13 +54,13 @@ def journal_state(root: Path) -> State:
     """Every manager and generation the journal under *root* names, finished ones included.
 
     Replayed from scratch, read-only; what the reducer's state lets go of is
-    put back from a :class:`History`.  :func:`live_state` is the reducer's own.
+    put back from a :class:`Forgotten`.  :func:`live_state` is the reducer's own.
     """
-    forgotten = History()
+    forgotten = Forgotten()
     return forgotten.whole(live_state(root, forgotten))
 
 
-def live_state(root: Path, history: History | None = None) -> State:
+def live_state(root: Path, history: Forgotten | None = None) -> State:
     """The reducer's state of the journal under *root*: what is alive or owes work.
 
     Replayed from where the kept history starts: event 1, or once history

@@ -199,10 +199,11 @@ def pool_child(managers: list[Manager], leases: list[Lease]) -> None:
 def plant_locking_child_handler() -> None:
     """The old disarm: a forked store copy parked under the store module's lock."""
     import journal.store
+    from journal.store import registry
 
     forget = journal.store.Store.forget
     # The parent's lock object, as the old handler found it in the child: copied.
-    lock = journal.store._OPEN_LOCK
+    lock = registry._OPEN_LOCK
 
     def forget_under_lock(self: journal.store.Store) -> None:
         with lock:

@@ -50,7 +50,7 @@ from typing import Literal, TypeAlias
 
 from journal import State, Store, checkpoint, replay
 from journal.errors import ForkedCopy, JournalBusy, NoSuchRoot
-from journal.reducer import Fold, History, kept_for_resume, removal_due
+from journal.reducer import Fold, Forgotten, kept_for_resume, removal_due
 from sessiontemp import (
     Artifact,
     Lease,
@@ -357,7 +357,7 @@ class Archive:
     """Every event the journal ever held, folded as it was read: what retirement cannot take.
 
     The model keeps every manager and generation, finished ones included;
-    the reducer's state lets go of what has finished (a :class:`History`
+    the reducer's state lets go of what has finished (a :class:`Forgotten`
     puts it back), and once history is retired the journal itself keeps
     only what follows.  So the world folds the journal's records here as
     they come, and reads them all before anything it sets off (a
@@ -367,7 +367,7 @@ class Archive:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.history = History()
+        self.history = Forgotten()
         self.fold = Fold(history=self.history)
 
     def absorb(self) -> None:

@@ -40,7 +40,7 @@ from journal import (
     replay,
 )
 from journal.events import Event, ManagerClosed, ManagerOpened, Released, Retained, Rotated
-from journal.reducer import History
+from journal.reducer import Forgotten
 from sessiontemp import Manager, inspect
 from sessiontemp.root import GENERATION_PREFIX
 from tests.strategies import (
@@ -635,7 +635,7 @@ def test_explain_tells_the_same_story_whichever_checkpoint_it_starts_from(root: 
         try:
             last = store.last_seq()
             # Every generation the journal names, removed ones included.
-            forgotten = History()
+            forgotten = Forgotten()
             generations = sorted(forgotten.whole(
                 replay(store.records(), history=forgotten)).generations)
         finally:

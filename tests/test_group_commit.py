@@ -11,6 +11,7 @@ append it held and puts the folded state back.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sqlite3
@@ -24,11 +25,11 @@ from typing import Any
 
 import pytest
 
-from journal import ids
+from journal import ids, testing
 from journal.errors import JournalError, RuleViolation
 from journal.events import LeaseAcquired, LeaseReleased, ManagerOpened, Record, Retained
 from journal.reducer import EMPTY, replay
-from journal.store import Pending, Store
+from journal.store import Store
 from sessiontemp import Manager, recover
 from sessiontemp.manager import DURABILITY, Durability
 from sessiontemp.root import JOURNAL_NAME
@@ -223,18 +224,15 @@ def test_an_append_committed_in_its_own_thread_failing_at_any_statement_leaves_m
     store.wait(store.submit([ManagerOpened(m1, 1)], time=1.0, fold=fold_state, base=EMPTY))
     at, outcomes = 1, set()
     while True:
-        real = store._conn
-        failing = FailingConnection(real, at, error, after)
-        store._conn = failing  # type: ignore[assignment]
-        try:
-            store.wait(store.submit([Retained(m1)] * events, time=2.0, fold=fold_state,
-                                    base=store.tip))
-            outcomes.add("returned")
-        except (JournalError, KeyboardInterrupt):
-            outcomes.add("raised")
-        finally:
-            if store._conn is failing:  # type: ignore[comparison-overlap]
-                store._conn = real
+        with testing.replaced_connection(
+                store, functools.partial(FailingConnection, at=at, error=error, after=after)
+        ) as failing:
+            try:
+                store.wait(store.submit([Retained(m1)] * events, time=2.0, fold=fold_state,
+                                        base=store.tip))
+                outcomes.add("returned")
+            except (JournalError, KeyboardInterrupt):
+                outcomes.add("raised")
         assert store.broken is None
         # What the store holds in memory is what its journal holds...
         assert store.tip == store.durable_tip == replay(store.records())
@@ -268,25 +266,24 @@ def test_an_append_alone_is_one_statement_and_appends_together_one_transaction(
     durable = durability == "full"
     store.wait(store.submit([Retained(m1)], time=2.0, fold=fold_state, base=store.tip,
                             durable=durable))
-    real = store._conn
-    counting = FailingConnection(real, 0, Exception("never raised"), after=False)
-    store._conn = counting  # type: ignore[assignment]
-    store.wait(store.submit([Retained(m1)], time=3.0, fold=fold_state, base=store.tip,
-                            durable=durable))
-    assert counting.statements == ["INSERT"]
-    counting.statements.clear()
-    first = store.submit([Retained(m1)], time=4.0, fold=fold_state, base=store.tip,
-                         durable=durable)
-    second = store.submit([Retained(m1)], time=5.0, fold=fold_state, base=first.speculative,
-                          durable=durable)
-    store.wait(second)
-    # The seal check aside (a read), no savepoint: nothing can refuse either.
-    assert [sql for sql in counting.statements if sql not in ("PRAGMA", "SELECT")] == [
-        "BEGIN", "INSERT", "INSERT", "COMMIT"]
-    # Every statement through one cursor, kept: a cursor made per statement
-    # stays referenced by the connection until it has made 200 more.
-    assert counting.cursors == 1
-    store._conn = real
+    with testing.replaced_connection(
+            store, lambda real: FailingConnection(real, 0, Exception("never raised"),
+                                                  after=False)) as counting:
+        store.wait(store.submit([Retained(m1)], time=3.0, fold=fold_state, base=store.tip,
+                                durable=durable))
+        assert counting.statements == ["INSERT"]
+        counting.statements.clear()
+        first = store.submit([Retained(m1)], time=4.0, fold=fold_state, base=store.tip,
+                             durable=durable)
+        second = store.submit([Retained(m1)], time=5.0, fold=fold_state, base=first.speculative,
+                              durable=durable)
+        store.wait(second)
+        # The seal check aside (a read), no savepoint: nothing can refuse either.
+        assert [sql for sql in counting.statements if sql not in ("PRAGMA", "SELECT")] == [
+            "BEGIN", "INSERT", "INSERT", "COMMIT"]
+        # Every statement through one cursor, kept: a cursor made per statement
+        # stays referenced by the connection until it has made 200 more.
+        assert counting.cursors == 1
     assert store.tip == replay(store.records())
     assert store.verify() == []
     store.close()
@@ -299,43 +296,37 @@ def test_a_thread_waiting_behind_a_commit_is_woken_to_lead_the_next_with_all_tha
     m1 = ids.new_manager()
     store.append([ManagerOpened(m1, 1)], time=1.0)
     batches: list[tuple[str, int]] = []
-    real_commit = Store._commit_batch
+    with testing.commits(lambda size: batches.append((threading.current_thread().name, size))):
+        inside, go = threading.Event(), threading.Event()
 
-    def recording(self: Store, batch: list[Pending], own: Pending) -> None:
-        batches.append((threading.current_thread().name, len(batch)))
-        real_commit(self, batch, own)
+        def hold(records: list[Record]) -> None:
+            inside.set()
+            go.wait()
 
-    monkeypatch.setattr(Store, "_commit_batch", recording)
-    inside, go = threading.Event(), threading.Event()
+        returned: dict[str, list[Record]] = {}
 
-    def hold(records: list[Record]) -> None:
-        inside.set()
-        go.wait()
+        def append(name: str, decide: Callable[[list[Record]], object] | None = None) -> None:
+            returned[name] = store.append([Retained(m1)], time=2.0, decide=decide)
 
-    returned: dict[str, list[Record]] = {}
-
-    def append(name: str, decide: Callable[[list[Record]], object] | None = None) -> None:
-        returned[name] = store.append([Retained(m1)], time=2.0, decide=decide)
-
-    leader = threading.Thread(target=append, args=("a", hold), name="a")
-    leader.start()
-    inside.wait()
-    followers = [threading.Thread(target=append, args=(name,), name=name) for name in "bc"]
-    for thread in followers:
-        thread.start()
-    # Both queue behind the commit that holds the write lock, and sleep.
-    while len([p for p in store._queue if p.waiting]) < 2:
-        time.sleep(0.001)
-    go.set()
-    for thread in (leader, *followers):
-        thread.join(timeout=60)
-        assert not thread.is_alive(), f"thread {thread.name} was never woken"
-    assert batches[0] == ("a", 1)
-    # One of the two leads, and commits the other's append with its own.
-    assert batches[1][1] == 2
-    assert batches[1][0] in "bc"
-    assert len(batches) == 2
-    assert sorted(r.seq for name in "abc" for r in returned[name]) == [2, 3, 4]
+        leader = threading.Thread(target=append, args=("a", hold), name="a")
+        leader.start()
+        inside.wait()
+        followers = [threading.Thread(target=append, args=(name,), name=name) for name in "bc"]
+        for thread in followers:
+            thread.start()
+        # Both queue behind the commit that holds the write lock, and sleep.
+        while testing.sleeping(store) < 2:
+            time.sleep(0.001)
+        go.set()
+        for thread in (leader, *followers):
+            thread.join(timeout=60)
+            assert not thread.is_alive(), f"thread {thread.name} was never woken"
+        assert batches[0] == ("a", 1)
+        # One of the two leads, and commits the other's append with its own.
+        assert batches[1][1] == 2
+        assert batches[1][0] in "bc"
+        assert len(batches) == 2
+        assert sorted(r.seq for name in "abc" for r in returned[name]) == [2, 3, 4]
     assert store.verify() == []
     store.close()
 

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from journal import checkpoint, reducer
+from journal import checkpoint, rules
 from journal.events import Record
-from journal.reducer import GenerationState, History, ManagerState, State, replay
+from journal.reducer import Forgotten, GenerationState, ManagerState, State, replay
 from journal.store import Store
 from sessiontemp import Manager, inspect
 from tests.strategies import ids, legal_records, scaled, times
@@ -33,7 +33,7 @@ def write_journal(path: Path, records: list[Record]) -> None:
 
 def whole(records: Iterable[Record]) -> State:
     """Every manager and generation *records* name, finished ones included."""
-    forgotten = History()
+    forgotten = Forgotten()
     return forgotten.whole(replay(records, history=forgotten))
 
 
@@ -165,7 +165,7 @@ def test_a_read_only_open_that_sqlite_refuses_falls_back_to_immutable(
             return real_connect(database, *args, **kwargs)
         return Refusing()
 
-    monkeypatch.setattr("journal.store.sqlite3.connect", connect)
+    monkeypatch.setattr("sqlite3.connect", connect)
     store = Store(tmp_path / "root" / "journal.sqlite3", readonly=True)
     try:
         assert store.immutable
@@ -238,7 +238,7 @@ def manager_states() -> st.SearchStrategy[ManagerState]:
 def test_replacing_a_generations_leases_directly_is_attrs_evolve(
     generation: GenerationState, leases: frozenset[str],
 ) -> None:
-    assert reducer._with_leases(generation, leases) == attrs.evolve(generation, leases=leases)
+    assert rules._with_leases(generation, leases) == attrs.evolve(generation, leases=leases)
 
 
 @_SETTINGS
@@ -246,7 +246,7 @@ def test_replacing_a_generations_leases_directly_is_attrs_evolve(
 def test_replacing_a_managers_owners_directly_is_attrs_evolve(
     manager: ManagerState, owners: int,
 ) -> None:
-    assert reducer._with_owners(manager, owners) == attrs.evolve(manager, owners=owners)
+    assert rules._with_owners(manager, owners) == attrs.evolve(manager, owners=owners)
 
 
 def test_the_fast_paths_name_every_field_of_the_states() -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from journal import State, Store, checkpoint, replay
+from journal import State, Store, checkpoint, replay, testing
 from sessiontemp import Manager, recover
 from sessiontemp.root import GENERATION_PREFIX
 
@@ -197,15 +197,16 @@ def index_sql(path: Path) -> dict[str, str]:
 def plans_of_reads(store: Store, read: Callable[[], object]) -> list[str]:
     """SQLite's query plan of every SELECT on the events that *read* runs through *store*."""
     statements: list[str] = []
-    store._conn.set_trace_callback(statements.append)
+    conn = testing.connection(store)
+    conn.set_trace_callback(statements.append)
     try:
         read()
     finally:
-        store._conn.set_trace_callback(None)
+        conn.set_trace_callback(None)
     plans: list[str] = []
     for sql in statements:
         if sql.startswith("SELECT seq, time, kind, payload FROM events"):
-            plans.extend(str(row[3]) for row in store._conn.execute("EXPLAIN QUERY PLAN " + sql)
+            plans.extend(str(row[3]) for row in conn.execute("EXPLAIN QUERY PLAN " + sql)
                          if "events" in str(row[3]))
     return plans
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from journal import Retention, Store
+from journal import Retention, Store, testing
 from journal.errors import JournalBusy, JournalError, RuleViolation
 from sessiontemp import Lease, Manager, Unavailable
 from sessiontemp.inspect import fsck, verify
@@ -341,7 +341,7 @@ def test_a_long_lived_managers_own_maintenance_leaves_no_descriptor_to_a_retired
         manager.retain()
         for _ in range(8):
             with_history(manager, 12)
-            running = store._maintenance_thread
+            running = testing.maintenance_thread(store)
             if running is not None:
                 running.join()
             assert deleted_descriptors(root) == []

@@ -36,7 +36,7 @@ from journal.events import (
     Rotated,
     named_ids,
 )
-from journal.reducer import REAPPEARED, GenerationState, History, removal_due
+from journal.reducer import REAPPEARED, Forgotten, GenerationState, removal_due
 from tests.strategies import (
     MANAGER_EVENT_CLASSES,
     Lifecycle,
@@ -442,7 +442,7 @@ def test_an_ending_manager_drops_its_leases_and_retires_all_its_generations(
     manager = choose(data, lc.live_managers(), make)
     before = replay(lc.records)
     record = lc.next_record(end(manager))
-    forgotten = History()
+    forgotten = Forgotten()
     after = replay([record], before, history=forgotten)
     # Kept while it owns a generation not yet removed; forgotten otherwise.
     assert (manager in after.managers) is bool(before.managers[manager].generations)
@@ -530,7 +530,7 @@ def test_a_removal_of_a_generation_never_created_records_a_stray_without_manager
     assert (generation.removal_by, generation.removal_reason) == (by, reason)
     assert not removal_due(generation)
     if finish:
-        forgotten = History()
+        forgotten = Forgotten()
         done = replay([attrs.evolve(record, seq=record.seq + 1,
                                     event=RemovalFinished(stray, by, "removed"))],
                       after, history=forgotten)
@@ -852,7 +852,7 @@ def test_a_ready_event_for_another_managers_generation_is_a_violation() -> None:
 def test_a_history_puts_back_exactly_what_the_state_forgot(lc: Lifecycle) -> None:
     # The model never forgets: the state and what its fold let go of are,
     # together, the model's whole history.
-    forgotten = History()
+    forgotten = Forgotten()
     state = replay(lc.records, history=forgotten)
     assert snapshot_of(forgotten.whole(state)) == (
         lc.snapshots[-1] if lc.records else snapshot_of(EMPTY))
@@ -864,7 +864,7 @@ def test_a_history_puts_back_exactly_what_the_state_forgot(lc: Lifecycle) -> Non
 @given(lc=lifecycles(), cut=st.integers(0, 200))
 def test_a_fold_resumed_from_a_forgetting_state_forgets_the_same(lc: Lifecycle, cut: int) -> None:
     k = min(cut, len(lc.records))
-    first, second, whole = History(), History(), History()
+    first, second, whole = Forgotten(), Forgotten(), Forgotten()
     end = replay(lc.records[k:], replay(lc.records[:k], history=first), history=second)
     assert end == replay(lc.records, history=whole)
     assert {**first.managers, **second.managers} == whole.managers
@@ -885,7 +885,7 @@ def test_a_removed_generation_and_its_ended_manager_are_forgotten() -> None:
     lc.start_removal(generation, by=recovery)
     assert replay(lc.records).managers[manager].generations == {generation}
     lc.finish_removal(generation, by=recovery)
-    forgotten = History()
+    forgotten = Forgotten()
     state = replay(lc.records, history=forgotten)
     assert (state.managers, state.generations) == ({}, {})
     assert forgotten.managers[manager].ended_by == manager
@@ -899,7 +899,7 @@ def test_a_manager_that_ends_with_nothing_left_is_forgotten_at_once() -> None:
     lc.retain(manager)
     recovery = lc.start_recovery()
     lc.die(manager, recovery)
-    forgotten = History()
+    forgotten = Forgotten()
     state = replay(lc.records, history=forgotten)
     assert manager not in state.managers
     assert forgotten.managers[manager].ended == "dead"
@@ -955,7 +955,7 @@ def test_a_reappeared_generation_comes_back_as_a_removal_without_its_manager() -
     lc.release_lease(generation, lease)
     lc.start_removal(generation, by=manager)
     lc.finish_removal(generation, by=manager)
-    forgotten = History()
+    forgotten = Forgotten()
     before = replay(lc.records, history=forgotten)
     past = forgotten.generations[generation]
     record = lc.next_record(Reappeared(generation, RECOVERY))

@@ -28,8 +28,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from journal import EMPTY, JournalCorrupt, Record, Retention, State, Store, checkpoint, replay
-from journal import store as store_module
+from journal import (
+    EMPTY,
+    JournalCorrupt,
+    Record,
+    Retention,
+    State,
+    Store,
+    checkpoint,
+    replay,
+    testing,
+)
 from journal.events import Event, ManagerClosed, ManagerOpened, Released, Retained, Rotated
 from journal.segments import ROLL_FLOOR, Segment, directory, size_of
 from sessiontemp import Manager, recover
@@ -453,10 +462,10 @@ def test_listing_segments_never_reads_through_the_connection_another_thread_hold
         checkpoint.save(store, replay(store.records()), roll_over=True)
         assert segment_files(path)
         meanwhile: list[str] = []
-        conn = store._conn
+        conn = testing.connection(store)
         listed: list[object] = []
         lister = threading.Thread(target=lambda: listed.append(store.segments()))
-        with store._lock:  # as an append in another thread holds it
+        with testing.holding(store):  # as an append in another thread holds it
             conn.set_trace_callback(meanwhile.append)
             lister.start()
             lister.join(0.5)
@@ -473,17 +482,13 @@ def overtake_listing(store: Store, path: Path) -> Callable[..., list[Segment]]:
 
     Returns the store's own listing, which lists the segments as they are.
     """
-    listing = store._resolve(remove=False)
+    listing = testing.listing(store)
     retirer = Store(path, retention=EAGER)
     try:
         assert retirer.retire(now=2e9)
     finally:
         retirer.close()
-    listings = [listing]
-    resolve = store._resolve
-    store._resolve = lambda *, remove=True: (  # type: ignore[method-assign]
-        listings.pop() if listings else resolve(remove=remove))
-    return resolve
+    return testing.stale_listing(store, listing)
 
 
 def test_a_reader_whose_listing_another_process_retired_meanwhile_lists_again(
@@ -493,7 +498,7 @@ def test_a_reader_whose_listing_another_process_retired_meanwhile_lists_again(
     try:
         store.append(lives(1, "tail"), time=2.0)
         overtake_listing(store, path)
-        store._drop_span()
+        store.release_history()
         assert store.last_seq() == 35
         assert store.history().retired_until == 30
     finally:
@@ -790,10 +795,10 @@ def test_the_newest_checkpoint_and_the_events_after_it_are_read_from_the_active_
         assert start.checkpoint == 30
         assert store.last_seq() == 30
         # No sealed segment was attached for it.
-        assert store._span is None
+        assert not testing.spanning(store)
         # Older history is still there for whoever asks: attached then.
         assert state == replay(store.records())
-        assert store._span is not None
+        assert testing.spanning(store)
         assert [r.seq for r in store.records(after=5, until=7)] == [6, 7]
         assert checkpoint.restore(store, until=15).checkpoint == 10
     finally:
@@ -862,20 +867,12 @@ def test_a_second_open_of_a_rolled_over_root_attaches_no_sealed_segment(
     with Manager(tmp_path, retention=KEEP_ALL):
         pass
     # What the first open read of the sealed segments holds for the next one.
-    spans: list[list[Path]] = []
-    spanning = Store._spanning
-
-    def counted(store: Store, kept: list[Segment], *, again: bool = True) -> sqlite3.Connection:
-        spans.append([segment.path for segment in kept])
-        return spanning(store, kept, again=again)
-
-    monkeypatch.setattr(Store, "_spanning", counted)
-    with Manager(tmp_path, retention=KEEP_ALL) as manager:
+    with testing.spans() as spans, Manager(tmp_path, retention=KEEP_ALL) as manager:
         assert spans == []
         opened = manager._handles.store
         assert opened is not None
         assert manager.state == replay(opened.records())
-    assert spans, "reading every record attaches the sealed segments"
+        assert spans, "reading every record attaches the sealed segments"
 
 
 def test_a_pass_leaves_the_store_it_ran_on_without_the_sealed_segments_attached(
@@ -886,9 +883,9 @@ def test_a_pass_leaves_the_store_it_ran_on_without_the_sealed_segments_attached(
         store = manager._handles.store
         assert store is not None
         assert min(record.seq for record in store.records()) == 1
-        assert store._span is not None
+        assert testing.spanning(store)
         maintain(manager._handles.root, store, clock=time.time, steps=Steps(None))
-        assert store._span is None
+        assert not testing.spanning(store)
         # The next read of older history attaches them again.
         assert min(record.seq for record in store.records()) == 1
 
@@ -899,8 +896,8 @@ def test_what_is_remembered_of_sealed_segments_is_what_the_journal_still_lists(
     store = rolled_over(path, rounds=4, managers=1)
     try:
         store.segments()
-        remembered = store_module._KNOWN[path]
-        assert sum(store_module._unpack(r)[1] is not None for r in remembered.values()) >= 2
+        remembered = testing.remembered(path)
+        assert sum(remembered.values()) >= 2
         retirer = Store(path, retention=EAGER)
         try:
             assert retirer.retire(now=2e9)
@@ -908,8 +905,8 @@ def test_what_is_remembered_of_sealed_segments_is_what_the_journal_still_lists(
             retirer.close()
         store.segments()
         listed = {segment.base for segment in store.segments()}
-        assert set(store_module._KNOWN[path]) <= listed
-        assert len(store_module._KNOWN[path]) < len(remembered)
+        assert set(testing.remembered(path)) <= listed
+        assert len(testing.remembered(path)) < len(remembered)
     finally:
         store.close()
 
@@ -922,9 +919,9 @@ def test_what_is_remembered_of_sealed_segments_reads_as_what_their_files_hold(
         # Sealed segments with events, then a retired head (its facts mostly None).
         for _ in range(2):
             read = store.segments()
-            assert store_module._KNOWN[path]
+            assert testing.remembered(path)
             assert store.segments() == read
-            store_module._KNOWN.clear()
+            testing.forget_sealed()
             assert store.segments() == read
             retirer = Store(path, retention=EAGER)
             try:
@@ -990,7 +987,7 @@ def test_segments_listed_before_another_process_retired_some_are_listed_again(
         store.append(lives(1, "tail"), time=2.0)
         resolve = overtake_listing(store, path)
         # Nothing remembered of them: the segments are read, and one is gone.
-        store_module._KNOWN.clear()
+        testing.forget_sealed()
         kept = store.segments()
         assert [s.path for s in kept] == [s.path for s in resolve(remove=False)]
         assert not kept[0].has_events

@@ -38,7 +38,7 @@ from journal.events import (
     SessionClaimed,
     SessionDiscarded,
 )
-from journal.reducer import Fold, History, State, kept_for_resume
+from journal.reducer import Fold, Forgotten, State, kept_for_resume
 from sessiontemp.root import Root
 from sessiontemp.sessions import (
     SESSIONS_DIR,
@@ -412,11 +412,11 @@ def test_a_forgotten_session_claimed_again_starts_afresh_and_its_history_tells_i
     # A claim of a name nothing is left of resumes nothing.
     assert resumable(state, "chat") == Resumable(session, state.managers[M3], None)
     # The history (journal-inspect state) tells what a fold that never forgets would.
-    history = History()
+    history = Forgotten()
     whole = history.whole(replay(records, history=history))
     told = whole.sessions["chat"]
     assert (told.owner, told.adoptions, told.adopted_from, told.used_at) == (
         M3, 1, M1, 1000.0 + first.index(LeaseAcquired(M2, G1, hex_id("lease2"))) + 1)
-    partial = History()
+    partial = Forgotten()
     assert partial.whole(replay(records[:len(first)], history=partial)).sessions[
         "chat"].owner == M2

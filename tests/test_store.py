@@ -31,6 +31,7 @@ from journal import (
     JournalVersionError,
     Record,
     Store,
+    testing,
 )
 from journal.events import ManagerOpened, RecoveryStarted, Retained, Rotated
 from journal.store import APPLICATION_ID
@@ -169,7 +170,7 @@ def test_the_events_table_refuses_an_insert_out_of_sequence(
 
 
 def test_the_store_connection_uses_wal_with_full_synchronous_commits(store: Store) -> None:
-    conn = store._conn
+    conn = testing.connection(store)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
 
@@ -306,10 +307,10 @@ def test_a_sqlite_failure_mid_transaction_commits_nothing(store: Store, path: Pa
 def test_an_interruption_mid_transaction_commits_nothing(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import journal.store
+    from journal.store import commit, digests
 
     before = fill(store, 3)
-    real_chain = journal.store.chain
+    real_chain = digests.chain
     calls = 0
 
     def interrupted_chain(*args: Any) -> bytes:
@@ -319,7 +320,7 @@ def test_an_interruption_mid_transaction_commits_nothing(
             raise KeyboardInterrupt
         return real_chain(*args)
 
-    monkeypatch.setattr(journal.store, "chain", interrupted_chain)
+    monkeypatch.setattr(commit, "chain", interrupted_chain)
     with pytest.raises(KeyboardInterrupt):
         store.append([Retained(manager_id(f"x{i}")) for i in range(5)], time=2.0)
     monkeypatch.undo()
@@ -942,8 +943,8 @@ def test_a_maintenance_once_finished_leaves_no_thread_behind(store: Store) -> No
     m = manager_id("a")
     store.append([ManagerOpened(m, 1)], time=1.0)
     store.append([Retained(m)], time=2.0)
-    running = store._maintenance_thread
+    running = testing.maintenance_thread(store)
     if running is not None:
         running.join()
     assert ran == [2]
-    assert store._maintenance_thread is None
+    assert testing.maintenance_thread(store) is None

@@ -36,7 +36,7 @@ from journal.events import (
     Retained,
     Rotated,
 )
-from journal.reducer import GenerationState, History, State, replay
+from journal.reducer import Forgotten, GenerationState, State, replay
 from journal.store import Store
 from sessiontemp import Manager, inspect, recover
 from sessiontemp.inspect import COLOURS
@@ -77,7 +77,7 @@ def replayed(journal: Path) -> tuple[State, Counter[str]]:
     finally:
         store.close()
     # Every generation the journal names, removed ones included.
-    forgotten = History()
+    forgotten = Forgotten()
     return forgotten.whole(replay(records, history=forgotten)), Counter(
         r.event.kind for r in records)
 

@@ -46,6 +46,7 @@ from typing import Any
 
 import benchlib
 
+from journal import testing
 from journal.events import Event
 from journal.store import Store
 from sessiontemp import Lease, Manager, recover
@@ -138,7 +139,7 @@ def settled(manager: Manager) -> None:
     journal: memory of the moment, not of the manager.
     """
     store = manager._handles.store  # a benchmark looks inside
-    running = None if store is None else store._maintenance_thread
+    running = None if store is None else testing.maintenance_thread(store)
     if running is not None:
         running.join()
 

@@ -99,16 +99,17 @@ def warm_after(rotations: int, cycles: int) -> tuple[float, int]:
 
 
 def append_costs(count: int) -> None:
+    from journal import testing
     from journal.events import GenerationCreated, LeaseAcquired, ManagerOpened, Retained
     from journal.ids import new_generation, new_lease
-    from journal.store import _INDEXES
+    from journal.store.schema import INDEXES
 
     with tempfile.TemporaryDirectory() as scratch:
         stores = {"with indexes": Store(Path(scratch) / "a.sqlite3"),
                   "without": Store(Path(scratch) / "b.sqlite3")}
-        for name, _, _ in _INDEXES:
+        for name, _, _ in INDEXES:
             # The store keeps its connection private; a benchmark may reach in.
-            stores["without"]._conn.execute(f"DROP INDEX {name}")
+            testing.connection(stores["without"]).execute(f"DROP INDEX {name}")
         m = "0" * 32
         for store in stores.values():
             store.append([ManagerOpened(m, 1), Retained(m)], time=1.0)

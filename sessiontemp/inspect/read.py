@@ -20,7 +20,7 @@ import attrs
 from journal import checkpoint
 from journal.errors import BadInput, JournalCorrupt, RuleViolation
 from journal.events import Event, Record, Unreadable, decode
-from journal.reducer import EMPTY, Fold, History, State
+from journal.reducer import EMPTY, Fold, Forgotten, State
 from journal.store import Store
 from sessiontemp.artifacts import ARTIFACTS_DIR
 from sessiontemp.locks import flock_holders
@@ -195,7 +195,7 @@ def replay(
     lenient: list[Problem] | None = None,
     each: Callable[[Record, Fold], None] | None = None,
     start: State = EMPTY,
-    history: History | None = None,
+    history: Forgotten | None = None,
 ) -> State:
     """Fold the reducer over the journal after *start* up to *until*; strict unless *lenient*.
 

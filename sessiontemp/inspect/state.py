@@ -3,7 +3,7 @@
 The reducer's state holds only what is alive or owes work; ``state`` lists
 every manager and generation seen up to that moment, so the finished ones
 come from the records: the replay starts from event 1 and keeps what the
-fold lets go of (a :class:`~journal.reducer.History`).  With *live* only,
+fold lets go of (a :class:`~journal.reducer.Forgotten`).  With *live* only,
 it lists what the state holds, from the newest checkpoint on.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import attrs
 
 from journal import checkpoint
-from journal.reducer import History, State
+from journal.reducer import Forgotten, State
 from sessiontemp.inspect.read import Problem, Progress, opened, replay
 
 __all__ = ["StateAt", "state_at"]
@@ -67,7 +67,7 @@ def state_at(journal: os.PathLike[str] | str, at: int | float | None = None, *,
                            start=checkpoint.restore(store, until=seq).state)
         elif seq:
             # What has finished is only in the records: no checkpoint holds it.
-            forgotten = History()
+            forgotten = Forgotten()
             state = forgotten.whole(replay(store, until=seq, progress=progress,
                                            lenient=refused, history=forgotten))
         time = store.times_of([seq]).get(seq)

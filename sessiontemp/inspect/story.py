@@ -6,7 +6,7 @@ the newest checkpoint before it was first named to the end of its removal
 by a ``match`` on its type, as the replay reaches it.  The reducer's state
 lets go of a generation when its removal ends, and of a manager once it has
 ended with nothing left: the replay keeps them in a
-:class:`~journal.reducer.History`, so the story can still name them.
+:class:`~journal.reducer.Forgotten`, so the story can still name them.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from journal.events import (
 )
 from journal.reducer import (
     Fold,
+    Forgotten,
     GenerationState,
-    History,
     ManagerState,
     SessionState,
     held_by,
@@ -284,7 +284,7 @@ def explain(journal: os.PathLike[str] | str, target: str, root: os.PathLike[str]
                 ["recovery.started"], until=start.seq)
             if isinstance(r.event, RecoveryStarted)} if start.seq else {})
         refused: list[Problem] = []
-        forgotten = History()
+        forgotten = Forgotten()
         state = forgotten.whole(replay(store, until=finished, progress=progress,
                                        each=teller.each, start=start, lenient=refused,
                                        history=forgotten))

@@ -1,0 +1,163 @@
+"""Checkpoint rows: the reducer's state at a few events, tied to their digests.
+
+A cache of what :mod:`journal.checkpoint` derives from the events, so that a
+replay can start there: any row may be deleted and nothing is lost.  A row
+counts only for the history whose event it names carries the digest it
+records (``chained``); a segment's first row, the state at its base, is
+tied to the digest that segment records for the event before it.  Writing
+one may roll the active segment over (:mod:`journal.store.rollover`), in
+the same transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from journal.segments import Retention
+from journal.store import schema
+from journal.store.link import Link
+from journal.store.reading import Reader
+from journal.store.rollover import CatchUp, Rollover
+
+__all__ = ["Checkpoints"]
+
+
+class Checkpoints:
+    """The checkpoint rows of one store's journal."""
+
+    def __init__(self, link: Link, reader: Reader, rollover: Rollover,
+                 retention: Retention) -> None:
+        self._link = link
+        self._reader = reader
+        self._rollover = rollover
+        self._retention = retention
+
+    def save(self, seq: int, format: int, state: bytes, *, keep: int,
+                        spacing: int = 0, roll_over: bool = False,
+                        catch_up: CatchUp | None = None) -> None:
+        """Store *state*, derived from events 1 to *seq*, and keep only the newest *keep*.
+
+        See ``Store.save_checkpoint``.
+        """
+        with self._link.transaction("write a checkpoint to") as conn:
+            row = conn.execute("SELECT digest FROM events WHERE seq = ?", (seq,)).fetchone()
+            if row is None and seq == self._link.base[0] and seq:
+                row = (self._link.base[1],)
+            if row is None and seq:
+                # In an older segment: another process rolled over meanwhile.
+                reading = self._reader.connection()
+                row = reading.execute("SELECT digest FROM events WHERE seq = ?",
+                                      (seq,)).fetchone()
+                if row is None and seq < self._link.base[0]:
+                    # Retired meanwhile, which takes a newer checkpoint than
+                    # this one: there is nothing left for it to speed up.
+                    return
+            if row is None:
+                raise ValueError(f"{self._link.path} holds no event {seq} to checkpoint")
+            conn.execute(
+                "INSERT OR REPLACE INTO checkpoints (seq, digest, format, state) "
+                "VALUES (?, ?, ?, ?)", (seq, row[0], format, state),
+            )
+            seqs = [int(s) for (s,) in conn.execute(
+                "SELECT seq FROM checkpoints ORDER BY seq DESC")]
+            kept = set(seqs[:keep])
+            if spacing > 0:
+                runs: dict[int, int] = {}
+                for s in seqs:
+                    runs.setdefault(s // spacing, s)
+                kept.update(sorted(runs.values(), reverse=True)[:keep])
+            if not self._link.active.is_head:
+                # The active segment's first content: the state where its
+                # history starts, which a reader needs once the segments
+                # before it are retired.
+                kept.add(self._link.base[0])
+            doomed = [s for s in seqs if s not in kept]
+            if doomed:
+                marks = ",".join("?" * len(doomed))
+                conn.execute(f"DELETE FROM checkpoints WHERE seq IN ({marks})",  # noqa: S608
+                             doomed)
+            limit: float = self._retention.segment_bytes
+            if roll_over:
+                limit = min(limit, self._retention.retirement_rollover_bytes)
+            if not self._link.readonly and self._link.active_size() >= limit:
+                self._rollover.roll_over(conn, (seq, bytes(row[0]), format, state), catch_up)
+
+    def listing(self, *, until: int | None = None, recent: bool = False
+                ) -> list[tuple[int, int, bool]]:
+        """``(seq, format, chained)`` of each checkpoint at or before *until*, newest first.
+
+        See ``Store.checkpoints``.
+        """
+        if recent and not self._link.active.is_head:
+            return self._recent(until)
+        sql = ("SELECT c.seq, c.format, e.digest IS c.digest FROM checkpoints c "
+               "LEFT JOIN events e ON e.seq = c.seq")
+        params: tuple[int, ...] = ()
+        if until is not None:
+            sql += " WHERE c.seq <= ?"
+            params = (until,)
+        with self._link.lock:
+            try:
+                conn = self._reader.connection()
+                if conn is not self._link.conn:
+                    # A checkpoint copied into a new segment as its first
+                    # content is tied to the last event of the segment
+                    # before, which may be retired: the base it records
+                    # (and the next event's digest chains from) stands in.
+                    # A lookup per checkpoint, not a join: SQLite pushes
+                    # the seq into each segment's primary key that way.
+                    sql = sql.replace("e.digest IS c.digest", (
+                        "max((SELECT digest FROM events WHERE seq = c.seq) IS c.digest OR "
+                        "c.digest IN (SELECT digest FROM bases WHERE base = c.seq))")).replace(
+                        " LEFT JOIN events e ON e.seq = c.seq", "")
+                    sql += " GROUP BY c.seq, c.format"
+                elif not schema.has_table(conn, "checkpoints"):
+                    return []
+                rows = conn.execute(sql + " ORDER BY c.seq DESC", params).fetchall()
+            except sqlite3.Error as e:
+                raise self._link.translate(e, "read") from e
+        return [(int(seq), int(format), bool(chained)) for seq, format, chained in rows]
+
+    def _recent(self, until: int | None) -> list[tuple[int, int, bool]]:
+        """What :meth:`listing` gives with *recent*, on a journal that rolled over."""
+        with self._link.lock:
+            base, digest = self._link.base
+            if until is not None and until < base:
+                return []
+            try:
+                conn = self._reader.after(base)
+                if conn is not self._link.conn:
+                    return []
+                # The checkpoint at the base (a rollover's first content) is
+                # tied to the last event of the segment before: the digest
+                # this one records for it stands in.
+                rows = conn.execute(
+                    "SELECT c.seq, c.format, e.digest IS c.digest "
+                    "OR (c.seq = ? AND c.digest = ?) FROM checkpoints c "
+                    "LEFT JOIN events e ON e.seq = c.seq WHERE c.seq >= ? AND c.seq <= ? "
+                    "ORDER BY c.seq DESC",
+                    (base, digest, base, until if until is not None else 2**63 - 1)).fetchall()
+            except sqlite3.Error as e:
+                raise self._link.translate(e, "read") from e
+        return [(int(seq), int(format), bool(chained)) for seq, format, chained in rows]
+
+    def state(self, seq: int) -> bytes:
+        """The state bytes of the checkpoint at *seq*; KeyError when there is none."""
+        sql = "SELECT state FROM checkpoints WHERE seq = ?"
+        with self._link.lock:
+            try:
+                row = None
+                if seq >= self._link.active.base:
+                    # Where checkpoints(recent=True) found it, when it did.
+                    conn = self._reader.after(self._link.active.base)
+                    row = conn.execute(sql, (seq,)).fetchone()
+                    if row is None and conn is self._link.conn:
+                        conn = self._reader.connection()
+                        row = conn.execute(sql, (seq,)).fetchone()
+                else:
+                    row = self._reader.connection().execute(sql, (seq,)).fetchone()
+            except sqlite3.Error as e:
+                raise self._link.translate(e, "read") from e
+        if row is None:
+            raise KeyError(seq)
+        return bytes(row[0])

@@ -1,0 +1,478 @@
+"""Group commit: appends queued by many threads, committed in one transaction and one sync.
+
+The seam is two calls: :meth:`GroupCommit.submit` queues an append, and
+:meth:`GroupCommit.wait` returns its records once they are durable.  The
+thread that waits first while no commit runs leads: it commits, in one
+transaction and one sync, every append queued meanwhile, each in its own
+savepoint, so that what one append's *decide* or *fold* refuses is rolled
+back alone.  An event committed alone, which nothing can refuse once
+written, is one INSERT in SQLite's autocommit (the warm path of a lease).
+
+The folded state threaded through the queue (:attr:`GroupCommit.tip`,
+:attr:`GroupCommit.durable_tip`, :attr:`GroupCommit.epoch`) is the caller's:
+the commit only keeps it in step with what was committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeAlias
+
+from journal.errors import JournalError
+from journal.events import Event, Record, encode
+from journal.store import schema
+from journal.store.digests import chain
+from journal.store.errors import RETRY
+from journal.store.link import Link
+
+__all__ = ["FoldAhead", "GroupCommit", "Pending"]
+
+# fold(records, base) -> the state after *records* (see GroupCommit.submit).
+FoldAhead: TypeAlias = Callable[[list[Record], Any], Any]
+
+
+class _StaleTail(Exception):
+    """Another writer appended after the last event this store knew of."""
+
+
+class Pending:
+    """One append waiting in the queue for a group commit, and then its outcome."""
+
+    __slots__ = ("base", "decide", "done", "durable", "error", "events", "fold", "guess",
+                 "guessed", "records", "rows", "speculative", "time", "waiter", "waiting")
+
+    def __init__(self, events: list[Event], rows: list[tuple[str, str]], time: float,
+                 decide: Callable[[list[Record]], object] | None, durable: bool,
+                 fold: FoldAhead | None, base: object) -> None:
+        self.events = events
+        self.rows = rows
+        self.time = time
+        self.decide = decide
+        self.durable = durable
+        self.fold = fold
+        self.base = base
+        self.speculative: Any = None
+        # The records as folded ahead, on the sequence numbers guessed:
+        # committed as they are when the guess holds.
+        self.guess: list[Record] | None = None
+        self.guessed = 0
+        self.records: list[Record] | None = None
+        self.error: BaseException | None = None
+        self.done = False
+        # A follower sleeps on a lock of its own, held until a leader
+        # releases it: one wake-up for the one thread concerned, where a
+        # shared condition would wake every waiting thread at each commit.
+        self.waiter: threading.Lock | None = None
+        self.waiting = False
+
+
+def _wake(pending: Pending) -> None:
+    """Wake the thread waiting on *pending* (the caller holds the queue's lock)."""
+    pending.waiting = False
+    waiter = pending.waiter
+    # Unlocked already when a wake-up is still unclaimed (its thread was
+    # interrupted before it slept): that one will do.
+    if waiter is not None and waiter.locked():
+        waiter.release()
+
+
+class GroupCommit:
+    """The queue of one store's appends, and the one place events are written."""
+
+    def __init__(self, link: Link, last_seq: Callable[[], int]) -> None:
+        self._link = link
+        self._last_seq = last_seq
+        # Called with the last seq after each commit (see Maintenance.due).
+        self.on_commit: Callable[[int], None] | None = None
+        # (seq, digest) of the last event this store committed: the next
+        # batch starts there without reading it, and the sequence trigger
+        # (or the primary key) refuses its first row if another process
+        # appended meanwhile; the batch then reads the tail and runs again.
+        self._known_tail: tuple[int, bytes] | None = None
+        # Appends queued for the next leader.
+        self._queued = threading.Lock()
+        self._queue: list[Pending] = []
+        self._leading = False
+        # Threads in drain(), waiting for the running commit to end.
+        self._idle: list[threading.Lock] = []
+        self._next_seq: int | None = None
+        self.tip: object = None
+        self.durable_tip: object = None
+        # Counts the times a folded state had to be worked out again, or
+        # was thrown away: a caller holding a speculative state rereads tip.
+        self.epoch = 0
+
+    def sleeping(self) -> int:
+        """How many queued appends sleep behind a running commit."""
+        with self._queued:
+            return len([p for p in self._queue if p.waiting])
+
+    def forget(self) -> None:
+        """In a forked child: the parent's queue and its leader are not this process's."""
+        self._queued = threading.Lock()
+        self._queue = []
+        self._leading = False
+        self._idle = []
+
+    def submit(
+        self,
+        events: Sequence[Event],
+        *,
+        time: float,
+        decide: Callable[[list[Record]], object] | None = None,
+        durable: bool = True,
+        fold: FoldAhead | None = None,
+        base: object = None,
+    ) -> Pending:
+        """Queue *events* for the next group commit; :meth:`wait` for it to be durable.
+
+        See ``Store.submit``.
+        """
+        events = list(events)
+        # One event is what nearly every append holds.
+        rows = [encode(events[0])] if len(events) == 1 else [encode(e) for e in events]
+        # The digest covers the time as SQLite gives it back: a float, and
+        # never -0.0, which a REAL column returns as 0.0.
+        time = float(time) + 0.0
+        pending = Pending(events, rows, time, decide, durable, fold, base)
+        with self._queued:
+            if fold is not None:
+                if self._next_seq is None:
+                    self._next_seq = self._last_seq() + 1
+                first = self._next_seq
+                guess = [Record(first, time, events[0])] if len(events) == 1 else [
+                    Record(first + i, time, e) for i, e in enumerate(events)]
+                pending.speculative = fold(guess, base)
+                pending.guess = guess
+                pending.guessed = first
+            self._queue.append(pending)
+            if self._next_seq is not None:
+                self._next_seq += len(events)
+        return pending
+
+    def wait(self, pending: Pending) -> list[Record]:
+        """Return *pending*'s records once they are durable; raise why they are not.
+
+        See ``Store.wait``.
+        """
+        return self._wait(pending, own=True)
+
+    def _wait(self, pending: Pending, *, own: bool) -> list[Record]:
+        """:meth:`wait`; *own* False for a thread that did not queue *pending* (a drain).
+
+        Only the thread that queued an append sleeps on its waiter: a second
+        one there (a drain waiting for the last append queued) would share
+        the one wake-up a leader gives it, and one of the two would sleep
+        for good.  Any other sleeps until the running commit ends.
+        """
+        queued = self._queued
+        while True:
+            with queued:
+                if pending.done:
+                    break
+                if self._leading and not own:
+                    waiter = threading.Lock()
+                    waiter.acquire()
+                    self._idle.append(waiter)
+                    lead = False
+                elif self._leading:
+                    if pending.waiter is None:
+                        pending.waiter = threading.Lock()
+                        pending.waiter.acquire()
+                    waiter = pending.waiter
+                    pending.waiting = True
+                    lead = False
+                else:
+                    self._leading = lead = True
+                    batch, self._queue = self._queue, []
+            if not lead:
+                # Released by a leader (see _wake); a wake-up that finds
+                # nothing to do just goes round again.
+                waiter.acquire()
+                continue
+            try:
+                self.commit_batch(batch, pending)
+            finally:
+                self._hand_over(batch)
+            if pending.done:
+                # Settled by the batch it just led (done is set in this thread).
+                break
+        if pending.error is not None:
+            raise pending.error
+        assert pending.records is not None
+        return pending.records
+
+    def _hand_over(self, batch: list[Pending]) -> None:
+        """End a leader's turn: settle *batch*'s followers, and wake the next leader."""
+        with self._queued:
+            self._leading = False
+            for p in batch:
+                p.done = True
+                if p.waiting:
+                    _wake(p)
+            for p in self._queue:
+                if p.waiting:
+                    _wake(p)
+                    break
+            idle, self._idle = self._idle, []
+            for waiter in idle:
+                waiter.release()
+
+    def drain(self) -> None:
+        """Wait until every append queued so far has committed or failed."""
+        with self._queued:
+            last = self._queue[-1] if self._queue else None
+        if last is not None:
+            with contextlib.suppress(Exception):
+                self._wait(last, own=False)
+        while True:
+            with self._queued:
+                if not self._leading:
+                    return
+                waiter = threading.Lock()
+                waiter.acquire()
+                self._idle.append(waiter)
+            waiter.acquire()
+
+    def commit_batch(self, batch: list[Pending], own: Pending) -> None:
+        """Commit *batch* in one transaction, settling each pending append's outcome.
+
+        The one place events are written: one transaction, one sync at most.
+        """
+        link = self._link
+        tail = self._known_tail
+        if len(batch) == 1 and tail is not None and link.seal_table and link.ready:
+            p = batch[0]
+            if len(p.rows) == 1 and p.decide is None and (p.fold is None or (
+                    p.guessed == tail[0] + 1 and p.base is self.tip)):
+                try:
+                    if self._write_alone(p, tail):
+                        return
+                except _StaleTail:
+                    tail = None
+        try:
+            self._write_batch(batch, own, tail)
+        except _StaleTail:
+            self._write_batch(batch, own, None)
+
+    def _write_alone(self, p: Pending, tail: tuple[int, bytes]) -> bool:
+        """Commit *p*, one event that nothing can refuse once written, as one INSERT.
+
+        The warm path of every lease: a transaction of its own (SQLite's
+        autocommit), with the seal checked in the statement, so it writes
+        nothing into a sealed file; False then, with nothing written, for
+        :meth:`_write_batch` to move on to the active segment.  Only on a
+        file known to have a ``sealed`` table, so either the INSERT sees
+        the seal or the rollover waits for it (a head retired since has no
+        events table any more, but still its seal).  Raises _StaleTail, with
+        nothing written, when *tail* is not the last event.
+        """
+        link = self._link
+        kind, payload = p.rows[0]
+        seq = tail[0] + 1
+        digest = chain(tail[1], seq, p.time, kind, payload)
+        committing = False
+        try:
+            with link.lock:
+                link.refuse_if_broken("append to")
+                conn = link.conn
+                try:
+                    if p.durable != link.synced:
+                        link.synchronous(p.durable)
+                    # From here on the statement commits, and may fail after that.
+                    committing = True
+                    try:
+                        cursor = link.run(schema.INSERT_UNSEALED,
+                                             (seq, p.time, kind, payload, digest))
+                    except sqlite3.IntegrityError:
+                        raise _StaleTail from None
+                    except sqlite3.OperationalError:
+                        if link.sealed_next(conn) is None:
+                            raise
+                        written = False
+                    else:
+                        written = cursor.rowcount == 1
+                except sqlite3.Error as e:
+                    raise link.translate(e, "append to") from e
+        except _StaleTail:
+            raise
+        except BaseException as e:
+            # Once the INSERT was tried, what failed may have come after the
+            # record was durable: the journal is asked which it was.
+            if not committing or not self._landed(seq, digest):
+                self._failed([p], p, e)
+                return True
+            if not isinstance(e, Exception):
+                # Committed, then interrupted: the record stands, and the
+                # interruption still reaches the caller of this thread.
+                p.error = e
+        else:
+            if not written:
+                return False
+        guess = p.guess
+        p.records = guess if guess is not None else [Record(seq, p.time, p.events[0])]
+        self._known_tail = (seq, digest)
+        if p.fold is not None:
+            self.tip = self.durable_tip = p.speculative
+        else:
+            self.durable_tip = self.tip
+        if self.on_commit is not None:
+            self.on_commit(seq)
+        if guess is None:
+            with self._queued:
+                # Queued appends guessed their numbers from the last batch's;
+                # the next ones start from what this one committed.
+                self._next_seq = seq + 1 + sum(len(q.events) for q in self._queue)
+        return True
+
+    def _write_batch(self, batch: list[Pending], own: Pending,
+                     tail: tuple[int, bytes] | None) -> None:
+        """:meth:`commit_batch` after *tail*, the last event known here (None: read it).
+
+        Raises _StaleTail, with nothing written, when *tail* is not the last.
+        The transaction is :meth:`Link.transaction`'s, written out: this is the
+        one path every append takes.
+        """
+        link = self._link
+        alone = len(batch) == 1
+        tip = self.tip
+        last: tuple[int, bytes] | None = None
+        # Whether every append got the numbers it guessed, so that those
+        # queued since guessed right too.
+        exact = True
+        seq = 0
+        try:
+            with link.lock:
+                link.refuse_if_broken("append to")
+                try:
+                    try:
+                        # Inside: an interruption right after BEGIN must not
+                        # leave the transaction (and the write lock) open.
+                        link.begin(any(p.durable for p in batch))
+                        conn = link.conn
+                        seq, digest = link.tail(conn) if tail is None else tail
+                        for p in batch:
+                            mark = (seq, digest)
+                            guessed = p.guessed == seq + 1
+                            fold = p.fold
+                            # Folded ahead on what was committed before it:
+                            # nothing is left that could refuse it.
+                            reuse = fold is None or (guessed and p.base is tip)
+                            # A savepoint only where something may yet refuse
+                            # this append alone: its decide, or its fold run again.
+                            undo = not alone and (p.decide is not None or not reuse)
+                            if undo:
+                                conn.execute("SAVEPOINT one_append")
+                            for kind, payload in p.rows:
+                                seq += 1
+                                digest = chain(digest, seq, p.time, kind, payload)
+                                try:
+                                    link.run(schema.INSERT, (seq, p.time, kind, payload, digest))
+                                except sqlite3.IntegrityError:
+                                    if tail is None or seq != tail[0] + 1:
+                                        raise
+                                    raise _StaleTail from None
+                            if p.guess is not None and guessed:
+                                records = p.guess
+                            else:
+                                exact = False
+                                records = [Record(mark[0] + 1 + i, p.time, event)
+                                           for i, event in enumerate(p.events)]
+                            folded = p.speculative
+                            if not reuse or p.decide is not None:
+                                try:
+                                    if not reuse:
+                                        assert fold is not None
+                                        self.epoch += 1
+                                        folded = fold(records, tip)
+                                    if p.decide is not None:
+                                        p.decide(records)
+                                except Exception as e:
+                                    if alone:
+                                        raise
+                                    conn.execute("ROLLBACK TO one_append")
+                                    conn.execute("RELEASE one_append")
+                                    seq, digest = mark
+                                    p.error = e
+                                    exact = False
+                                    continue
+                            if undo:
+                                conn.execute("RELEASE one_append")
+                            if fold is not None:
+                                tip = folded
+                            p.records = records
+                        # From here on only COMMIT is left, whose failure may
+                        # or may not have made the records durable.
+                        last = (seq, digest)
+                        link.run("COMMIT")
+                    except BaseException:
+                        link.abort()
+                        raise
+                except sqlite3.Error as e:
+                    raise link.translate(e, "append to") from e
+        except _StaleTail:
+            raise
+        except BaseException as e:
+            # Once COMMIT was tried, what failed may have come after the
+            # records were durable (an I/O error reported by the commit, a
+            # Ctrl-C right after it): the journal is asked which it was.
+            if last is None or not self._landed(*last):
+                self._failed(batch, own, e)
+                return
+            if not isinstance(e, Exception):
+                # Committed, then interrupted: the records stand, and the
+                # interruption still reaches the caller of this thread.
+                own.error = e
+        self._known_tail = last
+        self.tip = self.durable_tip = tip
+        if last is not None and self.on_commit is not None:
+            self.on_commit(last[0])
+        if not exact or tail is None:
+            with self._queued:
+                # Queued appends guessed their numbers from the last batch's;
+                # the next ones start from what this one committed.
+                self._next_seq = (last[0] if last else seq) + 1 + sum(
+                    len(p.events) for p in self._queue)
+
+    def _failed(self, batch: list[Pending], own: Pending, error: BaseException) -> None:
+        """Fail every append of *batch* not refused already, and forget what was folded."""
+        link = self._link
+        self._known_tail = None
+        self.tip = self.durable_tip
+        self.epoch += 1
+        with self._queued:
+            self._next_seq = None
+        for p in batch:
+            p.records = None
+            if p.error is None:
+                # What interrupted the committing thread (a Ctrl-C) is its own.
+                p.error = error if p is own or isinstance(error, Exception) else JournalError(
+                    link.path, "could not append to it: the thread committing it was "
+                    "interrupted", RETRY)
+
+    def reset_tip(self, state: object) -> None:
+        """Start the folded state over at *state* (nothing may be queued)."""
+        self.tip = self.durable_tip = state
+
+    def _committed(self, seq: int, digest: bytes) -> bool:
+        """Whether event *seq* with *digest* is in the journal, after a failed COMMIT."""
+        link = self._link
+        with link.lock:
+            try:
+                row = link.conn.execute(
+                    "SELECT digest FROM events WHERE seq = ?", (seq,)
+                ).fetchone()
+            except sqlite3.Error as e:
+                link.broken = f"whether event {seq} was committed could not be read back ({e})"
+                raise link.translate(e, "read") from e
+        return row is not None and bytes(row[0]) == digest
+
+    def _landed(self, seq: int, digest: bytes) -> bool:
+        """:meth:`_committed`, False when even that cannot be told (the link is then broken)."""
+        try:
+            return self._committed(seq, digest)
+        except JournalError:
+            return False

@@ -1,0 +1,236 @@
+"""Opening a journal's head: refusing what is not ours, then creating or migrating its schema.
+
+An open checks the file before SQLite sees it (SQLite takes a short file for
+an empty database and would write its schema over it), refuses a newer or a
+foreign schema, checks the active segment for damage before anything is
+written to it, switches to WAL, and makes or completes the schema: tables
+added by later versions of this file format (checkpoints, the read indexes,
+an empty ``sealed`` table) are added once, by whichever open gets there
+first, and the events stay exactly as they are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import stat
+from time import monotonic, sleep
+from typing import Protocol
+
+from journal import segments, sticky
+from journal.errors import (
+    JournalCorrupt,
+    JournalError,
+    JournalReadOnly,
+    JournalVersionError,
+    UnsafeRoot,
+)
+from journal.store import registry, schema
+from journal.store.errors import MOVE_ASIDE, unopenable
+from journal.store.link import Link
+
+__all__ = ["check_header", "ensure_indexes", "open_link", "prepare"]
+
+
+def check_header(link: Link) -> None:
+    """Refuse a head that is not a journal file of ours (the caller holds registry.opening)."""
+    path = link.path
+    link.check_files(path)
+    segments.check_directory(path, writer=not link.readonly)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if link.readonly:
+            raise JournalError(
+                path, "does not exist", "Check the path, or pass --root for a root"
+            ) from None
+        return
+    if stat.S_ISDIR(st.st_mode):
+        raise JournalCorrupt(path, "is a directory", MOVE_ASIDE)
+    if not stat.S_ISREG(st.st_mode):
+        raise JournalCorrupt(path, "is not a regular file", MOVE_ASIDE)
+    if not link.readonly:
+        _check_writable(link)
+    if st.st_size == 0 or registry.is_open((st.st_dev, st.st_ino)):
+        return
+    # SQLite takes a short file for an empty database and would write
+    # its schema over it, so the header is checked here first.  This
+    # process has no connection to the file yet (checked above, under
+    # the registry's lock): closing a descriptor of it would otherwise drop
+    # every POSIX lock the process holds on it, including a live
+    # connection's read lock, and another process would then checkpoint and
+    # delete a -wal still in use.
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(schema.SQLITE_MAGIC))
+    except PermissionError as e:
+        raise JournalReadOnly(
+            path, f"cannot be read ({e.strerror})", "Fix its permissions and try again"
+        ) from None
+    if head != schema.SQLITE_MAGIC:
+        raise JournalCorrupt(path, "is not a SQLite database", MOVE_ASIDE)
+
+
+class _Opened(registry.Member, Protocol):
+    def close(self) -> None: ...
+
+
+def open_link(link: Link, member: _Opened) -> None:
+    """Connect *link* to its journal's head, check or make its schema, then move to the active
+    segment; *member* is the store it is for, closed again if any of it fails."""
+    try:
+        with registry.opening():
+            check_header(link)
+            link.conn = link.connect_head()
+            try:
+                prepare(link)
+                if not link.immutable:
+                    # Read by now, so SQLite has made its -wal and -shm (a
+                    # reader too, where it may write beside the journal).
+                    sticky.mark_database(link.path)
+                st = os.stat(link.path)
+            except BaseException:
+                link.conn.close()
+                raise
+            link.identity = (st.st_dev, st.st_ino)
+            registry.opened(link.identity, member)
+        try:
+            link.open_active()
+            if not link.readonly and not link.active.is_head:
+                # A segment made before rollovers carried them: recovery's
+                # lookups of the few names it finds on disk read by index.
+                ensure_indexes(link)
+        except BaseException:
+            member.close()
+            raise
+    except OSError as e:
+        if isinstance(e, JournalError | UnsafeRoot):
+            raise
+        # Met opening or listing the journal's files (no descriptor left,
+        # a directory that cannot be read): never a bare OSError.
+        raise unopenable(link.path, e) from e
+
+
+def _check_writable(link: Link) -> None:
+    """Refuse, on open, a journal that could be read but never appended to.
+
+    On a read-only file system SQLite may still open the file, read-only,
+    and the first append (or the recovery lock beside it) fails later
+    with a less useful error.  access() needs no descriptor (closing one
+    would drop this process's SQLite locks on the file, see above) and,
+    unlike the mode bits, it reports an immutable file or a read-only
+    mount to root as well.  The directory must take the -wal file.
+    """
+    path = link.path
+    for target in (path, path.parent):
+        if not os.access(target, os.W_OK):
+            raise JournalReadOnly(
+                path,
+                f"cannot be written: {'it' if target == path else 'its directory'} "
+                "or its file system does not accept writes (read-only mount, chattr +i, "
+                "or permissions)",
+                "Make it writable, or pass a root on a writable file system",
+            )
+
+
+def prepare(link: Link) -> None:
+    """Check the schema of the head *link* just connected to, and make or complete it."""
+    conn = link.conn
+    try:
+        app_id, version, tables = schema.header(conn)
+        if version > schema.SEGMENTED_VERSION:
+            raise JournalVersionError(
+                link.path,
+                f"has schema version {version}, newer than the {schema.SEGMENTED_VERSION} "
+                "this version of sessiontemp reads",
+                "Upgrade sessiontemp, or pass another root",
+            )
+        if version and app_id != schema.APPLICATION_ID:
+            raise JournalCorrupt(link.path, "is a SQLite database of another program",
+                                 MOVE_ASIDE)
+        if link.readonly:
+            if version == 0:
+                raise JournalCorrupt(link.path, "holds no sessiontemp journal", MOVE_ASIDE)
+            return
+        if version == 0 and tables:
+            raise JournalCorrupt(link.path, "is a SQLite database of another program",
+                                 MOVE_ASIDE)
+        sealed = bool(version) and link.sealed_next(conn) is not None
+        if version and not sealed:
+            # Only the active segment is checked: sealed ones are never
+            # written again, and the history they hold is not read here.
+            link.quick_check(conn, link.path)
+        # Only now, with the file known to be empty or ours: WAL mode
+        # rewrites the header.
+        _enter_wal(link)
+        conn.execute("PRAGMA synchronous=FULL")
+        if version == 0:
+            _create_schema(link)
+        elif not sealed and not schema.has_table(conn, "checkpoints"):
+            # A journal written before checkpoints existed: the table is
+            # added, the events stay exactly as they are.
+            with link.transaction("open"):
+                schema.add_checkpoints(conn)
+        if not sealed:
+            # A sealed head is never written again (a retired one has no
+            # events left): the segment being written gets them instead.
+            ensure_indexes(link)
+    except sqlite3.Error as e:
+        raise link.translate(e, "open") from e
+
+
+def _enter_wal(link: Link) -> None:
+    # Several processes opening a new journal at once conflict while one
+    # of them writes the first header: SQLite reports that as busy at
+    # once, without waiting through its busy handler, so the wait is here.
+    deadline = monotonic() + link.busy_timeout
+    while True:
+        try:
+            (mode,) = link.conn.execute("PRAGMA journal_mode=WAL").fetchone()
+            break
+        except sqlite3.OperationalError as e:
+            code = getattr(e, "sqlite_errorcode", 0) & 0xFF
+            if code != sqlite3.SQLITE_BUSY or monotonic() >= deadline:
+                raise
+        sleep(0.005)
+    if str(mode).lower() != "wal":
+        raise JournalError(
+            link.path, f"cannot be switched to write-ahead logging (SQLite kept {mode!r})",
+            "Pass a root on a local file system that supports shared memory (not NFS)",
+        )
+
+
+def ensure_indexes(link: Link, *, active: bool = True) -> None:
+    """Add the read indexes a journal lacks (one written before they existed).
+
+    Checked first without a write lock, so an open that finds them pays
+    nothing; added in one transaction, once, by whichever open gets there
+    first.  The first open of a long journal builds them from all its
+    rows (about a second per million events); every append after that
+    updates them.  On an *active* file (one still appended to) an index
+    with the condition of older journals (``kind IN``, which costs every
+    append) is built again with today's (readers use either), and an
+    empty ``sealed`` table is added where there is none: with it, an
+    append alone checks the seal inside its own INSERT (see
+    :meth:`journal.store.commit.GroupCommit.write_alone`).  Only speed is at
+    stake: a file that cannot take them now (a full disk) is read by a scan
+    and appended to as before, and the next open tries again.
+    """
+    if not schema.missing_indexes(link.conn, active=active):
+        return
+    with contextlib.suppress(JournalError), link.transaction("open") as conn:
+        schema.add_indexes(conn, set(schema.missing_indexes(conn, active=active)))
+
+
+def _create_schema(link: Link) -> None:
+    # Two processes may open a new root at once: the schema is created
+    # inside one immediate transaction, and the loser finds it done.
+    with link.transaction("open") as conn:
+        _app_id, version, _tables = schema.header(conn)
+        if version == 0:
+            # The segment tables come with the first rollover, but for
+            # an empty `sealed`, added with the indexes (see ensure_indexes).
+            schema.create_file(conn, base=0, segment=False)
+            conn.execute(f"PRAGMA application_id={schema.APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version={schema.SCHEMA_VERSION}")
