@@ -55,7 +55,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
@@ -75,9 +74,8 @@ from journal.events import (
 )
 from journal.history import Past, pasts
 from journal.reducer import Fold, GenerationState, State, held_by, kept_for_resume
-from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Store
-from sessiontemp import artifacts, resources, sessions
+from sessiontemp import artifacts, sessions
 from sessiontemp.locks import RecoveryLock, probe_liveness, try_exclusive
 from sessiontemp.log import logger
 from sessiontemp.removal import Target, remove
@@ -92,10 +90,10 @@ from sessiontemp.root import (
     os_error,
     trash_name,
 )
-from sessiontemp.steps import StepHook, Steps
+from sessiontemp.steps import Steps
 
 __all__ = ["DEFAULT_STALE_AFTER", "Removed", "Report", "Skipped", "check_stale_after",
-           "maintain", "recover", "run"]
+           "maintain", "run"]
 
 # Unknown generation directories, trash and lock files older than this (seconds) are swept.
 DEFAULT_STALE_AFTER: Final = 86400.0
@@ -136,44 +134,6 @@ def check_stale_after(stale_after: float) -> None:
             and stale_after >= 0):
         raise ValueError(f"stale_after must be a finite number of seconds >= 0, not "
                          f"{stale_after!r}")
-
-
-def recover(
-    root: os.PathLike[str] | str | None = None,
-    *,
-    stale_after: float = DEFAULT_STALE_AFTER,
-    clock: Callable[[], float] = time.time,
-    busy_timeout: float = 30.0,
-    step_hook: StepHook | None = None,
-    retention: Retention = DEFAULT_RETENTION,
-    progress: Callable[[int, int], None] | None = None,
-) -> Report:
-    """Run one recovery pass on *root* (None: the per-user default), waiting for any other.
-
-    *retention* bounds the journal: how large a segment grows and how much
-    retired history is kept (see :class:`journal.segments.Retention`).
-    *progress* is called with (directories handled, directories to remove)
-    as the pass works through the generations it found orphaned.
-    A root that does not exist is never created: :class:`~sessiontemp.NoSuchRoot`
-    (a mistyped path must not leave a new root behind).
-    """
-    check_stale_after(stale_after)
-    opened = Root.open(root, create=False)
-    try:
-        # Out of descriptors part-way, the pass stops where it was, as one
-        # that failed at a step: the next pass finishes it.
-        with resources.translated(opened.path, "the recovery pass stopped"):
-            opened.check_journal()
-            steps = Steps(step_hook)
-            store = Store(opened.journal_path, busy_timeout=busy_timeout, retention=retention,
-                          step_hook=steps.before)
-            try:
-                return run(opened, store, stale_after=stale_after, clock=clock,
-                           steps=steps, wait=True, progress=progress)
-            finally:
-                store.close()
-    finally:
-        opened.close()
 
 
 def run(

@@ -35,16 +35,13 @@ import fcntl
 import math
 import os
 import stat
-import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import attrs
 
 from journal import ids
 from journal.errors import SessionOwned
 from journal.reducer import GenerationState, ManagerState, SessionState, State, kept_for_resume
-from sessiontemp import resources
 from sessiontemp.locks import still_named
 from sessiontemp.root import (
     FILE_MODE,
@@ -54,10 +51,6 @@ from sessiontemp.root import (
     os_error,
     path_of,
 )
-from sessiontemp.steps import StepHook, Steps
-
-if TYPE_CHECKING:
-    from sessiontemp.recovery import Report
 
 __all__ = [
     "DEFAULT_RESUME_WINDOW",
@@ -69,7 +62,6 @@ __all__ = [
     "check_window",
     "expired",
     "lock_name",
-    "remove_session",
     "resumable",
     "try_lock",
 ]
@@ -298,59 +290,6 @@ def _owner_pid(sessions_fd: int, name: str) -> int | None:
         return _read_pid(fd)
     finally:
         os.close(fd)
-
-
-def remove_session(
-    root: os.PathLike[str] | str | None,
-    name: str,
-    *,
-    clock: Callable[[], float] = time.time,
-    busy_timeout: float = 30.0,
-    step_hook: StepHook | None = None,
-) -> Report:
-    """Remove what named session *name* left under *root*, journaled; refused while it is owned.
-
-    Raises :class:`SessionOwned` (naming the owner's pid) while a live
-    manager holds the session.  Otherwise the generation its dead owner
-    left for a resume is discarded and, with every other directory of its
-    ended owners that no command holds, removed by a recovery pass; the
-    pass's report says what was removed and what a running command still
-    holds (removed by a later pass, once the command exits).  Artifacts are
-    kept: they go only by :func:`sessiontemp.remove_artifact`.  Raises
-    :class:`~sessiontemp.NoSuchRoot` for a root that does not exist (none is created).
-    *step_hook* sees every durable step, as :class:`~sessiontemp.Manager`'s does.
-    """
-    # Imported here: recovery imports this module for the session lock.
-    from journal.store import Store
-    from sessiontemp import recovery
-
-    check_name(name)
-    opened = Root.open(root, create=False)
-    try:
-        # Out of descriptors part-way, nothing is left half done that the
-        # next call (or recovery) does not finish.
-        with resources.translated(opened.path, f"session {name!r} could not be removed"):
-            lock = SessionLock.take(opened, name)
-            try:
-                opened.check_journal()
-                steps = Steps(step_hook)
-                store = Store(opened.journal_path, busy_timeout=busy_timeout,
-                              step_hook=steps.before)
-                try:
-                    report = recovery.run(
-                        opened, store, stale_after=recovery.DEFAULT_STALE_AFTER,
-                        clock=clock, steps=steps, wait=True,
-                        claim=Claim(name, resume=False, why="the session was removed "
-                                    "(remove_session)"),
-                    )
-                finally:
-                    store.close()
-                lock.unlink()
-            finally:
-                lock.close()
-    finally:
-        opened.close()
-    return report
 
 
 def _read_pid(fd: int) -> int | None:

@@ -119,7 +119,7 @@ def fsck(root: os.PathLike[str] | str, *, repair: bool = False,
     if not repair:
         findings, held = _fsck(base, progress)
         return FsckReport(base, findings, held=held)
-    from sessiontemp.recovery import recover
+    from sessiontemp.cleanup import recover
 
     before, _ = _fsck(base, progress)
     report = recover(base, busy_timeout=10.0)
