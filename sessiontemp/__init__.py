@@ -48,8 +48,9 @@ if TYPE_CHECKING:
     from sessiontemp.lease import Lease
     from sessiontemp.manager import Manager
     from sessiontemp.placement import InsideWorkdir
-    from sessiontemp.recovery import Removed, Report, Skipped
+    from sessiontemp.recovery import Report
     from sessiontemp.root import GENERATION_PREFIX, TRASH_PREFIX, default_root
+    from sessiontemp.sweeps import Removed, Skipped
 
 __all__ = [
     "DEFAULT_RETENTION",
@@ -107,14 +108,14 @@ _WHERE: dict[str, str] = {
     "Lease": "sessiontemp.lease",
     "Manager": "sessiontemp.manager",
     "NoSuchRoot": "journal.errors",
-    "Removed": "sessiontemp.recovery",
+    "Removed": "sessiontemp.sweeps",
     "Report": "sessiontemp.recovery",
     "Retention": "journal.segments",
     "RootReadOnly": "journal.errors",
     "RootUnusable": "journal.errors",
     "SessionOwned": "journal.errors",
     "SessionTempError": "journal.errors",
-    "Skipped": "sessiontemp.recovery",
+    "Skipped": "sessiontemp.sweeps",
     "Unavailable": "journal.errors",
     "UnsafeRoot": "journal.errors",
     "Unsupported": "journal.errors",
