@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import os
 import stat
@@ -44,7 +43,7 @@ import attrs
 from journal import ids
 from journal.errors import BadInput
 from journal.reducer import ArtifactState
-from sessiontemp.locks import try_exclusive
+from sessiontemp.locks import busy, try_exclusive
 from sessiontemp.root import ARTIFACTS_DIR, DIR_FLAGS, FILE_MODE, Root, os_error
 from sessiontemp.steps import Steps
 
@@ -220,7 +219,9 @@ def copy_in(
         try:
             # Locked before a byte is written: a recovery that finds the file
             # unreferenced leaves it while this keeper may still record it.
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # A name never used before (O_EXCL): nobody else can hold it.
+            if not try_exclusive(fd):
+                raise busy(root.path / ARTIFACTS_DIR / name)
             # O_CREAT's mode passes through the umask: make it exactly 1600
             # (private, and sticky: no age cleaner ever takes an artifact).
             os.fchmod(fd, FILE_MODE)

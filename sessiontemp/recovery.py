@@ -78,7 +78,7 @@ from journal.events import (
 from journal.reducer import Fold, GenerationState, State, kept_for_resume
 from journal.store import Store
 from sessiontemp import artifacts, sessions
-from sessiontemp.locks import RecoveryLock, probe_liveness
+from sessiontemp.liveness import RecoveryLock, take_liveness
 from sessiontemp.log import logger
 from sessiontemp.root import (
     ARTIFACTS_DIR,
@@ -332,7 +332,7 @@ class _Pass:
             if manager.ended is not None:
                 continue
             try:
-                fd = probe_liveness(self.root.managers_fd, manager.id)
+                fd = take_liveness(self.root.managers_fd, manager.id)
             except FileNotFoundError:
                 # Probing would create a new file and always win its lock,
                 # declaring dead a manager that may well be alive.
@@ -473,7 +473,7 @@ class _Pass:
         """Whether a closed manager has given up its liveness lock."""
         if manager_id not in self.finished_closing:
             try:
-                fd = probe_liveness(self.root.managers_fd, manager_id)
+                fd = take_liveness(self.root.managers_fd, manager_id)
             except FileNotFoundError:
                 fd = -1
             except OSError:

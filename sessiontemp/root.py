@@ -42,12 +42,10 @@ is in use.  Generations carry their own locks.
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import stat
 import tempfile
 from pathlib import Path
-from time import monotonic, sleep
 from typing import Final
 
 import attrs
@@ -61,6 +59,7 @@ from journal.errors import (
     UnsafeRoot,
 )
 from sessiontemp import resources
+from sessiontemp.locks import hold_shared
 
 __all__ = [
     "ARTIFACTS_DIR",
@@ -80,7 +79,6 @@ __all__ = [
     "default_root",
     "generation_id_of",
     "generation_name",
-    "hold_shared",
     "lock_file_name",
     "new_generation_id",
     "os_error",
@@ -251,23 +249,6 @@ def check_layout(root: os.PathLike[str] | str) -> None:
         except OSError as e:
             raise os_error(path, e, "examined") from None
         check_entry(path, st, directory=name in DIRECTORIES, private=False, owner=owner)
-
-
-def hold_shared(fd: int, *, patience: float) -> bool:
-    """Hold a shared flock on the directory *fd*, waiting up to *patience* seconds.
-
-    Only an exclusive holder blocks it: an age-based cleaner in the middle
-    of that directory.  Returns False when it stays blocked.
-    """
-    deadline = monotonic() + patience
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            return True
-        except OSError as e:
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN) or monotonic() >= deadline:
-                return False
-        sleep(0.01)
 
 
 def _make(root: Path) -> None:

@@ -30,8 +30,6 @@ so that a discard never races an adoption.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import math
 import os
 import stat
@@ -42,7 +40,7 @@ import attrs
 from journal import ids
 from journal.errors import SessionOwned
 from journal.reducer import GenerationState, ManagerState, SessionState, State, kept_for_resume
-from sessiontemp.locks import still_named
+from sessiontemp.locks import still_named, try_exclusive
 from sessiontemp.root import (
     FILE_MODE,
     SESSIONS_DIR,
@@ -239,11 +237,10 @@ def _lock(sessions_fd: int, name: str) -> int | None:
                 # Made by an earlier version (not sticky), or under a umask.
                 os.fchmod(fd, FILE_MODE)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                locked = try_exclusive(fd)
             except OSError as e:
-                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise os_error(path_of(sessions_fd, lock_name(name)), e,
-                                   "locked") from None
+                raise os_error(path_of(sessions_fd, lock_name(name)), e, "locked") from None
+            if not locked:
                 os.close(fd)
                 return None
             # A remover unlinks the file while holding its lock.

@@ -39,7 +39,8 @@ from journal.events import Event, Reappeared, RemovalStarted
 from journal.history import Past, pasts
 from journal.reducer import GenerationState, State, held_by
 from journal.store import Store
-from sessiontemp.locks import probe_liveness, try_exclusive
+from sessiontemp.liveness import take_liveness
+from sessiontemp.locks import try_exclusive
 from sessiontemp.removal import Target, remove
 from sessiontemp.root import (
     MANAGERS_DIR,
@@ -286,7 +287,7 @@ def sweep_lock_files(work: Pass) -> None:
                                              follow_symlinks=False).st_mtime
                 if age < work.stale_after:
                     continue
-            fd = probe_liveness(managers_fd, manager_id) if name.endswith(".lock") else (
+            fd = take_liveness(managers_fd, manager_id) if name.endswith(".lock") else (
                 _probe_file(managers_fd, name)
             )
             if fd is None:
@@ -308,7 +309,7 @@ def _manager_of(name: str) -> str | None:
     """The manager a name in ``ROOT/managers`` belongs to, None if the library never gives it.
 
     ``<id>.lock``, or ``.<id>.lock.<hex>``: the spare a lock file is made
-    under before it is renamed into place (:meth:`Liveness.check`).
+    under before it is renamed into place (:meth:`~sessiontemp.liveness.LivenessLock.check`).
     """
     if name.startswith("."):
         stem, dot, tag = name[1:].rpartition(".")
