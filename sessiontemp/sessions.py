@@ -48,6 +48,7 @@ from sessiontemp.root import (
     check_entry,
     os_error,
     path_of,
+    session_lock_name,
 )
 
 __all__ = [
@@ -145,9 +146,8 @@ def expired(session: SessionState, now: float) -> bool:
     return session.kept_at is not None and now - session.kept_at >= session.window
 
 
-def lock_name(name: str) -> str:
-    """The name of a session's owner lock file inside ``ROOT/sessions``."""
-    return f"{name}.lock"
+# The name of a session's owner lock file inside ``ROOT/sessions``.
+lock_name = session_lock_name
 
 
 class SessionLock:
@@ -199,10 +199,6 @@ class SessionLock:
         """
         with contextlib.suppress(FileNotFoundError):
             os.unlink(lock_name(self.name), dir_fd=self._sessions_fd)
-
-    @property
-    def held(self) -> bool:
-        return self.fd >= 0
 
     def close(self) -> None:
         """Give the session up: the kernel frees the lock with the last descriptor.

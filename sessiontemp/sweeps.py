@@ -33,7 +33,6 @@ from typing import Protocol
 import attrs
 import structlog
 
-from journal import ids
 from journal.errors import JournalError
 from journal.events import Event, Reappeared, RemovalStarted
 from journal.history import Past, pasts
@@ -49,6 +48,7 @@ from sessiontemp.root import (
     generation_id_of,
     generation_name,
     lock_file_name,
+    manager_of_lock_file,
     trash_name,
 )
 from sessiontemp.steps import Steps
@@ -269,13 +269,13 @@ def sweep_lock_files(work: Pass) -> None:
     file is made under before it is put back) are ever touched.
     """
     managers_fd = work.root.managers_fd
-    names = sorted(n for n in os.listdir(managers_fd) if _manager_of(n) is not None)
+    names = sorted(n for n in os.listdir(managers_fd) if manager_of_lock_file(n) is not None)
     # A manager the state does not hold either ended and was let go of
     # (the journal says so), or was never journaled at all.
-    ended = work.store.manager_ends({
-        m for m in map(_manager_of, names) if m is not None and m not in work.state.managers})
+    ended = work.store.manager_ends({m for m in map(manager_of_lock_file, names)
+                                     if m is not None and m not in work.state.managers})
     for name in names:
-        manager_id = _manager_of(name)
+        manager_id = manager_of_lock_file(name)
         assert manager_id is not None
         known = work.state.managers.get(manager_id)
         if known is not None and known.ended is None and name == lock_file_name(manager_id):
@@ -287,7 +287,8 @@ def sweep_lock_files(work: Pass) -> None:
                                              follow_symlinks=False).st_mtime
                 if age < work.stale_after:
                     continue
-            fd = take_liveness(managers_fd, manager_id) if name.endswith(".lock") else (
+            fd = take_liveness(managers_fd, manager_id) if name == lock_file_name(
+                manager_id) else (
                 _probe_file(managers_fd, name)
             )
             if fd is None:
@@ -303,21 +304,6 @@ def sweep_lock_files(work: Pass) -> None:
             work.skip(work.root.path / MANAGERS_DIR / name, f"could not be checked ({e})",
                       "")
 
-
-
-def _manager_of(name: str) -> str | None:
-    """The manager a name in ``ROOT/managers`` belongs to, None if the library never gives it.
-
-    ``<id>.lock``, or ``.<id>.lock.<hex>``: the spare a lock file is made
-    under before it is renamed into place (:meth:`~sessiontemp.liveness.LivenessLock.check`).
-    """
-    if name.startswith("."):
-        stem, dot, tag = name[1:].rpartition(".")
-        if not dot or not tag or any(c not in "0123456789abcdef" for c in tag):
-            return None
-        name = stem
-    manager = name.removesuffix(".lock")
-    return manager if manager != name and ids.MANAGER.fullmatch(manager) else None
 
 
 def _probe_file(dir_fd: int, name: str) -> int | None:
