@@ -293,11 +293,14 @@ def test_journal_never_imports_sessiontemp() -> None:
 
 
 def test_sql_is_written_only_in_the_store_package() -> None:
-    stray = LIBRARY.stray_sql()
-    assert not stray, "\n".join(
-        f"{module} (line {line}) writes SQL ({text!r}): statements belong to the store "
-        f"package ({', '.join(SQL_HOMES)}); add a named Store method and call it instead"
-        for module, line, text in stray)
+    by_module: dict[str, list[tuple[int, str]]] = {}
+    for module, line, text in LIBRARY.stray_sql():
+        by_module.setdefault(module, []).append((line, text))
+    assert not by_module, "\n".join(
+        f"{module} writes SQL at lines {', '.join(str(line) for line, _ in found)} (first: "
+        f"{found[0][1]!r}): statements belong to the store package ({', '.join(SQL_HOMES)}); "
+        "move them there behind a named Store method and call that instead"
+        for module, found in by_module.items())
 
 
 # -- the checks themselves, on planted trees -------------------------------------------------------
