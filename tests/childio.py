@@ -10,6 +10,8 @@ import os
 import select
 import sys
 import time
+import traceback
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from sessiontemp import Report
@@ -19,6 +21,29 @@ def emit(message: dict[str, Any]) -> None:
     # Flushed at once: whatever the test has read was true before this process died.
     sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
+
+
+def commands() -> Iterator[list[str]]:
+    """The words of each non-empty line the test sends, until its end of file."""
+    for line in sys.stdin:
+        words = line.split()
+        if words:
+            yield words
+
+
+def serve(run: Callable[[list[str]], dict[str, Any]]) -> None:
+    """Answer each command with what *run* returns, or with the error it raised.
+
+    The error goes with its traceback, so the test fails showing what went
+    wrong in here rather than only that no answer came.
+    """
+    for words in commands():
+        try:
+            reply = run(words)
+        except Exception as e:  # answered, so the test sees what went wrong
+            emit({"error": f"{words[0]}: {e!r}", "traceback": traceback.format_exc()})
+        else:
+            emit(reply)
 
 
 class CutShort(Exception):
