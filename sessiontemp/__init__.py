@@ -43,13 +43,14 @@ if TYPE_CHECKING:
         Unsupported,
     )
     from journal.segments import DEFAULT_RETENTION, Retention
-    from sessiontemp.artifacts import Artifact, remove_artifact
+    from sessiontemp.artifacts import Artifact
+    from sessiontemp.cleanup import recover, remove_artifact, remove_session
     from sessiontemp.lease import Lease
     from sessiontemp.manager import Manager
     from sessiontemp.placement import InsideWorkdir
-    from sessiontemp.recovery import Removed, Report, Skipped, recover
+    from sessiontemp.recovery import Report
     from sessiontemp.root import GENERATION_PREFIX, TRASH_PREFIX, default_root
-    from sessiontemp.sessions import remove_session
+    from sessiontemp.sweeps import Removed, Skipped
 
 __all__ = [
     "DEFAULT_RETENTION",
@@ -107,21 +108,21 @@ _WHERE: dict[str, str] = {
     "Lease": "sessiontemp.lease",
     "Manager": "sessiontemp.manager",
     "NoSuchRoot": "journal.errors",
-    "Removed": "sessiontemp.recovery",
+    "Removed": "sessiontemp.sweeps",
     "Report": "sessiontemp.recovery",
     "Retention": "journal.segments",
     "RootReadOnly": "journal.errors",
     "RootUnusable": "journal.errors",
     "SessionOwned": "journal.errors",
     "SessionTempError": "journal.errors",
-    "Skipped": "sessiontemp.recovery",
+    "Skipped": "sessiontemp.sweeps",
     "Unavailable": "journal.errors",
     "UnsafeRoot": "journal.errors",
     "Unsupported": "journal.errors",
     "default_root": "sessiontemp.root",
-    "recover": "sessiontemp.recovery",
-    "remove_artifact": "sessiontemp.artifacts",
-    "remove_session": "sessiontemp.sessions",
+    "recover": "sessiontemp.cleanup",
+    "remove_artifact": "sessiontemp.cleanup",
+    "remove_session": "sessiontemp.cleanup",
 }
 
 

@@ -33,7 +33,7 @@ from typing import Final, TextIO
 from journal.errors import BadInput, CommandNotStarted, SessionTempError
 from sessiontemp import console
 from sessiontemp.arguments import Parser, nearest_option, not_a_subcommand
-from sessiontemp.recovery import recover
+from sessiontemp.cleanup import recover
 from sessiontemp.root import default_root
 from sessiontemp.run import run_command
 

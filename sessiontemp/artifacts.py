@@ -6,12 +6,12 @@ before), written, fsynced, its directory fsynced, and only then journaled
 with its SHA-256 digest and size (``artifact.kept``).  A record therefore
 always names a complete file.  An artifact outlives every rotation,
 release, close and crash of the session that kept it, and goes only by an
-explicit, journaled removal (:func:`remove_artifact`).
+explicit, journaled removal (:func:`sessiontemp.remove_artifact`).
 
 A file of the store that no record names (a crash between the copy and its
 record, a removal cut short, a journal moved aside) is the user's data all
 the same: no recovery pass removes it.  ``journal-inspect fsck`` reports it
-(``unreferenced``), and :func:`remove_artifact` given its id removes it,
+(``unreferenced``), and :func:`sessiontemp.remove_artifact` given its id removes it,
 once the journal confirms it keeps no artifact of that id.
 
 Every file of the store is made with the sticky bit (mode 1600): an
@@ -31,11 +31,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import os
 import stat
-import time
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Final
@@ -45,10 +43,9 @@ import attrs
 from journal import ids
 from journal.errors import BadInput
 from journal.reducer import ArtifactState
-from sessiontemp import resources
-from sessiontemp.locks import try_exclusive
+from sessiontemp.locks import busy, try_exclusive
 from sessiontemp.root import ARTIFACTS_DIR, DIR_FLAGS, FILE_MODE, Root, os_error
-from sessiontemp.steps import StepHook, Steps
+from sessiontemp.steps import Steps
 
 __all__ = [
     "ARTIFACTS_DIR",
@@ -61,7 +58,6 @@ __all__ = [
     "file_name",
     "files_of",
     "id_of",
-    "remove_artifact",
     "remove_file",
     "remove_unreferenced",
     "unreferenced",
@@ -223,7 +219,9 @@ def copy_in(
         try:
             # Locked before a byte is written: a recovery that finds the file
             # unreferenced leaves it while this keeper may still record it.
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # A name never used before (O_EXCL): nobody else can hold it.
+            if not try_exclusive(fd):
+                raise busy(root.path / ARTIFACTS_DIR / name)
             # O_CREAT's mode passes through the umask: make it exactly 1600
             # (private, and sticky: no age cleaner ever takes an artifact).
             os.fchmod(fd, FILE_MODE)
@@ -310,54 +308,6 @@ def _copy(source: int, target: int, shown: str, max_bytes: int) -> tuple[str, in
         view = memoryview(chunk)
         while view:
             view = view[os.write(target, view):]
-
-
-def remove_artifact(
-    root: os.PathLike[str] | str | None,
-    artifact: Artifact | str,
-    *,
-    clock: Callable[[], float] = time.time,
-    busy_timeout: float = 30.0,
-    step_hook: StepHook | None = None,
-) -> bool:
-    """Remove a kept artifact (an :class:`Artifact` or its id) from *root*, journaled.
-
-    The removal is journaled (``artifact.removed``) before the file is
-    unlinked, by a recovery pass that also does whatever else a pass does.
-    An id the journal keeps no artifact of removes the store's file of
-    that id if there is one (``journal-inspect fsck`` lists such files as
-    ``unreferenced``): it is no artifact of the journal's, so nothing is
-    journaled, and a file a keeper still holds (being copied and
-    recorded right now) is left.  Returns whether a file was removed:
-    False when there was none (already removed, or never kept).  Raises
-    :class:`~sessiontemp.NoSuchRoot` for a root that does not exist (none is created).
-    *step_hook* sees every durable step, as a Manager's does.
-    """
-    # Imported here: recovery imports this module for its sweep.
-    from journal.store import Store
-    from sessiontemp import recovery
-
-    artifact_id = artifact.id if isinstance(artifact, Artifact) else artifact
-    if not isinstance(artifact_id, str) or not ids.ARTIFACT.fullmatch(artifact_id):
-        raise ValueError(f"{artifact_id!r} is not an artifact id (16 lower-case hex digits); "
-                         "pass the Artifact lease.keep returned, or its id")
-    opened = Root.open(root, create=False)
-    try:
-        with resources.translated(opened.path, f"artifact {artifact_id} could not be removed"):
-            opened.check_journal()
-            steps = Steps(step_hook)
-            store = Store(opened.journal_path, busy_timeout=busy_timeout,
-                          step_hook=steps.before)
-            try:
-                report = recovery.run(opened, store, stale_after=recovery.DEFAULT_STALE_AFTER,
-                                      clock=clock, steps=steps, wait=True,
-                                      remove_artifacts=(artifact_id,))
-            finally:
-                store.close()
-    finally:
-        opened.close()
-    return any(id_of(removed.path.name) == artifact_id
-               and removed.reason.startswith(ON_REQUEST) for removed in report.removed)
 
 
 def remove_file(root: Root, artifact: ArtifactState) -> bool:

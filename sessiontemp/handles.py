@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from journal.store import Store
-from sessiontemp.locks import Liveness
+from sessiontemp.liveness import LivenessLock
 from sessiontemp.root import Root
 from sessiontemp.sessions import SessionLock
 
@@ -35,7 +35,7 @@ class Handles:
 
     root: Root
     store: Store | None = None
-    liveness: Liveness | None = None
+    liveness: LivenessLock | None = None
     session: SessionLock | None = None
     generations: dict[str, int] = attrs.field(factory=dict)
     leases: dict[str, Lease] = attrs.field(factory=dict)

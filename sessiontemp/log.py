@@ -14,6 +14,7 @@ Stable keys: ``manager``, ``generation``, ``lease``, ``seq``, ``recovery``,
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import structlog
 
@@ -24,9 +25,6 @@ _stdlib = logging.getLogger("sessiontemp")
 # warnings to stderr of applications that never asked for them.
 _stdlib.addHandler(logging.NullHandler())
 
-_LEVELS = logging.getLevelNamesMapping()
-
-
 class _BoundLogger(structlog.stdlib.BoundLogger):
     """Drops at once an event that nothing would see.
 
@@ -34,16 +32,33 @@ class _BoundLogger(structlog.stdlib.BoundLogger):
     through structlog's default processors (a timestamp, a rendered line)
     only for the stdlib logger to drop it below its level: about a tenth
     of a millisecond, on every lease.  Configured structlog (and
-    ``capture_logs``) sees every event as before.
+    ``capture_logs``) sees every event as before.  Each public method the
+    library calls asks first and hands on to structlog's own; nothing
+    private of structlog's is replaced.
     """
 
-    def _proxy_to_logger(self, method_name: str, event: str | None = None,
-                         *event_args: str, **event_kw: object) -> object:
-        if not structlog.is_configured() and not _stdlib.isEnabledFor(
-            _LEVELS.get(method_name.upper(), logging.CRITICAL)
-        ):
-            return None
-        return super()._proxy_to_logger(method_name, event, *event_args, **event_kw)
+    def debug(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        return None if _unseen(logging.DEBUG) else super().debug(event, *args, **kw)
+
+    def info(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        return None if _unseen(logging.INFO) else super().info(event, *args, **kw)
+
+    def warning(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        return None if _unseen(logging.WARNING) else super().warning(event, *args, **kw)
+
+    def error(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        return None if _unseen(logging.ERROR) else super().error(event, *args, **kw)
+
+    def exception(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        return None if _unseen(logging.ERROR) else super().exception(event, *args, **kw)
+
+    def critical(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        return None if _unseen(logging.CRITICAL) else super().critical(event, *args, **kw)
+
+
+def _unseen(level: int) -> bool:
+    """Whether an event at *level* would reach nobody: structlog unconfigured, stdlib below it."""
+    return not structlog.is_configured() and not _stdlib.isEnabledFor(level)
 
 
 def debugging() -> bool:

@@ -71,7 +71,8 @@ from journal.store import Pending, Store
 from sessiontemp import aio, artifacts, placement, processes, recovery, resources, sessions
 from sessiontemp.handles import Handles
 from sessiontemp.lease import Lease
-from sessiontemp.locks import Liveness, hold_root, lock_shared, refusal
+from sessiontemp.liveness import LivenessLock, lock_shared
+from sessiontemp.locks import hold_root, refusal
 from sessiontemp.log import debugging, logger
 from sessiontemp.removal import Blocked, Target, remove
 from sessiontemp.root import Root, default_root, generation_name
@@ -253,7 +254,7 @@ class Manager:
             # The liveness lock is taken before the journal names this
             # manager, so a recovery that sees the name finds the lock.
             self._steps.before("lock", f"manager {self.id}")
-            handles.liveness = Liveness(handles.root.managers_fd, self.id)
+            handles.liveness = LivenessLock(handles.root.managers_fd, self.id)
             if claim is None:
                 self._append(ManagerOpened(self.id, os.getpid()))
             else:

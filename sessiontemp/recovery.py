@@ -1,6 +1,11 @@
 """Recovery: after any crash, remove what nobody can use any more, and nothing else.
 
-A pass runs on every Manager open and from :func:`recover`, one at a time
+This module is the pass: it replays, decides and journals.  What it finds
+on disk and removes (orphaned generations, trash, strays, lock files) is
+done by :mod:`sessiontemp.sweeps` on its behalf, and the public calls that
+run a pass on a root are in :mod:`sessiontemp.cleanup`.
+
+A pass runs on every Manager open and from :func:`sessiontemp.recover`, one at a time
 per root (``ROOT/recovery.lock``).  It replays the journal, from the
 newest checkpoint on, and writes a new checkpoint when one is due (which
 may start a new journal segment, see :mod:`journal.segments`), retires
@@ -55,7 +60,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
@@ -68,54 +72,29 @@ from journal.events import (
     ArtifactRemoved,
     Event,
     ManagerDied,
-    Reappeared,
     RecoveryStarted,
-    RemovalStarted,
     SessionDiscarded,
 )
-from journal.history import Past, pasts
-from journal.reducer import Fold, GenerationState, State, held_by, kept_for_resume
-from journal.segments import DEFAULT_RETENTION, Retention
+from journal.reducer import Fold, GenerationState, State, kept_for_resume
 from journal.store import Store
-from sessiontemp import artifacts, resources, sessions
-from sessiontemp.locks import RecoveryLock, probe_liveness, try_exclusive
+from sessiontemp import artifacts, sessions
+from sessiontemp.liveness import RecoveryLock, take_liveness
 from sessiontemp.log import logger
-from sessiontemp.removal import Target, remove
 from sessiontemp.root import (
     ARTIFACTS_DIR,
-    MANAGERS_DIR,
-    TRASH_PREFIX,
     Root,
-    generation_id_of,
     generation_name,
     lock_file_name,
     os_error,
-    trash_name,
 )
-from sessiontemp.steps import StepHook, Steps
+from sessiontemp.steps import Steps
+from sessiontemp.sweeps import Removed, Skipped, remove_orphan, sweep_lock_files, sweep_unknown
 
 __all__ = ["DEFAULT_STALE_AFTER", "Removed", "Report", "Skipped", "check_stale_after",
-           "maintain", "recover", "run"]
+           "maintain", "run"]
 
 # Unknown generation directories, trash and lock files older than this (seconds) are swept.
 DEFAULT_STALE_AFTER: Final = 86400.0
-
-
-@attrs.frozen
-class Removed:
-    """A generation or stray entry a pass removed: its original path, and why."""
-
-    path: Path
-    generation: str
-    reason: str
-
-
-@attrs.frozen
-class Skipped:
-    """An entry a pass had to leave, and why; the next pass tries again."""
-
-    path: Path
-    reason: str
 
 
 @attrs.frozen
@@ -136,44 +115,6 @@ def check_stale_after(stale_after: float) -> None:
             and stale_after >= 0):
         raise ValueError(f"stale_after must be a finite number of seconds >= 0, not "
                          f"{stale_after!r}")
-
-
-def recover(
-    root: os.PathLike[str] | str | None = None,
-    *,
-    stale_after: float = DEFAULT_STALE_AFTER,
-    clock: Callable[[], float] = time.time,
-    busy_timeout: float = 30.0,
-    step_hook: StepHook | None = None,
-    retention: Retention = DEFAULT_RETENTION,
-    progress: Callable[[int, int], None] | None = None,
-) -> Report:
-    """Run one recovery pass on *root* (None: the per-user default), waiting for any other.
-
-    *retention* bounds the journal: how large a segment grows and how much
-    retired history is kept (see :class:`journal.segments.Retention`).
-    *progress* is called with (directories handled, directories to remove)
-    as the pass works through the generations it found orphaned.
-    A root that does not exist is never created: :class:`~sessiontemp.NoSuchRoot`
-    (a mistyped path must not leave a new root behind).
-    """
-    check_stale_after(stale_after)
-    opened = Root.open(root, create=False)
-    try:
-        # Out of descriptors part-way, the pass stops where it was, as one
-        # that failed at a step: the next pass finishes it.
-        with resources.translated(opened.path, "the recovery pass stopped"):
-            opened.check_journal()
-            steps = Steps(step_hook)
-            store = Store(opened.journal_path, busy_timeout=busy_timeout, retention=retention,
-                          step_hook=steps.before)
-            try:
-                return run(opened, store, stale_after=stale_after, clock=clock,
-                           steps=steps, wait=True, progress=progress)
-            finally:
-                store.close()
-    finally:
-        opened.close()
 
 
 def run(
@@ -273,6 +214,10 @@ class _Pass:
         self.dead: list[str] = []
         self.finished_closing: set[str] = set()
         self.progress: Callable[[int, int], None] | None = None
+        # Bound once for the pass: what it removes and leaves carries its
+        # id; what it does to the journal, the journal's path.
+        self.log = logger.bind(recovery=self.id)
+        self.journal_log = logger.bind(path=str(store.path))
 
     def run(self) -> Report:
         self.restore()
@@ -291,16 +236,16 @@ class _Pass:
             generation = self.state.generations.get(generation_id)
             # None: removed meanwhile, and forgotten by the state.
             if generation is not None and self.orphaned(generation):
-                self.remove_known(generation)
+                remove_orphan(self, generation)
             if self.progress is not None:
                 self.progress(done, len(candidates))
-        self.sweep_unknown()
-        self.sweep_lock_files()
+        sweep_unknown(self)
+        sweep_lock_files(self)
         for artifact in self.remove_artifacts:
             self.remove_artifact(artifact)
         if self.started:
-            logger.info("recovery.finished", recovery=self.id, removed=len(self.removed),
-                        skipped=len(self.skipped), dead=len(self.dead))
+            self.log.info("recovery.finished", removed=len(self.removed),
+                          skipped=len(self.skipped), dead=len(self.dead))
         resumable = None if self.claim is None else sessions.resumable(self.state,
                                                                        self.claim.name)
         return Report(tuple(self.removed), tuple(self.skipped), tuple(self.dead),
@@ -310,8 +255,7 @@ class _Pass:
         """Start from the newest usable checkpoint instead of the first event."""
         restored = checkpoint.restore(self.store)
         for seq, reason in restored.skipped:
-            logger.warning("checkpoint.skipped", path=str(self.store.path), seq=seq,
-                           reason=f"checkpoint {reason}")
+            self.journal_log.warning("checkpoint.skipped", seq=seq, reason=f"checkpoint {reason}")
         self.state = restored.state
         self.checkpointed = restored.state.seq
 
@@ -329,15 +273,14 @@ class _Pass:
             checkpoint.save(self.store, self.state, roll_over=roll_over)
         except JournalError as e:
             # Only speed is lost: the next pass replays a little further.
-            logger.warning("checkpoint.failed", path=str(self.store.path),
-                           seq=self.state.seq, reason=str(e))
+            self.journal_log.warning("checkpoint.failed", seq=self.state.seq, reason=str(e))
             return
-        logger.info("checkpoint.written", path=str(self.store.path), seq=self.state.seq,
-                    replayed=self.state.seq - self.checkpointed)
+        self.journal_log.info("checkpoint.written", seq=self.state.seq,
+                              replayed=self.state.seq - self.checkpointed)
         self.checkpointed = self.state.seq
         if self.store.rollover_failed is not None:
-            logger.warning("segment.rollover_failed", path=str(self.store.path),
-                           reason=self.store.rollover_failed)
+            self.journal_log.warning("segment.rollover_failed",
+                                     reason=self.store.rollover_failed)
             self.store.rollover_failed = None
 
     def retire(self) -> None:
@@ -350,7 +293,7 @@ class _Pass:
             removed = self.store.retire(now=self.clock())
         except (JournalError, OSError) as e:
             # Only the bound is late: the next pass tries again.
-            logger.warning("segment.retire_failed", path=str(self.store.path), reason=str(e))
+            self.journal_log.warning("segment.retire_failed", reason=str(e))
             return
         for path in removed:
             logger.info("segment.retired", path=str(path))
@@ -370,8 +313,8 @@ class _Pass:
             records.close()
         for refused in fold.refused:
             error = self.store.corrupt(refused)
-            logger.error("journal.refused", path=str(self.store.path), seq=refused.seq,
-                         reason=f"{error.reason}; what it names is kept. {error.fix}")
+            self.journal_log.error("journal.refused", seq=refused.seq,
+                                   reason=f"{error.reason}; what it names is kept. {error.fix}")
         self.state = fold.state()
 
     def append(self, events: Sequence[Event]) -> None:
@@ -389,7 +332,7 @@ class _Pass:
             if manager.ended is not None:
                 continue
             try:
-                fd = probe_liveness(self.root.managers_fd, manager.id)
+                fd = take_liveness(self.root.managers_fd, manager.id)
             except FileNotFoundError:
                 # Probing would create a new file and always win its lock,
                 # declaring dead a manager that may well be alive.
@@ -414,8 +357,8 @@ class _Pass:
                 if now is not None and now.ended is None:
                     self.append([ManagerDied(manager.id, self.id)])
                     self.dead.append(manager.id)
-                    logger.warning("manager.dead", manager=manager.id, pid=manager.pid,
-                                   recovery=self.id, seq=self.state.seq)
+                    self.log.warning("manager.dead", manager=manager.id, pid=manager.pid,
+                                     seq=self.state.seq)
                 # Its end is journaled now: the file has served its purpose.
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(lock_file_name(manager.id), dir_fd=self.root.managers_fd)
@@ -479,7 +422,7 @@ class _Pass:
         self.steps.before("unlink", path.name)
         artifacts.remove_file(self.root, kept)
         self.removed.append(Removed(path, "", artifacts.ON_REQUEST))
-        logger.info("artifact.removed", recovery=self.id, path=str(path), seq=self.state.seq)
+        self.log.info("artifact.removed", path=str(path), seq=self.state.seq)
 
     def remove_unrecorded(self, artifact: str) -> None:
         """Remove the store's files of *artifact*, which no record keeps, on request."""
@@ -494,8 +437,7 @@ class _Pass:
             self.steps.before("unlink", name)
             if artifacts.remove_unreferenced(self.root, name, still_unrecorded):
                 self.removed.append(Removed(path, "", artifacts.UNRECORDED))
-                logger.info("artifact.removed", recovery=self.id, path=str(path),
-                            reason=artifacts.UNRECORDED)
+                self.log.info("artifact.removed", path=str(path), reason=artifacts.UNRECORDED)
             else:
                 self.skip(path, "its keeper still holds it, or the journal now keeps it; "
                           "left", "")
@@ -531,7 +473,7 @@ class _Pass:
         """Whether a closed manager has given up its liveness lock."""
         if manager_id not in self.finished_closing:
             try:
-                fd = probe_liveness(self.root.managers_fd, manager_id)
+                fd = take_liveness(self.root.managers_fd, manager_id)
             except FileNotFoundError:
                 fd = -1
             except OSError:
@@ -545,229 +487,7 @@ class _Pass:
             self.finished_closing.add(manager_id)
         return True
 
-    def remove_known(self, generation: GenerationState) -> None:
-        path = self.root.path / generation_name(generation.id)
-        held = held_by(self.state, generation)
-        if held is not None:
-            if not self.on_disk(generation.id):
-                # Removed by hand, the README's way out: nothing is kept, so
-                # nothing is reported, and the pass carries on quietly.
-                return
-            self.skip(path, f"kept: event {held}, which the lifecycle rules refuse, names it "
-                      "or its manager. Run `journal-inspect verify`; see the README's "
-                      "'A record the rules refuse'", generation.id)
-            return
-        manager = self.state.managers.get(generation.manager or "")
-        if generation.removal == "started":
-            reason = generation.removal_reason or "its removal was interrupted"
-        elif manager is not None and manager.ended == "dead":
-            reason = f"manager {manager.id} (pid {manager.pid}) died"
-        else:
-            reason = f"manager {generation.manager} closed while it was held"
-        target = Target.known(generation, by=self.id, reason=reason, root=str(self.root.path))
-        if target.identity is None and generation.manager is None:
-            # One that reappeared comes back into the state without its
-            # past: its identity is in the journal's records.
-            past = pasts(self.store, [generation.id], until=self.state.seq).get(generation.id)
-            if past is not None and past.identity is not None:
-                target = attrs.evolve(target, identity=past.identity,
-                                      commands=target.commands | past.commands)
-        self.remove_target(target, path, reason)
-
-    def on_disk(self, generation: str) -> bool:
-        """Whether anything is left under *generation*'s name or its trash name."""
-        for name in (generation_name(generation), trash_name(generation)):
-            try:
-                os.stat(name, dir_fd=self.root.fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            return True
-        return False
-
-    def remove_target(self, target: Target, path: Path, reason: str) -> None:
-        """Remove through the one removal routine, and report how it went."""
-        try:
-            result = remove(self.root.fd, target, journal=self.append, steps=self.steps)
-        except JournalError:
-            # Not a bad entry but a journal that cannot be written: stop.
-            raise
-        except FileNotFoundError:
-            # Gone meanwhile (another remover of a stray): nothing to report.
-            return
-        except OSError as e:
-            self.skip(path, f"removal failed: {e}", target.generation)
-            return
-        if result.outcome == "busy":
-            self.skip(path, f"still in use: {result.detail}", target.generation)
-        elif result.outcome == "refused":
-            self.skip(path, f"{result.detail}; left alone", target.generation)
-        elif result.outcome == "blocked":
-            # Each by its own path, once: what a person must fix, and where.
-            for entry in result.blocked:
-                self.skip(Path(entry.path), f"{entry.reason}. {entry.fix}", target.generation)
-        else:
-            self.removed.append(Removed(path, target.generation, reason))
-            logger.info(f"generation.{result.outcome}", recovery=self.id,
-                        generation=target.generation, path=str(path), reason=reason)
-
-    def sweep_unknown(self) -> None:
-        names = os.listdir(self.root.fd)
-        # Listed first, read second: a generation is journaled before its
-        # mkdir, so every directory just listed is known to this refresh.
-        self.refresh()
-        unknown: list[tuple[str, str]] = []
-        for name in sorted(names):
-            generation = generation_id_of(name)
-            if generation is None:
-                continue
-            known = self.state.generations.get(generation)
-            path = self.root.path / name
-            if self.state.held.get(generation) is not None or (
-                known is not None and held_by(self.state, known) is not None
-            ):
-                if known is None:
-                    self.skip(path, f"kept: event {self.state.held.get(generation)}, which "
-                              "the lifecycle rules refuse, names it", generation)
-                continue
-            if known is None:
-                unknown.append((name, generation))
-        # Unknown to the state: never journaled (a stray), or journaled as
-        # removed and forgotten, which only the records can tell.
-        removed = pasts(self.store, {g for _, g in unknown}, until=self.state.seq)
-        for name, generation in unknown:
-            past = removed.get(generation)
-            if past is not None and past.removed:
-                self.remove_reappeared(name, past)
-            else:
-                self.remove_stray(name, generation)
-
-    def remove_reappeared(self, name: str, past: Past) -> None:
-        """A generation the journal says is removed, on disk again."""
-        path = self.root.path / name
-        if past.outcome is not None and past.outcome.startswith("refused"):
-            # Not ours: refused once already; a person decides.
-            self.skip(path, f"its removal was refused ({past.outcome}); check it "
-                      "and remove it by hand", past.id)
-            return
-        if not self.owner_done(past.manager):
-            # Its one writer is its manager for as long as that lives.
-            self.skip(path, "journaled as removed, yet on disk again; it is removed once its "
-                      f"manager {past.manager} has ended", past.id)
-            return
-        if past.identity is None:
-            # No identity to check it against: treat it as unknown.
-            self.remove_stray(name, past.id, reappeared=True)
-            return
-        reason = "on disk again after its removal (a power loss undid it)"
-        gid = past.id
-        self.remove_target(
-            Target(gid, (generation_name(gid), trash_name(gid)), self.id, Reappeared(gid, self.id),
-                   str(self.root.path / generation_name(gid)), past.identity, past.commands),
-            path, reason,
-        )
-
-    def remove_stray(self, name: str, generation: str, *, reappeared: bool = False) -> None:
-        """Remove an entry of generation or trash name the journal does not know.
-
-        Only once older than *stale_after*, trash too: nothing the journal
-        does not record as the library's own goes without an age guard (and
-        the removal's lock probe).  A journal moved aside leaves every
-        directory of the old one unknown, and a trash name may have been
-        given to a directory by hand.
-        """
-        is_trash = name.startswith(TRASH_PREFIX)
-        try:
-            st = os.stat(name, dir_fd=self.root.fd, follow_symlinks=False)
-        except FileNotFoundError:
-            return
-        if self.clock() - st.st_mtime < self.stale_after:
-            return
-        reason = (f"unknown to the journal, left in the trash and older than "
-                  f"{self.stale_after:g} s" if is_trash else
-                  f"unknown to the journal and older than {self.stale_after:g} s")
-        start: Event = (Reappeared(generation, self.id) if reappeared
-                        else RemovalStarted(generation, self.id, reason))
-        target = Target(generation, (name,), self.id, start,
-                        str(self.root.path / generation_name(generation)))
-        self.remove_target(target, self.root.path / name, reason)
-
-    def sweep_lock_files(self) -> None:
-        """Remove liveness lock files that no manager will use again.
-
-        A closed manager's file is left when it was killed right after its
-        close was journaled, and goes once its lock is free.  A file no
-        record names (a manager killed after taking its lock and before the
-        journal named it, or every file of a journal moved aside) goes only
-        once older than *stale_after* and free: a manager being opened right
-        now creates its file a moment before it locks it.  Only the names
-        the library gives (``<manager id>.lock``, and the spare name a lock
-        file is made under before it is put back) are ever touched.
-        """
-        managers_fd = self.root.managers_fd
-        names = sorted(n for n in os.listdir(managers_fd) if _manager_of(n) is not None)
-        # A manager the state does not hold either ended and was let go of
-        # (the journal says so), or was never journaled at all.
-        ended = self.store.manager_ends({
-            m for m in map(_manager_of, names) if m is not None and m not in self.state.managers})
-        for name in names:
-            manager_id = _manager_of(name)
-            assert manager_id is not None
-            known = self.state.managers.get(manager_id)
-            if known is not None and known.ended is None and name == lock_file_name(manager_id):
-                continue
-            try:
-                if (known is None and manager_id not in ended) or name != lock_file_name(
-                        manager_id):
-                    age = self.clock() - os.stat(name, dir_fd=managers_fd,
-                                                 follow_symlinks=False).st_mtime
-                    if age < self.stale_after:
-                        continue
-                fd = probe_liveness(managers_fd, manager_id) if name.endswith(".lock") else (
-                    _probe_file(managers_fd, name)
-                )
-                if fd is None:
-                    continue
-                try:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(name, dir_fd=managers_fd)
-                finally:
-                    os.close(fd)
-            except FileNotFoundError:
-                continue
-            except OSError as e:
-                self.skip(self.root.path / MANAGERS_DIR / name, f"could not be checked ({e})",
-                          "")
-
     def skip(self, path: Path, reason: str, generation: str) -> None:
         self.skipped.append(Skipped(path, reason))
-        logger.warning("generation.skipped", recovery=self.id, generation=generation,
-                       path=str(path), reason=reason)
-
-
-def _manager_of(name: str) -> str | None:
-    """The manager a name in ``ROOT/managers`` belongs to, None if the library never gives it.
-
-    ``<id>.lock``, or ``.<id>.lock.<hex>``: the spare a lock file is made
-    under before it is renamed into place (:meth:`Liveness.check`).
-    """
-    if name.startswith("."):
-        stem, dot, tag = name[1:].rpartition(".")
-        if not dot or not tag or any(c not in "0123456789abcdef" for c in tag):
-            return None
-        name = stem
-    manager = name.removesuffix(".lock")
-    return manager if manager != name and ids.MANAGER.fullmatch(manager) else None
-
-
-def _probe_file(dir_fd: int, name: str) -> int | None:
-    """The descriptor of *name* locked exclusively if nobody holds it, else None."""
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
-                 dir_fd=dir_fd)
-    try:
-        if try_exclusive(fd):
-            return fd
-    except BaseException:
-        os.close(fd)
-        raise
-    os.close(fd)
-    return None
+        self.log.warning("generation.skipped", generation=generation, path=str(path),
+                         reason=reason)

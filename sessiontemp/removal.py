@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import shlex
 import stat
@@ -44,7 +43,7 @@ import attrs
 from journal.events import Event, RemovalFinished, RemovalStarted
 from journal.reducer import GenerationState
 from sessiontemp import nodes, processes, walk
-from sessiontemp.locks import try_exclusive
+from sessiontemp.locks import try_exclusive, try_shared
 from sessiontemp.nodes import Node
 from sessiontemp.root import generation_name, trash_name
 from sessiontemp.steps import Steps
@@ -220,7 +219,7 @@ def _share(fd: int) -> None:
     generation is then theirs to remove, and *fd* simply holds no lock.
     """
     with contextlib.suppress(OSError):
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        try_shared(fd)
 
 
 def finish(root_fd: int, found: Found, trash: str, *, steps: Steps) -> list[walk.Obstacle]:

@@ -42,12 +42,10 @@ is in use.  Generations carry their own locks.
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import stat
 import tempfile
 from pathlib import Path
-from time import monotonic, sleep
 from typing import Final
 
 import attrs
@@ -61,11 +59,13 @@ from journal.errors import (
     UnsafeRoot,
 )
 from sessiontemp import resources
+from sessiontemp.locks import hold_shared
 
 __all__ = [
     "ARTIFACTS_DIR",
     "DIRECTORIES",
     "DIR_FLAGS",
+    "ENTRIES",
     "FILES",
     "FILE_MODE",
     "GENERATION_PREFIX",
@@ -80,11 +80,12 @@ __all__ = [
     "default_root",
     "generation_id_of",
     "generation_name",
-    "hold_shared",
     "lock_file_name",
+    "manager_of_lock_file",
     "new_generation_id",
     "os_error",
     "path_of",
+    "session_lock_name",
     "trash_name",
 ]
 
@@ -100,6 +101,10 @@ RECOVERY_LOCK: Final = "recovery.lock"
 DIRECTORIES: Final = (MANAGERS_DIR, SESSIONS_DIR, ARTIFACTS_DIR, SEGMENTS_DIR)
 FILES: Final = (JOURNAL_NAME, f"{JOURNAL_NAME}-wal", f"{JOURNAL_NAME}-shm", RECOVERY_LOCK)
 _JOURNAL_ENTRIES: Final = (*FILES[:3], SEGMENTS_DIR)
+# Every name of the root's own (generations and trash aside), with the
+# rollback journal SQLite may leave beside an old-format journal.
+ENTRIES: Final = frozenset({*FILES, f"{JOURNAL_NAME}-journal", *DIRECTORIES})
+_LOCK_SUFFIX: Final = ".lock"
 
 # The mode of every plain file the library makes in the root: private, and
 # sticky, so that systemd-tmpfiles' age clean never removes it (it skips
@@ -129,7 +134,27 @@ new_generation_id = ids.new_generation
 
 def lock_file_name(manager: str) -> str:
     """The name of a manager's liveness lock file inside ``ROOT/managers``."""
-    return f"{manager}.lock"
+    return manager + _LOCK_SUFFIX
+
+
+def session_lock_name(name: str) -> str:
+    """The name of a session's owner lock file inside ``ROOT/sessions``."""
+    return name + _LOCK_SUFFIX
+
+
+def manager_of_lock_file(name: str) -> str | None:
+    """The manager a name in ``ROOT/managers`` belongs to, None if the library never gives it.
+
+    ``<id>.lock``, or ``.<id>.lock.<hex>``: the spare a lock file is made
+    under before it is renamed into place (``LivenessLock.check`` in :mod:`sessiontemp.liveness`).
+    """
+    if name.startswith("."):
+        stem, dot, tag = name[1:].rpartition(".")
+        if not dot or not tag or any(c not in "0123456789abcdef" for c in tag):
+            return None
+        name = stem
+    manager = name.removesuffix(_LOCK_SUFFIX)
+    return manager if manager != name and ids.MANAGER.fullmatch(manager) else None
 
 
 def generation_name(generation: str) -> str:
@@ -253,23 +278,6 @@ def check_layout(root: os.PathLike[str] | str) -> None:
         check_entry(path, st, directory=name in DIRECTORIES, private=False, owner=owner)
 
 
-def hold_shared(fd: int, *, patience: float) -> bool:
-    """Hold a shared flock on the directory *fd*, waiting up to *patience* seconds.
-
-    Only an exclusive holder blocks it: an age-based cleaner in the middle
-    of that directory.  Returns False when it stays blocked.
-    """
-    deadline = monotonic() + patience
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            return True
-        except OSError as e:
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN) or monotonic() >= deadline:
-                return False
-        sleep(0.01)
-
-
 def _make(root: Path) -> None:
     """Make *root* and every missing parent, each 0700: nothing wider is ever created."""
     missing = []
@@ -314,8 +322,8 @@ def _make_private(name: os.PathLike[str] | str, dir_fd: int | None, path: Path) 
 class Root:
     """An open, checked root directory, and its ``managers`` directory, held open.
 
-    ``held`` maps each directory of the layout that exists to a descriptor
-    holding a shared flock on it, for as long as the root is open.
+    ``dir_locks`` maps each directory of the layout that exists to a
+    descriptor holding a shared flock on it, for as long as the root is open.
     """
 
     path: Path
@@ -323,7 +331,7 @@ class Root:
     device: int
     inode: int
     managers_fd: int = -1
-    held: dict[str, int] = attrs.field(factory=dict)
+    dir_locks: dict[str, int] = attrs.field(factory=dict)
 
     @classmethod
     def open(cls, path: os.PathLike[str] | str | None = None, *, create: bool = True) -> Root:
@@ -406,7 +414,7 @@ class Root:
         other than a directory, someone else's, or open to others.  Whatever
         is made and probed in it afterwards goes relative to the returned
         descriptor, never through a path.  The directory's shared flock is
-        held from now on (see :attr:`held`).  With *create* False, a
+        held from now on (see :attr:`dir_locks`).  With *create* False, a
         missing directory raises FileNotFoundError.
         """
         path = self.path / name
@@ -443,7 +451,7 @@ class Root:
         made again after a removal is held anew.
         """
         mine = os.fstat(fd)
-        old = self.held.get(name)
+        old = self.dir_locks.get(name)
         if old is not None:
             st = os.fstat(old)
             if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino) and st.st_nlink:
@@ -457,14 +465,14 @@ class Root:
         except BaseException:
             os.close(hold)
             raise
-        self.held[name] = hold
+        self.dir_locks[name] = hold
         if old is not None:
             os.close(old)
 
     def hold_existing(self) -> None:
         """Hold every directory of the layout that exists (one a pass made since, too)."""
         for name in DIRECTORIES:
-            if name in self.held and os.fstat(self.held[name]).st_nlink:
+            if name in self.dir_locks and os.fstat(self.dir_locks[name]).st_nlink:
                 continue
             try:
                 fd = self.open_private(name, create=False)
@@ -542,8 +550,8 @@ class Root:
         whichever process that is: a forked child that keeps its copies
         only keeps a cleaner out a little longer.
         """
-        held, self.held = self.held, {}
-        for fd in held.values():
+        dir_locks, self.dir_locks = self.dir_locks, {}
+        for fd in dir_locks.values():
             os.close(fd)
         for name in ("managers_fd", "fd"):
             fd = getattr(self, name)

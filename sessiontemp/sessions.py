@@ -30,22 +30,17 @@ so that a discard never races an adoption.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import math
 import os
 import stat
-import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import attrs
 
 from journal import ids
 from journal.errors import SessionOwned
 from journal.reducer import GenerationState, ManagerState, SessionState, State, kept_for_resume
-from sessiontemp import resources
-from sessiontemp.locks import still_named
+from sessiontemp.locks import still_named, try_exclusive
 from sessiontemp.root import (
     FILE_MODE,
     SESSIONS_DIR,
@@ -53,11 +48,8 @@ from sessiontemp.root import (
     check_entry,
     os_error,
     path_of,
+    session_lock_name,
 )
-from sessiontemp.steps import StepHook, Steps
-
-if TYPE_CHECKING:
-    from sessiontemp.recovery import Report
 
 __all__ = [
     "DEFAULT_RESUME_WINDOW",
@@ -69,7 +61,6 @@ __all__ = [
     "check_window",
     "expired",
     "lock_name",
-    "remove_session",
     "resumable",
     "try_lock",
 ]
@@ -155,9 +146,8 @@ def expired(session: SessionState, now: float) -> bool:
     return session.kept_at is not None and now - session.kept_at >= session.window
 
 
-def lock_name(name: str) -> str:
-    """The name of a session's owner lock file inside ``ROOT/sessions``."""
-    return f"{name}.lock"
+# The name of a session's owner lock file inside ``ROOT/sessions``.
+lock_name = session_lock_name
 
 
 class SessionLock:
@@ -210,10 +200,6 @@ class SessionLock:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(lock_name(self.name), dir_fd=self._sessions_fd)
 
-    @property
-    def held(self) -> bool:
-        return self.fd >= 0
-
     def close(self) -> None:
         """Give the session up: the kernel frees the lock with the last descriptor.
 
@@ -247,11 +233,10 @@ def _lock(sessions_fd: int, name: str) -> int | None:
                 # Made by an earlier version (not sticky), or under a umask.
                 os.fchmod(fd, FILE_MODE)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                locked = try_exclusive(fd)
             except OSError as e:
-                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise os_error(path_of(sessions_fd, lock_name(name)), e,
-                                   "locked") from None
+                raise os_error(path_of(sessions_fd, lock_name(name)), e, "locked") from None
+            if not locked:
                 os.close(fd)
                 return None
             # A remover unlinks the file while holding its lock.
@@ -298,59 +283,6 @@ def _owner_pid(sessions_fd: int, name: str) -> int | None:
         return _read_pid(fd)
     finally:
         os.close(fd)
-
-
-def remove_session(
-    root: os.PathLike[str] | str | None,
-    name: str,
-    *,
-    clock: Callable[[], float] = time.time,
-    busy_timeout: float = 30.0,
-    step_hook: StepHook | None = None,
-) -> Report:
-    """Remove what named session *name* left under *root*, journaled; refused while it is owned.
-
-    Raises :class:`SessionOwned` (naming the owner's pid) while a live
-    manager holds the session.  Otherwise the generation its dead owner
-    left for a resume is discarded and, with every other directory of its
-    ended owners that no command holds, removed by a recovery pass; the
-    pass's report says what was removed and what a running command still
-    holds (removed by a later pass, once the command exits).  Artifacts are
-    kept: they go only by :func:`sessiontemp.remove_artifact`.  Raises
-    :class:`~sessiontemp.NoSuchRoot` for a root that does not exist (none is created).
-    *step_hook* sees every durable step, as :class:`~sessiontemp.Manager`'s does.
-    """
-    # Imported here: recovery imports this module for the session lock.
-    from journal.store import Store
-    from sessiontemp import recovery
-
-    check_name(name)
-    opened = Root.open(root, create=False)
-    try:
-        # Out of descriptors part-way, nothing is left half done that the
-        # next call (or recovery) does not finish.
-        with resources.translated(opened.path, f"session {name!r} could not be removed"):
-            lock = SessionLock.take(opened, name)
-            try:
-                opened.check_journal()
-                steps = Steps(step_hook)
-                store = Store(opened.journal_path, busy_timeout=busy_timeout,
-                              step_hook=steps.before)
-                try:
-                    report = recovery.run(
-                        opened, store, stale_after=recovery.DEFAULT_STALE_AFTER,
-                        clock=clock, steps=steps, wait=True,
-                        claim=Claim(name, resume=False, why="the session was removed "
-                                    "(remove_session)"),
-                    )
-                finally:
-                    store.close()
-                lock.unlink()
-            finally:
-                lock.close()
-    finally:
-        opened.close()
-    return report
 
 
 def _read_pid(fd: int) -> int | None:

@@ -49,14 +49,13 @@ import signal
 import subprocess
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from sessiontemp import Lease, Manager, recover
 from sessiontemp.steps import STEP_KINDS, StepKind
-from tests.childio import emit, report_json
+from tests.childio import emit, report_json, serve
 
 # A command that holds its inherited descriptors until its stdin reaches end of file.
 WAIT_FOR_EOF = "import sys; sys.stdin.buffer.read()"
@@ -228,16 +227,7 @@ def main(argv: list[str]) -> int:
     crasher = Crasher(args.at, args.detail, args.after, args.nth, args.armed, args.then)
     driver = Driver(args.root, crasher, bare=args.bare)
     emit(driver.hello())
-    for line in sys.stdin:
-        words = line.split()
-        if not words:
-            continue
-        try:
-            reply = driver.run(words)
-        except Exception as e:  # answered, so the parent sees what went wrong
-            emit({"error": f"{words[0]}: {e!r}", "traceback": traceback.format_exc()})
-        else:
-            emit(reply)
+    serve(driver.run)
     return 0
 
 

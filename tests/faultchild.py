@@ -86,7 +86,6 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +99,7 @@ from sessiontemp.handles import Handles
 from sessiontemp.recovery import maintain
 from sessiontemp.root import Root, generation_name
 from sessiontemp.steps import Steps
-from tests.childio import emit, report_json
+from tests.childio import commands, emit, report_json, serve
 
 # Long enough for a loaded machine, bounded so that a wedge still ends.
 BUSY_TIMEOUT = 10.0
@@ -125,13 +124,6 @@ def agrees_with_journal(manager: Manager) -> str:
         }
 
     return "agrees" if own(state) == own(manager.state) else "differs"
-
-
-def commands() -> Iterator[list[str]]:
-    for line in sys.stdin:
-        words = line.split()
-        if words:
-            yield words
 
 
 # -- neighbour ---------------------------------------------------------------------
@@ -298,45 +290,45 @@ def hold_active(path: Path) -> sqlite3.Connection:
 def neighbour() -> int:
     emit({"pid": os.getpid()})
     held: sqlite3.Connection | None = None
-    for words in commands():
-        try:
-            if words[0] == "maintain":
-                try:
-                    emit(maintain_eagerly(Path(words[1]), pause=words[2:] == ["pause"]))
-                except JournalError as e:
-                    # The journal refused (a full disk): said, not a failure of this process.
-                    emit({"refused": str(e)})
-            elif words[0] == "interleave":
-                emit(interleave(Path(words[1])))
-            elif words[0] in ("checkpoint", "seal"):
-                emit(checkpoint_only(Path(words[1]), roll_over=words[0] == "seal"))
-            elif words[0] == "retire-sealed":
-                emit(retire_sealed(Path(words[1])))
-            elif words[0] == "maintenance":
-                emit(maintenance_only(Path(words[1])))
-            elif words[0] == "retire":
-                emit(report_json(recover(words[1], busy_timeout=BUSY_TIMEOUT, retention=Retention(
-                    segment_bytes=1 << 40, history_bytes=0, history_age=0))))
-            elif words[0] == "hold":
-                held = hold_active(Path(words[1]))
-                emit({"holding": held.execute("PRAGMA database_list").fetchone()[2]})
-            elif words[0] == "let-go":
-                if held is not None:
-                    held.close()
-                    held = None
-                emit({"let_go": True})
-            elif words[0] == "open":
-                wait = float(words[2]) if len(words) > 2 else BUSY_TIMEOUT
-                with Manager(words[1], busy_timeout=wait) as other:
-                    pass
-                # Answered once closed: the test looks at the root next.
-                emit({"manager": other.id, **report_json(other.recovery)})
-            elif words[0] == "recover":
-                emit(report_json(recover(words[1], busy_timeout=BUSY_TIMEOUT)))
-            else:
-                emit({"error": f"unknown command {words[0]!r}"})
-        except Exception as e:  # answered, so the test sees what went wrong
-            emit({"error": f"{words[0]}: {e!r}", "traceback": traceback.format_exc()})
+
+    def run(words: list[str]) -> dict[str, Any]:
+        nonlocal held
+        if words[0] == "maintain":
+            try:
+                return maintain_eagerly(Path(words[1]), pause=words[2:] == ["pause"])
+            except JournalError as e:
+                # The journal refused (a full disk): said, not a failure of this process.
+                return {"refused": str(e)}
+        if words[0] == "interleave":
+            return interleave(Path(words[1]))
+        if words[0] in ("checkpoint", "seal"):
+            return checkpoint_only(Path(words[1]), roll_over=words[0] == "seal")
+        if words[0] == "retire-sealed":
+            return retire_sealed(Path(words[1]))
+        if words[0] == "maintenance":
+            return maintenance_only(Path(words[1]))
+        if words[0] == "retire":
+            return report_json(recover(words[1], busy_timeout=BUSY_TIMEOUT, retention=Retention(
+                segment_bytes=1 << 40, history_bytes=0, history_age=0)))
+        if words[0] == "hold":
+            held = hold_active(Path(words[1]))
+            return {"holding": held.execute("PRAGMA database_list").fetchone()[2]}
+        if words[0] == "let-go":
+            if held is not None:
+                held.close()
+                held = None
+            return {"let_go": True}
+        if words[0] == "open":
+            wait = float(words[2]) if len(words) > 2 else BUSY_TIMEOUT
+            with Manager(words[1], busy_timeout=wait) as other:
+                pass
+            # Answered once closed: the test looks at the root next.
+            return {"manager": other.id, **report_json(other.recovery)}
+        if words[0] == "recover":
+            return report_json(recover(words[1], busy_timeout=BUSY_TIMEOUT))
+        return {"error": f"unknown command {words[0]!r}"}
+
+    serve(run)
     return 0
 
 

@@ -23,7 +23,6 @@ blocking the run.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import select
@@ -42,6 +41,7 @@ from journal import State, Store
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Lease, Manager, Report
 from sessiontemp.root import JOURNAL_NAME, generation_name
 from tests import zygote
+from tests.childio import CutShort, JsonLines
 from tests.conftest import journal_state
 
 CHILD = Path(__file__).with_name("crashchild.py")
@@ -67,8 +67,7 @@ class Child:
         assert self.proc.stdout is not None
         self._stdin = self.proc.stdin
         self._stdout_file = self.proc.stdout
-        self._stdout = self.proc.stdout.fileno()
-        self._buffer = b""
+        self._lines = JsonLines(self.proc.stdout.fileno())
         self.crash: dict[str, Any] | None = None
         hello = self._receive("opening")
         # Empty when it died opening, or when it runs --bare.
@@ -85,23 +84,11 @@ class Child:
 
     def read(self, doing: str, timeout: float = TIMEOUT) -> dict[str, Any] | None:
         """The next JSON line, or None at end of file; fails after *timeout* seconds."""
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._buffer:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                self.fail(f"no answer within {timeout} s while {doing}")
-            ready, _, _ = select.select([self._stdout], [], [], remaining)
-            if not ready:
-                continue
-            chunk = os.read(self._stdout, 65536)
-            if not chunk:
-                if self._buffer:
-                    self.fail(f"half a line before end of file while {doing}: {self._buffer!r}")
-                return None
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        message: dict[str, Any] = json.loads(line)
-        return message
+        try:
+            return self._lines.read(timeout)
+        except (TimeoutError, CutShort) as e:
+            self.fail(f"{e} while {doing}")
+            raise AssertionError from e  # unreachable: fail raises
 
     def _receive(self, doing: str) -> dict[str, Any] | None:
         """The next answer; None when the child announced its planned crash and died of it."""

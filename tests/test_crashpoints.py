@@ -62,7 +62,7 @@ from journal.errors import SessionTempError
 from journal.events import GenerationCreated, GenerationReady
 from sessiontemp import Manager
 from sessiontemp.inspect import fsck, verify
-from sessiontemp.locks import lock_shared
+from sessiontemp.liveness import lock_shared
 from sessiontemp.manager import DURABILITY, Durability
 from sessiontemp.root import JOURNAL_NAME, generation_name, new_generation_id
 from sessiontemp.steps import StepKind

@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import random
-import select
 import shutil
 import signal
 import subprocess
@@ -44,6 +42,7 @@ from journal.errors import JournalError, JournalFull
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Lease, Manager, Unavailable, recover
 from sessiontemp.root import generation_name
 from tests import zygote
+from tests.childio import CutShort, JsonLines
 from tests.conftest import journal_state, live_state, locked_by_another, own_view
 from tests.test_bad_journal import (
     append_unknown_kind,
@@ -76,8 +75,7 @@ class Child:
         self.proc = zygote.shared("sessiontemp", "tests.childio").start(CHILD, list(args))
         assert self.proc.stdin is not None
         assert self.proc.stdout is not None
-        self._stdout = self.proc.stdout.fileno()
-        self._buffer = b""
+        self._lines = JsonLines(self.proc.stdout.fileno())
 
     def fail(self, message: str) -> None:
         self.proc.kill()
@@ -87,20 +85,14 @@ class Child:
 
     def read(self, doing: str, timeout: float = TIMEOUT) -> dict[str, Any]:
         """The next JSON line; fails at end of file or after *timeout* seconds."""
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._buffer:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                self.fail(f"no answer within {timeout} s while {doing}")
-            ready, _, _ = select.select([self._stdout], [], [], remaining)
-            if not ready:
-                continue
-            chunk = os.read(self._stdout, 65536)
-            if not chunk:
-                self.fail(f"ended while {doing}")
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        message: dict[str, Any] = json.loads(line)
+        try:
+            message = self._lines.read(timeout)
+        except (TimeoutError, CutShort) as e:
+            self.fail(f"{e} while {doing}")
+            raise AssertionError from e  # unreachable: fail raises
+        if message is None:
+            self.fail(f"ended while {doing}")
+            raise AssertionError  # unreachable: fail raises
         if "error" in message and "traceback" in message:
             self.fail(f"{message['error']} while {doing}\n{message['traceback']}")
         return message

@@ -36,8 +36,8 @@ from structlog.testing import capture_logs
 
 from journal import Store
 from journal.events import CommandStarted
-from sessiontemp import Manager, locks, processes, recover
-from sessiontemp.locks import is_locked
+from sessiontemp import Manager, liveness, locks, processes, recover
+from sessiontemp.liveness import is_locked
 from sessiontemp.root import DIR_FLAGS
 from tests.conftest import journal_state, locked_by_another
 from tests.model import simulate_kill
@@ -486,9 +486,9 @@ def test_without_putting_it_back_a_manager_whose_lock_file_was_deleted_would_loo
     manager: Manager, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The test above can fail: skip the check and the file stays gone."""
-    from sessiontemp.locks import Liveness
+    from sessiontemp.liveness import LivenessLock
 
-    monkeypatch.setattr(Liveness, "check", lambda self: False)
+    monkeypatch.setattr(LivenessLock, "check", lambda self: False)
     lock_file(manager).unlink()
     manager.retain()
     assert not lock_file(manager).exists()
@@ -555,7 +555,7 @@ def test_a_probe_that_wins_the_lock_of_a_lock_file_replaced_since_it_opened_it_l
     monkeypatch.setattr(locks, "try_exclusive", deleted_and_put_back_meanwhile)
     managers_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        held = locks.probe_liveness(managers_fd, manager.id)
+        held = liveness.take_liveness(managers_fd, manager.id)
     finally:
         os.close(managers_fd)
     assert raced, "the probe never tried a lock"

@@ -93,7 +93,7 @@ from sessiontemp import (
     remove_session,
 )
 from sessiontemp.inspect import fsck
-from sessiontemp.locks import RecoveryLock
+from sessiontemp.liveness import RecoveryLock
 from sessiontemp.recovery import maintain
 from sessiontemp.root import JOURNAL_NAME, Root
 from sessiontemp.steps import Steps

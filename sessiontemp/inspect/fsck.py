@@ -40,6 +40,7 @@ from sessiontemp.root import (
     TRASH_PREFIX,
     check_layout,
     generation_id_of,
+    lock_file_name,
 )
 
 __all__ = ["Finding", "FsckReport", "RepairReport", "fsck"]
@@ -119,7 +120,7 @@ def fsck(root: os.PathLike[str] | str, *, repair: bool = False,
     if not repair:
         findings, held = _fsck(base, progress)
         return FsckReport(base, findings, held=held)
-    from sessiontemp.recovery import recover
+    from sessiontemp.cleanup import recover
 
     before, _ = _fsck(base, progress)
     report = recover(base, busy_timeout=10.0)
@@ -201,7 +202,8 @@ def _fsck(base: Path, progress: Progress | None) -> tuple[tuple[Finding, ...],
             if m.ended is None and probe_liveness(base, m.id) == "gone"}
     for m in sorted(state.managers.values(), key=lambda m: m.opened_seq):
         if m.id in gone:
-            findings.append(Finding("unrecovered", base / MANAGERS_DIR / f"{m.id}.lock", None, (
+            lock = base / MANAGERS_DIR / lock_file_name(m.id)
+            findings.append(Finding("unrecovered", lock, None, (
                 f"manager {m.id} (pid {m.pid}) is gone but not yet declared dead; recovery "
                 "would declare it dead and remove its directories that no command holds"),
                 repair))

@@ -22,18 +22,17 @@ from journal.errors import BadInput, JournalCorrupt, RuleViolation
 from journal.events import Event, Record, Unreadable, decode
 from journal.reducer import EMPTY, Fold, Forgotten, State
 from journal.store import Store
-from sessiontemp.artifacts import ARTIFACTS_DIR
 from sessiontemp.locks import flock_holders
 from sessiontemp.root import (
+    ENTRIES,
     GENERATION_PREFIX,
     JOURNAL_NAME,
     MANAGERS_DIR,
-    RECOVERY_LOCK,
     check_layout,
     default_root,
     generation_id_of,
+    lock_file_name,
 )
-from sessiontemp.sessions import SESSIONS_DIR
 
 __all__ = [
     "PROGRESS_EVERY",
@@ -62,10 +61,7 @@ Hold: TypeAlias = Literal["held", "free", "absent", "unknown"]
 """Whether anyone holds a generation directory's lock, or the directory is not there."""
 
 # Entries of a root that are neither generations nor trash.
-ROOT_FILES: Final = frozenset({
-    JOURNAL_NAME, JOURNAL_NAME + "-wal", JOURNAL_NAME + "-shm", JOURNAL_NAME + "-journal",
-    JOURNAL_NAME + ".d", RECOVERY_LOCK, MANAGERS_DIR, SESSIONS_DIR, ARTIFACTS_DIR,
-})
+ROOT_FILES: Final = ENTRIES
 PROGRESS_EVERY: Final = 50_000
 _ROOT_FIX: Final = "Pass the root directory that holds journal.sqlite3 as --root DIR"
 _NOT_A_JOURNAL_FIX: Final = ("Check the path: name a sessiontemp journal (a root's "
@@ -149,7 +145,7 @@ def probe_liveness(root: Path, manager_id: str) -> Liveness:
     (``/proc/locks``) cannot be read.
     """
     try:
-        st = os.stat(root / MANAGERS_DIR / f"{manager_id}.lock", follow_symlinks=False)
+        st = os.stat(root / MANAGERS_DIR / lock_file_name(manager_id), follow_symlinks=False)
     except OSError:
         return "unknown"
     holders = flock_holders(st) if stat.S_ISREG(st.st_mode) else None

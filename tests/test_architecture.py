@@ -1,0 +1,375 @@
+"""The library's shape, read from its source with ``ast``: no import circle, modules of one
+concept, journal/ below sessiontemp/, SQL only in the store.
+
+Each rule is checked over ``journal/`` and ``sessiontemp/`` as they stand on disk, and each
+failure names the modules and what to do.  The same checks run first on small planted trees
+(a circle, a long module, an upward import, stray SQL), so a check that could never fail is
+itself a failure.
+
+What counts as an import: every ``import`` and ``from ... import`` of a module of the two
+packages, at any depth (an import inside a function still makes the module depend on the
+other one), except those under ``if TYPE_CHECKING:``, which never run.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("journal", "sessiontemp")
+# A module longer than this holds several concepts: make it a package behind its facade.
+MAX_LINES = 600
+# Where SQL may be written: the store package (which also holds the inspector's named
+# reads, as Store methods) and nowhere else.
+SQL_HOMES = ("journal.store",)
+# The first word of an SQL statement, then what must follow it for the text to be SQL
+# rather than prose: a statement is written in capitals here.
+_SQL = re.compile(
+    r"^\s*(?:SELECT\s.*\bFROM\b|SELECT\s+(?:RAISE|\d|\?|count|max|min)|INSERT\s+(?:OR\s+\w+\s+)?INTO\b"
+    r"|UPDATE\s+\w+\s+SET\b|DELETE\s+FROM\b|REPLACE\s+INTO\b"
+    r"|CREATE\s+(?:UNIQUE\s+|TEMP\s+)?(?:TABLE|INDEX|TRIGGER|VIEW)\b|DROP\s+(?:TABLE|INDEX|TRIGGER|VIEW)\b"
+    r"|ALTER\s+TABLE\b|PRAGMA\s+\w+|BEGIN(?:\s+(?:IMMEDIATE|EXCLUSIVE|DEFERRED))?\s*$"
+    r"|COMMIT\s*$|ROLLBACK\b|SAVEPOINT\s|RELEASE\s+SAVEPOINT\b|ATTACH\s+(?:DATABASE\s+)?\S"
+    r"|DETACH\s+(?:DATABASE\s+)?\w|VACUUM\b|WITH\s+(?:RECURSIVE\s+)?\w+\s*(?:\(.*\)\s*)?AS\s*\()",
+    re.DOTALL,
+)
+
+
+@attrs.frozen
+class Import:
+    """Module *source* imports module *target* at *line*."""
+
+    source: str
+    target: str
+    line: int
+
+
+@attrs.frozen
+class Circle:
+    """Modules that import each other (*modules*), and one cycle of imports among them."""
+
+    modules: tuple[str, ...]
+    cycle: tuple[Import, ...]
+
+    def describe(self) -> str:
+        steps = ", ".join(f"{imp.source} (line {imp.line}) imports {imp.target}"
+                          for imp in self.cycle)
+        return (f"import circle among {{{', '.join(self.modules)}}}: {steps}. Move what they "
+                "share into a module below them, move the caller into a module above them, "
+                "or, when only annotations need the import, put it under "
+                "`if TYPE_CHECKING:`")
+
+
+@attrs.frozen
+class Tree:
+    """The modules of some packages: name to source file."""
+
+    files: dict[str, Path]
+
+    @classmethod
+    def read(cls, base: Path, packages: Iterable[str]) -> Tree:
+        files: dict[str, Path] = {}
+        for package in packages:
+            for path in sorted((base / package).rglob("*.py")):
+                parts = path.relative_to(base).with_suffix("").parts
+                if parts[-1] == "__init__":
+                    parts = parts[:-1]
+                files[".".join(parts)] = path
+        return cls(files)
+
+    def parsed(self, module: str) -> ast.Module:
+        return ast.parse(self.files[module].read_text(), str(self.files[module]))
+
+    def is_package(self, module: str) -> bool:
+        return self.files[module].name == "__init__.py"
+
+    def imports(self) -> list[Import]:
+        found: list[Import] = []
+        for module in self.files:
+            for node in _runtime_nodes(self.parsed(module)):
+                found.extend(Import(module, target, node.lineno)
+                             for target in self._targets(module, node) if target != module)
+        return found
+
+    def _targets(self, module: str, node: ast.AST) -> Iterator[str]:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                known = self._known_prefix(alias.name)
+                if known is not None:
+                    yield known
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = module.split(".") if self.is_package(module) else module.split(".")[:-1]
+                package = package[:len(package) - (node.level - 1)]
+                base = ".".join([*package, *([base] if base else [])])
+            for alias in node.names:
+                # ``from pkg import mod`` imports the module; ``from mod import name``
+                # imports the module the name is in.
+                known = self._known_prefix(f"{base}.{alias.name}") or self._known_prefix(base)
+                if known is not None:
+                    yield known
+
+    def _known_prefix(self, dotted: str) -> str | None:
+        parts = dotted.split(".")
+        for end in range(len(parts), 0, -1):
+            candidate = ".".join(parts[:end])
+            if candidate in self.files:
+                return candidate
+        return None
+
+    def circles(self) -> list[Circle]:
+        """Each group of modules that import each other, with one cycle through it."""
+        edges: dict[str, dict[str, Import]] = {m: {} for m in self.files}
+        for imp in self.imports():
+            edges[imp.source].setdefault(imp.target, imp)
+        return [Circle(tuple(group), tuple(_cycle_in(group, edges)))
+                for group in _strongly_connected(edges) if len(group) > 1]
+
+    def long_modules(self, limit: int = MAX_LINES) -> list[tuple[str, int]]:
+        counted = ((m, len(p.read_text().splitlines())) for m, p in self.files.items())
+        return [(m, n) for m, n in counted if n > limit]
+
+    def upward_imports(self, lower: str = "journal", upper: str = "sessiontemp") -> list[Import]:
+        return [imp for imp in self.imports()
+                if _within(imp.source, lower) and _within(imp.target, upper)]
+
+    def stray_sql(self, homes: Iterable[str] = SQL_HOMES) -> list[tuple[str, int, str]]:
+        homes = tuple(homes)
+        found = []
+        for module in self.files:
+            if any(_within(module, home) for home in homes):
+                continue
+            tree = self.parsed(module)
+            # Docstrings are prose, and the pieces of an f-string are read with it.
+            skipped = _docstrings(tree) | {id(part) for node in ast.walk(tree)
+                                           if isinstance(node, ast.JoinedStr)
+                                           for part in node.values}
+            for node in ast.walk(tree):
+                text = _leading_text(node)
+                if text is None or id(node) in skipped:
+                    continue
+                if _SQL.match(text):
+                    assert isinstance(node, ast.expr)
+                    found.append((module, node.lineno, " ".join(text.split())[:60]))
+        return found
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _runtime_nodes(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement that can run: not under ``if TYPE_CHECKING:``."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                yield from _runtime_nodes(ast.Module(body=[child], type_ignores=[]))
+        else:
+            yield from _runtime_nodes(node)
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                found.add(id(body[0].value))
+    return found
+
+
+def _leading_text(node: ast.AST) -> str | None:
+    """The text a string literal (or an f-string) starts with, None for anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr) and node.values:
+        first = node.values[0]
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            return first.value + "".join(
+                v.value if isinstance(v, ast.Constant) and isinstance(v.value, str) else "0"
+                for v in node.values[1:])
+    return None
+
+
+def _strongly_connected(edges: dict[str, dict[str, Import]]) -> list[list[str]]:
+    """Tarjan's groups of modules that reach each other, iteratively (no recursion limit)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+    for start in sorted(edges):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        group.append(member)
+                        if member == node:
+                            break
+                    groups.append(sorted(group))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(edges[child]))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return groups
+
+
+def _cycle_in(group: list[str], edges: dict[str, dict[str, Import]]) -> list[Import]:
+    """A shortest cycle through the group's first module, as the imports that make it."""
+    members = set(group)
+    start = group[0]
+    came: dict[str, Import] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for target, imp in sorted(edges[node].items()):
+                if target == start:
+                    path = [imp]
+                    while path[0].source != start:
+                        path.insert(0, came[path[0].source])
+                    return path
+                if target in members and target not in came:
+                    came[target] = imp
+                    following.append(target)
+        frontier = following
+    raise AssertionError(f"no cycle through {start} in {group}")
+
+
+# -- the library ---------------------------------------------------------------------------------
+
+LIBRARY = Tree.read(REPO, PACKAGES)
+
+
+def test_no_module_of_the_library_imports_itself_through_others() -> None:
+    circles = LIBRARY.circles()
+    assert not circles, "\n".join(circle.describe() for circle in circles)
+
+
+def test_every_module_of_the_library_holds_at_most_600_lines() -> None:
+    long = LIBRARY.long_modules()
+    assert not long, "\n".join(
+        f"{module} has {lines} lines (at most {MAX_LINES}): it holds several concepts; make "
+        "it a package of one module per concept behind the same facade" for module, lines in long)
+
+
+def test_journal_never_imports_sessiontemp() -> None:
+    upward = LIBRARY.upward_imports()
+    assert not upward, "\n".join(
+        f"{imp.source} (line {imp.line}) imports {imp.target}: journal/ is the core and never "
+        "calls up into sessiontemp/; pass what it needs in (a callable, a value), or move the "
+        "code into sessiontemp/" for imp in upward)
+
+
+def test_sql_is_written_only_in_the_store_package() -> None:
+    by_module: dict[str, list[tuple[int, str]]] = {}
+    for module, line, text in LIBRARY.stray_sql():
+        by_module.setdefault(module, []).append((line, text))
+    assert not by_module, "\n".join(
+        f"{module} writes SQL at lines {', '.join(str(line) for line, _ in found)} (first: "
+        f"{found[0][1]!r}): statements belong to the store package ({', '.join(SQL_HOMES)}); "
+        "move them there behind a named Store method and call that instead"
+        for module, found in by_module.items())
+
+
+# -- the checks themselves, on planted trees -------------------------------------------------------
+
+def plant(base: Path, files: dict[str, str]) -> Tree:
+    for name, text in files.items():
+        path = base / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return Tree.read(base, sorted({name.split("/")[0] for name in files}))
+
+
+def test_a_planted_circle_of_three_modules_is_found_and_named(tmp_path: Path) -> None:
+    tree = plant(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from pkg import b\n",
+        "pkg/b.py": "def f() -> None:\n    from pkg.c import g\n",
+        "pkg/c.py": "from . import a\n",
+        "pkg/d.py": "import pkg.a\n",
+    })
+    circles = tree.circles()
+    assert len(circles) == 1
+    assert circles[0].modules == ("pkg.a", "pkg.b", "pkg.c")
+    message = circles[0].describe()
+    assert "{pkg.a, pkg.b, pkg.c}" in message
+    assert "pkg.b (line 2) imports pkg.c" in message
+    assert "TYPE_CHECKING" in message
+
+
+def test_an_import_for_type_checking_only_makes_no_circle(tmp_path: Path) -> None:
+    tree = plant(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from pkg.b import B\n",
+        "pkg/b.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                     "    from pkg.a import A\nelse:\n    import json\nclass B: ...\n"),
+    })
+    assert tree.circles() == []
+    assert [(i.source, i.target) for i in tree.imports()] == [("pkg.a", "pkg.b")]
+
+
+def test_a_planted_long_module_an_upward_import_and_stray_sql_are_found(tmp_path: Path) -> None:
+    tree = plant(tmp_path, {
+        "journal/__init__.py": "",
+        "journal/store.py": 'Q = "SELECT seq FROM events"\n',
+        "journal/events.py": "from sessiontemp import manager\n" + "x = 1\n" * MAX_LINES,
+        "sessiontemp/__init__.py": "",
+        "sessiontemp/manager.py": ('"""SELECT the words FROM a docstring: prose."""\n'
+                                   'def f(seq: int) -> str:\n'
+                                   '    return f"DELETE FROM events WHERE seq = {seq}"\n'
+                                   'NOTE = "Begin again, once the lock is free"\n'),
+    })
+    assert tree.long_modules() == [("journal.events", MAX_LINES + 1)]
+    assert [(i.source, i.target, i.line) for i in tree.upward_imports()] == [
+        ("journal.events", "sessiontemp.manager", 1)]
+    assert [(m, line) for m, line, _ in tree.stray_sql()] == [("sessiontemp.manager", 3)]
+
+
+@pytest.mark.parametrize("text", [
+    "SELECT seq, digest FROM events WHERE seq > ?", "INSERT INTO segment (base) VALUES (?)",
+    "CREATE TRIGGER t BEFORE UPDATE ON events BEGIN SELECT RAISE(ABORT, 'x'); END",
+    "PRAGMA user_version", "BEGIN IMMEDIATE", "COMMIT", "ATTACH DATABASE ? AS s1",
+    "UPDATE events SET kind = ?", "DROP INDEX events_by_kind",
+])
+def test_each_kind_of_statement_is_taken_for_sql(text: str) -> None:
+    assert _SQL.match(text)
+
+
+@pytest.mark.parametrize("text", [
+    "Begin again", "COMMIT message", "a SELECT FROM", "PRAGMA", "the journal was updated",
+])
+def test_prose_is_not_taken_for_sql(text: str) -> None:
+    assert not _SQL.match(text)
