@@ -3,11 +3,11 @@
 Not lifecycle state (that is the reducer's, over the journal) but what the
 kernel gives the process: the root's descriptors (one of them carrying the
 root's shared lock), the liveness lock, the manager's own shared lock on
-each generation it keeps alive, the leases' lock descriptors, the journal's
-SQLite connection.  :meth:`Handles.close_all` lets go of all of them the
-way the kernel does when a process dies, which serves an orderly close, a
-manager that can no longer write its journal, a forked child's copies, and
-the tests' simulated kill alike.
+each generation it keeps alive, the leases' lock descriptors (their holds,
+by lease id), the journal's SQLite connection.  :meth:`Handles.close_all`
+lets go of all of them the way the kernel does when a process dies, which
+serves an orderly close, a manager that can no longer write its journal, a
+forked child's copies, and the tests' simulated kill alike.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from sessiontemp.root import Root
 from sessiontemp.sessions import SessionLock
 
 if TYPE_CHECKING:
-    from sessiontemp.lease import Lease
+    from sessiontemp.lease import Hold
 
 __all__ = ["Handles"]
 
@@ -38,7 +38,7 @@ class Handles:
     liveness: Liveness | None = None
     session: SessionLock | None = None
     generations: dict[str, int] = attrs.field(factory=dict)
-    leases: dict[str, Lease] = attrs.field(factory=dict)
+    leases: dict[str, Hold] = attrs.field(factory=dict)
     pid: int = attrs.field(factory=os.getpid)
     closed: bool = False
 
@@ -61,8 +61,8 @@ class Handles:
         if self.closed:
             return
         self.closed = True
-        for lease in list(self.leases.values()):
-            lease._drop_lock()
+        for hold in list(self.leases.values()):
+            hold.drop()
         self.leases.clear()
         for generation in list(self.generations):
             self.drop_generation(generation)
@@ -86,8 +86,8 @@ class Handles:
         locks (:meth:`Store.abandon`).
         """
         self.closed = True
-        for lease in list(self.leases.values()):
-            lease._drop_copy()
+        for hold in list(self.leases.values()):
+            hold.drop_copy()
         self.leases.clear()
         for generation in list(self.generations):
             self.drop_generation(generation)

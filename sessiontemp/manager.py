@@ -70,7 +70,7 @@ from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Pending, Store
 from sessiontemp import aio, artifacts, placement, processes, recovery, resources, sessions
 from sessiontemp.handles import Handles
-from sessiontemp.lease import Lease
+from sessiontemp.lease import Hold, Lease
 from sessiontemp.locks import Liveness, hold_root, lock_shared, refusal
 from sessiontemp.log import debugging, logger
 from sessiontemp.removal import Blocked, Target, remove
@@ -119,6 +119,35 @@ _SYNCED: Final[dict[Durability, dict[type, bool]]] = {
              for cls in KINDS.values()},
     "relaxed": {cls: issubclass(cls, _WRITE_AHEAD) for cls in KINDS.values()},
 }
+
+
+class _Owner:
+    """The manager's side of its leases (:class:`~sessiontemp.lease.LeaseOwner`).
+
+    Kept off the manager's public API: a lease is released, tracked and
+    kept from through the lease itself.  It holds its manager weakly, so
+    that a manager dropped unclosed is finalized at once, not by the cycle
+    collector (each lease holds the manager strongly, as its ``manager``).
+    """
+
+    __slots__ = ("_manager",)
+
+    def __init__(self, manager: Manager) -> None:
+        self._manager = weakref.ref(manager)
+
+    def _of(self) -> Manager:
+        manager = self._manager()
+        assert manager is not None, "a lease holds its manager, so it lives as long"
+        return manager
+
+    def release_lease(self, lease: Lease) -> None:
+        self._of()._release_lease(lease)
+
+    def track(self, lease: Lease, pid: int) -> bool:
+        return self._of()._track(lease, pid)
+
+    def keep(self, lease: Lease, path: os.PathLike[str] | str, label: str) -> artifacts.Artifact:
+        return self._of()._keep(lease, path, label)
 
 
 class Manager:
@@ -200,6 +229,7 @@ class Manager:
         # Which failures of the store's group commit this state has caught up with.
         self._epoch = 0
         self.id = ids.new_manager()
+        self._owner = _Owner(self)
         self._clock = clock
         self._steps = Steps(step_hook)
         self._mutex = threading.RLock()
@@ -469,8 +499,9 @@ class Manager:
             self._wait(pending)
         except (JournalError, RuleViolation) as e:
             with self._mutex:
-                self._handles.leases.pop(lease.id, None)
-                lease._drop_lock()
+                hold = self._handles.leases.pop(lease.id, None)
+                if hold is not None:
+                    hold.drop()
             raise self._unavailable(f"the journal could not record the lease: {e}",
                                     "No directory was handed out; retry once fixed") from e
         return lease
@@ -561,8 +592,9 @@ class Manager:
             # generations' names.
             logger.info("generation.created", manager=self.id, generation=generation,
                         path=os.path.join(self.root, name), seq=self._state.seq - 1)
-        held = Lease(self, generation, lease, named[2], fd, label=label)
-        self._handles.leases[lease] = held
+        hold = Hold(fd)
+        held = Lease(self, self._owner, generation, lease, named[2], hold, label=label)
+        self._handles.leases[lease] = hold
         if debugging():
             logger.debug("lease.acquired", manager=self.id, generation=generation, lease=lease,
                          seq=self._state.seq)
@@ -644,8 +676,10 @@ class Manager:
         return None
 
     def _release_lease(self, lease: Lease) -> None:
+        hold = self._handles.leases.get(lease.id)
         if self._handles.forked:
-            lease._drop_copy()
+            if hold is not None:
+                hold.drop_copy()
             return
 
         def failed(e: JournalError) -> None:
@@ -656,8 +690,9 @@ class Manager:
                          reason=str(e))
 
         def released() -> None:
-            lease._drop_lock()
-            self._handles.leases.pop(lease.id, None)
+            dropped = self._handles.leases.pop(lease.id, None)
+            if dropped is not None:
+                dropped.drop()
             if self._handles.closed:
                 return
             if debugging():
@@ -668,7 +703,8 @@ class Manager:
         def operation() -> None:
             with self._mutex:
                 if not self._holds(lease):
-                    lease._drop_lock()
+                    if hold is not None:
+                        hold.drop()
                     return
                 try:
                     pending = self._append(LeaseReleased(self.id, lease.generation, lease.id),
@@ -702,7 +738,8 @@ class Manager:
 
         def operation() -> artifacts.Artifact:
             with self._mutex:
-                fd = lease._fd
+                hold = self._handles.leases.get(lease.id)
+                fd = None if hold is None else hold.fd
                 if not self._holds(lease) or fd is None:
                     raise Unavailable(lease.path, f"lease {lease.id} was already released",
                                       "Keep files while the lease is held")
@@ -793,8 +830,8 @@ class Manager:
                     # locks for it any more: the caller still learns why.
                     handles.close_all()
                     raise
-            for lease in list(handles.leases.values()):
-                lease._drop_lock()
+            for hold in list(handles.leases.values()):
+                hold.drop()
             handles.leases.clear()
             if journaled:
                 self._settle()

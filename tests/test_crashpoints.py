@@ -306,7 +306,7 @@ def is_open(fd: int) -> bool:
 def descriptors_of(manager: Manager) -> set[int]:
     """The lock descriptors of *manager* (its journal, root and liveness go by their close)."""
     handles = manager._handles
-    leases = {lease._fd for lease in handles.leases.values() if lease._fd is not None}
+    leases = {hold.fd for hold in handles.leases.values() if hold.fd is not None}
     return {*handles.generations.values(), *leases}
 
 
