@@ -8,13 +8,18 @@ by lease id), the journal's SQLite connection.  :meth:`Handles.close_all`
 lets go of all of them the way the kernel does when a process dies, which
 serves an orderly close, a manager that can no longer write its journal, a
 forked child's copies, and the tests' simulated kill alike.
+
+Every manager's handles are registered here by its id (:func:`register`):
+a forked child disarms the copies of them all, and the test suite and the
+benchmarks look a manager's up (:func:`of`) instead of reaching into it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from typing import TYPE_CHECKING
+import weakref
+from typing import TYPE_CHECKING, Final
 
 import attrs
 
@@ -26,7 +31,7 @@ from sessiontemp.sessions import SessionLock
 if TYPE_CHECKING:
     from sessiontemp.lease import Hold
 
-__all__ = ["Handles"]
+__all__ = ["Handles", "of", "register"]
 
 
 @attrs.define
@@ -128,3 +133,30 @@ class Handles:
                 close()
         if self.store is not None:
             self.store.forget()
+
+
+# Held weakly: a manager's handles live as long as it does, and not a moment
+# longer for being registered.
+_REGISTERED: Final[weakref.WeakValueDictionary[str, Handles]] = weakref.WeakValueDictionary()
+
+
+def register(manager: str, handles: Handles) -> None:
+    """Register *handles* as manager *manager*'s: from now on a forked child disarms its copies."""
+    _REGISTERED[manager] = handles
+
+
+def of(manager: str) -> Handles:
+    """What manager *manager* of this process holds open (KeyError once it is gone)."""
+    return _REGISTERED[manager]
+
+
+def _disarm_copies() -> None:
+    # Takes no lock (see sessiontemp.forks): the child has one thread, and
+    # any lock may have been held by one of the parent's at the fork.
+    for handles in list(_REGISTERED.values()):
+        # One copy that cannot be disarmed must not leave the others armed.
+        with contextlib.suppress(Exception):
+            handles.forget()
+
+
+os.register_at_fork(after_in_child=_disarm_copies)

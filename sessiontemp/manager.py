@@ -21,7 +21,6 @@ that the next operation, or the next recovery, finishes.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import functools
 import os
@@ -69,7 +68,7 @@ from journal.reducer import EMPTY, GenerationState, ManagerState, State, removal
 from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Pending, Store
 from sessiontemp import aio, artifacts, placement, processes, recovery, resources, sessions
-from sessiontemp.handles import Handles
+from sessiontemp.handles import Handles, register
 from sessiontemp.lease import Hold, Lease
 from sessiontemp.locks import Liveness, hold_root, lock_shared, refusal
 from sessiontemp.log import debugging, logger
@@ -94,22 +93,6 @@ DEFAULT_STALE_AFTER: Final = recovery.DEFAULT_STALE_AFTER
 DEFAULT_RESUME_WINDOW: Final = sessions.DEFAULT_RESUME_WINDOW
 # The longest label the journal's schema accepts (journal.events decodes no longer text).
 MAX_LABEL: Final = 4096
-
-# Every manager of this process, so that a forked child can disarm its copies.
-_MANAGERS: Final[weakref.WeakSet[Manager]] = weakref.WeakSet()
-
-
-def _disarm_copies() -> None:
-    # Takes no lock (see sessiontemp.forks): the child has one thread, and
-    # any lock may have been held by one of the parent's at the fork.
-    for manager in list(_MANAGERS):
-        # One copy that cannot be disarmed must not leave the others armed.
-        with contextlib.suppress(Exception):
-            manager._handles.forget()
-
-
-os.register_at_fork(after_in_child=_disarm_copies)
-
 
 # Whether an append of one event of each kind is synced before it returns (see
 # _WRITE_AHEAD), in full durability and in relaxed: looked up by the event's
@@ -256,7 +239,7 @@ class Manager:
         # Set at once: whatever fails below, close_all() gives back what was had;
         # and a child forked from now on (by another thread) disarms its copies.
         self._handles = handles
-        _MANAGERS.add(self)
+        register(self.id, handles)
         try:
             if claim is not None:
                 # First: refused at once while another manager owns the name.

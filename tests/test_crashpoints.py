@@ -60,7 +60,7 @@ import pytest
 
 from journal.errors import SessionTempError
 from journal.events import GenerationCreated, GenerationReady
-from sessiontemp import Manager
+from sessiontemp import Manager, handles
 from sessiontemp.inspect import fsck, verify
 from sessiontemp.locks import lock_shared
 from sessiontemp.manager import DURABILITY, Durability
@@ -305,9 +305,9 @@ def is_open(fd: int) -> bool:
 
 def descriptors_of(manager: Manager) -> set[int]:
     """The lock descriptors of *manager* (its journal, root and liveness go by their close)."""
-    handles = manager._handles
-    leases = {hold.fd for hold in handles.leases.values() if hold.fd is not None}
-    return {*handles.generations.values(), *leases}
+    held = handles.of(manager.id)
+    leases = {hold.fd for hold in held.leases.values() if hold.fd is not None}
+    return {*held.generations.values(), *leases}
 
 
 def judge(world: World, tally: Tally, where: str) -> None:

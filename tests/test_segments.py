@@ -32,7 +32,7 @@ from journal import EMPTY, JournalCorrupt, Record, Retention, State, Store, chec
 from journal import store as store_module
 from journal.events import Event, ManagerClosed, ManagerOpened, Released, Retained, Rotated
 from journal.segments import ROLL_FLOOR, Segment, directory, size_of
-from sessiontemp import Manager, recover
+from sessiontemp import Manager, handles, recover
 from sessiontemp.recovery import maintain
 from sessiontemp.steps import Steps
 from tests import zygote
@@ -271,7 +271,7 @@ def test_a_manager_that_lives_long_checkpoints_and_rolls_over_as_it_appends(
 ) -> None:
     root = tmp_path / "root"
     with Manager(root, retention=EAGER) as manager:
-        store = manager._handles.store
+        store = handles.of(manager.id).store
         assert store is not None
         store.maintenance_every = 30
         manager.retain()
@@ -872,7 +872,7 @@ def test_a_second_open_of_a_rolled_over_root_attaches_no_sealed_segment(
     monkeypatch.setattr(Store, "_spanning", counted)
     with Manager(tmp_path, retention=KEEP_ALL) as manager:
         assert spans == []
-        opened = manager._handles.store
+        opened = handles.of(manager.id).store
         assert opened is not None
         assert manager.state == replay(opened.records())
     assert spans, "reading every record attaches the sealed segments"
@@ -883,11 +883,11 @@ def test_a_pass_leaves_the_store_it_ran_on_without_the_sealed_segments_attached(
 ) -> None:
     rolled_over_root(tmp_path)
     with Manager(tmp_path, retention=KEEP_ALL) as manager:
-        store = manager._handles.store
+        store = handles.of(manager.id).store
         assert store is not None
         assert min(record.seq for record in store.records()) == 1
         assert store._span is not None
-        maintain(manager._handles.root, store, clock=time.time, steps=Steps(None))
+        maintain(handles.of(manager.id).root, store, clock=time.time, steps=Steps(None))
         assert store._span is None
         # The next read of older history attaches them again.
         assert min(record.seq for record in store.records()) == 1
