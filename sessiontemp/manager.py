@@ -32,7 +32,7 @@ import weakref
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Literal, TypeAlias, cast
+from typing import Final, cast
 
 import attrs
 
@@ -46,7 +46,6 @@ from journal.errors import (
     UnsafeRoot,
 )
 from journal.events import (
-    KINDS,
     ArtifactKept,
     CommandStarted,
     Event,
@@ -57,8 +56,6 @@ from journal.events import (
     ManagerClosed,
     ManagerOpened,
     Released,
-    RemovalFinished,
-    RemovalStarted,
     Retained,
     Rotated,
     SessionAdopted,
@@ -68,10 +65,12 @@ from journal.reducer import EMPTY, GenerationState, ManagerState, State, removal
 from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Pending, Store
 from sessiontemp import aio, artifacts, placement, processes, recovery, resources, sessions
+from sessiontemp.durability import DURABILITY, Durability, synced
+from sessiontemp.durability import check as check_durability
 from sessiontemp.handles import Handles, register
 from sessiontemp.lease import Hold, Lease
 from sessiontemp.locks import Liveness, hold_root, lock_shared, refusal
-from sessiontemp.log import debugging, logger
+from sessiontemp.log import bound, debugging
 from sessiontemp.removal import Blocked, Target, remove
 from sessiontemp.root import Root, default_root, generation_name
 from sessiontemp.shield import shielded
@@ -79,29 +78,10 @@ from sessiontemp.steps import StepHook, Steps
 
 __all__ = ["DEFAULT_RESUME_WINDOW", "DEFAULT_STALE_AFTER", "DURABILITY", "Durability", "Manager"]
 
-Durability: TypeAlias = Literal["full", "relaxed"]
-DURABILITY: Final[tuple[Durability, ...]] = ("full", "relaxed")
-# The events a file-system effect follows (a mkdir, a rename, the liveness
-# file's unlink): synced before it in either mode.  A removal's end is
-# synced in neither: lost, it leaves the removal started, which recovery
-# finishes as it would have (and the rmdir it records is not synced either).
-# An artifact's record is synced in both too: its caller is told the file is
-# kept, and without the record a recovery would remove it as unreferenced.
-_WRITE_AHEAD: Final = (GenerationCreated, RemovalStarted, ManagerClosed, ArtifactKept)
-
 DEFAULT_STALE_AFTER: Final = recovery.DEFAULT_STALE_AFTER
 DEFAULT_RESUME_WINDOW: Final = sessions.DEFAULT_RESUME_WINDOW
 # The longest label the journal's schema accepts (journal.events decodes no longer text).
 MAX_LABEL: Final = 4096
-
-# Whether an append of one event of each kind is synced before it returns (see
-# _WRITE_AHEAD), in full durability and in relaxed: looked up by the event's
-# class (events are final classes), one dict lookup on every append.
-_SYNCED: Final[dict[Durability, dict[type, bool]]] = {
-    "full": {cls: issubclass(cls, _WRITE_AHEAD) or cls is not RemovalFinished
-             for cls in KINDS.values()},
-    "relaxed": {cls: issubclass(cls, _WRITE_AHEAD) for cls in KINDS.values()},
-}
 
 
 class _Owner:
@@ -196,9 +176,7 @@ class Manager:
     ) -> None:
         recovery.check_stale_after(stale_after)
         self._retention = retention
-        if durability not in DURABILITY:
-            raise ValueError(f"durability must be one of {', '.join(map(repr, DURABILITY))}, "
-                             f"not {durability!r}")
+        durability = check_durability(durability)
         claim = None if session is None else sessions.Claim(sessions.check_name(session),
                                                              resume=bool(resume))
         window = sessions.check_window(resume_window)
@@ -212,6 +190,8 @@ class Manager:
         # Which failures of the store's group commit this state has caught up with.
         self._epoch = 0
         self.id = ids.new_manager()
+        # Every event of this manager names it: bound once.
+        self._log = bound(manager=self.id)
         self._owner = _Owner(self)
         self._clock = clock
         self._steps = Steps(step_hook)
@@ -231,7 +211,7 @@ class Manager:
                 lambda: self._open(root, stale_after, busy_timeout, claim, window),
                 lambda handles: self.close(),
             )
-        logger.debug("manager.opened", manager=self.id, path=str(self._handles.root.path))
+        self._log.debug("manager.opened", path=str(self._handles.root.path))
 
     def _open(self, root: os.PathLike[str] | str | None, stale_after: float,
               busy_timeout: float, claim: sessions.Claim | None, window: float) -> Handles:
@@ -261,7 +241,7 @@ class Manager:
             # Keeps an age-based cleaner (systemd-tmpfiles) out of the whole
             # root, journal and lock files included, while the manager lives.
             if not hold_root(handles.root.fd, patience=busy_timeout):
-                logger.warning("root.unlocked", manager=self.id, path=str(handles.root.path),
+                self._log.warning("root.unlocked", path=str(handles.root.path),
                                reason="another process holds the root's exclusive lock")
             # The liveness lock is taken before the journal names this
             # manager, so a recovery that sees the name finds the lock.
@@ -314,7 +294,7 @@ class Manager:
                 and found.owner is not None):
             self._handles.generations[found.generation.id] = taken
             self.resumed = True
-            logger.info("session.resumed", manager=self.id, session=claim.name,
+            self._log.info("session.resumed", session=claim.name,
                         generation=found.generation.id, previous=found.owner.id,
                         path=os.path.join(self.root, generation_name(found.generation.id)),
                         seq=self._state.seq)
@@ -336,14 +316,13 @@ class Manager:
                 # than a probe's): the claim fails and nothing is discarded,
                 # so that the next claim can still resume it.
                 raise self._not_locked(generation.id, e, retire=False) from e
-            logger.warning("session.not_resumed", manager=self.id, generation=generation.id,
+            self._log.warning("session.not_resumed", generation=generation.id,
                            reason=f"{name} could not be locked ({e.strerror})")
             return None
         try:
             st = os.fstat(fd)
             if (st.st_dev, st.st_ino) != (generation.device, generation.inode):
-                logger.warning("session.not_resumed", manager=self.id,
-                               generation=generation.id,
+                self._log.warning("session.not_resumed", generation=generation.id,
                                reason=f"{name} was replaced by another directory")
                 os.close(fd)
                 return None
@@ -573,13 +552,13 @@ class Manager:
             # logged as strings: pathlib interns each component it parses, and
             # the interpreter's table of interned names would grow with the
             # generations' names.
-            logger.info("generation.created", manager=self.id, generation=generation,
+            self._log.info("generation.created", generation=generation,
                         path=os.path.join(self.root, name), seq=self._state.seq - 1)
         hold = Hold(fd)
         held = Lease(self, self._owner, generation, lease, named[2], hold, label=label)
         self._handles.leases[lease] = hold
         if debugging():
-            logger.debug("lease.acquired", manager=self.id, generation=generation, lease=lease,
+            self._log.debug("lease.acquired", generation=generation, lease=lease,
                          seq=self._state.seq)
         return held, None if made is not None else pending
 
@@ -612,7 +591,7 @@ class Manager:
             return refusal(self.root, path, error)
         self._append(Rotated(self.id))
         self._settle()
-        logger.warning("generation.vanished", manager=self.id, generation=generation,
+        self._log.warning("generation.vanished", generation=generation,
                        reason=str(error))
         return self._unavailable(f"{path} is gone ({error.strerror})",
                                  "It was retired; try again")
@@ -639,7 +618,7 @@ class Manager:
             if not isinstance(e, OSError):
                 raise
             self._abandon(generation, f"could not be made: {e.strerror}")
-            logger.warning("generation.failed", manager=self.id, generation=generation,
+            self._log.warning("generation.failed", generation=generation,
                            reason=str(e))
             raise self._unavailable(
                 f"could not make a private directory: {e.strerror}",
@@ -653,8 +632,7 @@ class Manager:
         try:
             self._remove(generation, reason)
         except (OSError, SessionTempError) as e:
-            logger.warning("generation.abandon_failed", manager=self.id,
-                           generation=generation, reason=str(e))
+            self._log.warning("generation.abandon_failed", generation=generation, reason=str(e))
             return e
         return None
 
@@ -669,7 +647,7 @@ class Manager:
             # Keep the lock: without a journaled release the directory
             # must stay; a later release() tries again, and the next
             # recovery after this manager ends sees the lease as void.
-            logger.error("lease.release_failed", manager=self.id, lease=lease.id,
+            self._log.error("lease.release_failed", lease=lease.id,
                          reason=str(e))
 
         def released() -> None:
@@ -679,7 +657,7 @@ class Manager:
             if self._handles.closed:
                 return
             if debugging():
-                logger.debug("lease.released", manager=self.id, generation=lease.generation,
+                self._log.debug("lease.released", generation=lease.generation,
                              lease=lease.id, seq=self._state.seq)
             self._settle()
 
@@ -743,7 +721,7 @@ class Manager:
                     raise
                 copy.done()
                 kept = artifacts.artifact_of(self.root, self._state.artifacts[artifact])
-                logger.info("artifact.kept", manager=self.id, lease=lease.id,
+                self._log.info("artifact.kept", lease=lease.id,
                             path=str(kept.path), seq=self._state.seq)
                 return kept
 
@@ -766,7 +744,7 @@ class Manager:
                                                 started))
                 except JournalError as e:
                     # The lock the command inherited still protects it.
-                    logger.warning("command.untracked", manager=self.id, lease=lease.id,
+                    self._log.warning("command.untracked", lease=lease.id,
                                    pid=pid, reason=str(e))
                     return False
                 return True
@@ -806,7 +784,7 @@ class Manager:
                     # The journal cannot say this manager ended (a full disk,
                     # a lock held too long, a record the rules refused): it
                     # lets go of everything below as a dead process would.
-                    logger.error("manager.close_failed", manager=self.id, reason=str(e))
+                    self._log.error("manager.close_failed", reason=str(e))
                 except BaseException:
                     # Whatever else stops it (a bug, a step hook's fault),
                     # nothing was journaled, so nothing holds this manager's
@@ -826,7 +804,7 @@ class Manager:
             if journaled and handles.liveness is not None:
                 handles.liveness.unlink()
             handles.close_all()
-        logger.debug("manager.closed", manager=self.id)
+        self._log.debug("manager.closed")
 
     def __del__(self) -> None:
         # Dropped unclosed, as an unclosed file is: its locks are given up
@@ -876,9 +854,7 @@ class Manager:
         assert store is not None
         if store.epoch != self._epoch:
             self._resync(store)
-        synced = _SYNCED[self.durability]
-        durable = synced[type(events[0])] if len(events) == 1 else any(
-            synced[type(event)] for event in events)
+        durable = synced(self.durability, events)
         try:
             pending = store.submit(events, time=self._clock(), durable=durable, fold=replay,
                                    base=self._state)
@@ -945,7 +921,7 @@ class Manager:
         Every handle is let go as if the process had died, so a recovery
         finds the manager dead and finishes its work from the journal.
         """
-        logger.error("manager.broken", manager=self.id, reason=reason)
+        self._log.error("manager.broken", reason=reason)
         self._handles.close_all()
 
     def _settle(self) -> Exception | None:
@@ -983,8 +959,8 @@ class Manager:
                     try:
                         self._remove(generation, "retired and no lease left")
                     except (OSError, SessionTempError) as e:
-                        logger.warning("generation.removal_failed", manager=self.id,
-                                       generation=generation, reason=str(e))
+                        self._log.warning("generation.removal_failed", generation=generation,
+                                          reason=str(e))
         finally:
             self._drop_retired()
         return unfinished
@@ -1030,14 +1006,14 @@ class Manager:
             # the removal again, and would otherwise repeat it.
             said = self._blocked.get(generation, frozenset())
             for entry in result.blocked:
-                (logger.debug if entry in said else logger.warning)(
-                    "generation.blocked", manager=self.id, generation=generation,
+                (self._log.debug if entry in said else self._log.warning)(
+                    "generation.blocked", generation=generation,
                     path=entry.path, seq=self._state.seq, reason=entry.reason, fix=entry.fix)
             self._blocked[generation] = frozenset(result.blocked)
             return
         self._blocked.pop(generation, None)
-        log = logger.info if result.outcome in ("removed", "absent") else logger.warning
-        log(f"generation.{result.outcome}", manager=self.id, generation=generation,
+        log = self._log.info if result.outcome in ("removed", "absent") else self._log.warning
+        log(f"generation.{result.outcome}", generation=generation,
             path=os.path.join(self.root, generation_name(generation)), seq=self._state.seq,
             reason=result.detail or reason)
 
@@ -1063,14 +1039,14 @@ class Manager:
                 root.reopen_managers()
                 liveness.moved(root.managers_fd)
             if liveness.check():
-                logger.warning("manager.lock_recreated", manager=self.id,
-                               path=str(self._handles.root.manager_lock_path(self.id)))
+                self._log.warning("manager.lock_recreated",
+                                  path=str(self._handles.root.manager_lock_path(self.id)))
         except OSError as e:
             if not resources.shortage(e):
                 raise
             # Put back by the next operation: meanwhile a recovery finds no
             # lock file and leaves this manager alone, as it must.
-            logger.warning("manager.lock_not_recreated", manager=self.id, reason=str(e))
+            self._log.warning("manager.lock_not_recreated", reason=str(e))
 
     def _refuse_forked(self) -> None:
         if self._handles.forked:
