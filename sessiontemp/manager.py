@@ -21,7 +21,6 @@ that the next operation, or the next recovery, finishes.
 
 from __future__ import annotations
 
-import errno
 import functools
 import os
 import sys
@@ -41,7 +40,6 @@ from journal.errors import (
     ForkedCopy,
     JournalError,
     RuleViolation,
-    SessionTempError,
     Unavailable,
     UnsafeRoot,
 )
@@ -49,9 +47,6 @@ from journal.events import (
     ArtifactKept,
     CommandStarted,
     Event,
-    GenerationCreated,
-    GenerationReady,
-    LeaseAcquired,
     LeaseReleased,
     ManagerClosed,
     ManagerOpened,
@@ -61,17 +56,17 @@ from journal.events import (
     SessionAdopted,
     SessionClaimed,
 )
-from journal.reducer import EMPTY, GenerationState, ManagerState, State, removal_due, replay
+from journal.reducer import EMPTY, GenerationState, ManagerState, State, replay
 from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Pending, Store
 from sessiontemp import aio, artifacts, placement, processes, recovery, resources, sessions
 from sessiontemp.durability import DURABILITY, Durability, synced
 from sessiontemp.durability import check as check_durability
+from sessiontemp.generations import Generations
 from sessiontemp.handles import Handles, register
 from sessiontemp.lease import Hold, Lease
-from sessiontemp.locks import Liveness, hold_root, lock_shared, refusal
+from sessiontemp.locks import Liveness, hold_root, lock_shared
 from sessiontemp.log import bound, debugging
-from sessiontemp.removal import Blocked, Target, remove
 from sessiontemp.root import Root, default_root, generation_name
 from sessiontemp.shield import shielded
 from sessiontemp.steps import StepHook, Steps
@@ -85,10 +80,12 @@ MAX_LABEL: Final = 4096
 
 
 class _Owner:
-    """The manager's side of its leases (:class:`~sessiontemp.lease.LeaseOwner`).
+    """The manager's side of its leases and generations.
 
-    Kept off the manager's public API: a lease is released, tracked and
-    kept from through the lease itself.  It holds its manager weakly, so
+    A :class:`~sessiontemp.lease.LeaseOwner` and a
+    :class:`~sessiontemp.generations.Journal`, kept off the manager's public
+    API: a lease is released, tracked and kept from through the lease
+    itself, and only the manager's generations append for it.  It holds its manager weakly, so
     that a manager dropped unclosed is finalized at once, not by the cycle
     collector (each lease holds the manager strongly, as its ``manager``).
     """
@@ -111,6 +108,17 @@ class _Owner:
 
     def keep(self, lease: Lease, path: os.PathLike[str] | str, label: str) -> artifacts.Artifact:
         return self._of()._keep(lease, path, label)
+
+    @property
+    def state(self) -> State:
+        return self._of()._state
+
+    @property
+    def me(self) -> ManagerState:
+        return self._of()._me
+
+    def append(self, *events: Event, wait: bool = True) -> Pending:
+        return self._of()._append(*events, wait=wait)
 
 
 class Manager:
@@ -200,11 +208,7 @@ class Manager:
         # This manager as the state last held it (see _track_me): the state
         # forgets it once it has ended and has nothing left to remove.
         self._ended: ManagerState | None = None
-        # The generation leases were last handed out on: its name and path.
-        self._named: tuple[str | None, str, str] = (None, "", "")
         self.recovery = recovery.Report(ran=False)
-        # What each generation's removal had to leave, as last warned of.
-        self._blocked: dict[str, frozenset[Blocked]] = {}
         with resources.translated(default_root() if root is None else os.path.abspath(root),
                                   "the manager could not be opened"):
             self._handles = shielded(
@@ -219,6 +223,7 @@ class Manager:
         # Set at once: whatever fails below, close_all() gives back what was had;
         # and a child forked from now on (by another thread) disarms its copies.
         self._handles = handles
+        self._generations = Generations(self.id, self._owner, handles, self._steps, self._log)
         register(self.id, handles)
         try:
             if claim is not None:
@@ -315,7 +320,7 @@ class Manager:
                 # No sign that it is gone (a shortage, or a lock held longer
                 # than a probe's): the claim fails and nothing is discarded,
                 # so that the next claim can still resume it.
-                raise self._not_locked(generation.id, e, retire=False) from e
+                raise self._generations.not_locked(generation.id, e, retire=False) from e
             self._log.warning("session.not_resumed", generation=generation.id,
                            reason=f"{name} could not be locked ({e.strerror})")
             return None
@@ -422,14 +427,14 @@ class Manager:
                 self._keep_alive()
                 pending = change()
                 try:
-                    self._settle()
+                    self._generations.settle()
                 finally:
                     try:
                         self._wait(pending)
                     finally:
                         # Committed only now (or failed): the locks on what
                         # it did retire can go.
-                        self._drop_retired()
+                        self._generations.drop_retired()
 
         shielded(operation)
 
@@ -488,153 +493,23 @@ class Manager:
                 self._keep_alive()
                 # Work a failure left (a directory half made, a removal due)
                 # is finished before anything new begins.
-                unfinished = self._settle()
+                unfinished = self._generations.settle()
                 return self._lease(label, unfinished)
             except (JournalError, RuleViolation) as e:
                 raise self._unavailable(f"the journal could not record the lease: {e}",
                                         "No directory was handed out; retry once fixed") from e
 
-    def _lease(self, label: str, unfinished: Exception | None = None
-               ) -> tuple[Lease, Pending | None]:
+    def _lease(self, label: str, unfinished: Exception | None) -> tuple[Lease, Pending | None]:
         """Hand out a lease; its append is left to wait for when no generation was made."""
-        current = self._me.current
-        if current is not None and not self._state.generations[current].ready:
-            # *unfinished* says why clearing it failed just now (a full disk,
-            # a busy journal): the caller's fix depends on it.
-            why = "" if unfinished is None else f": {unfinished}"
-            raise self._unavailable(
-                f"directory {generation_name(current)} was left half made and could not be "
-                f"cleared yet{why}", "Retry once the journal accepts writes again",
-            ) from unfinished
-        made: tuple[str, int, GenerationReady] | None = None
-        if current is None:
-            made = self._make_generation()
-            generation = made[0]
-        else:
-            generation = current
-        named = self._named
-        if named[0] != generation:
-            # Built once per generation, not per lease; a string, which
-            # pathlib's interning of each name it parses never sees.
-            name = generation_name(generation)
-            named = self._named = (generation, name, os.path.join(self.root, name))
-        name = named[1]
-        lease = ids.new_lease()
-        try:
-            self._steps.before("lock", name)
-            # Locked before the lease is journaled: a lease in the journal
-            # always has its lock, and a lock taken for a lease that could
-            # not be journaled is simply closed.
-            fd = lock_shared(self._handles.root.fd, name)
-            if made is None:
-                self._check_identity(generation, fd)
-            # A usage touch: an age rule (systemd-tmpfiles, the sweep of a
-            # lost journal's leftovers) then measures idleness, not age.
-            os.utime(fd)
-        except BaseException as e:
-            if made is not None:
-                self._unmake(made, e)
-            if isinstance(e, OSError):
-                raise self._not_locked(generation, e, retire=made is None) from e
-            raise
-        try:
-            ready = [] if made is None else [made[2]]
-            pending = self._append(*ready, LeaseAcquired(self.id, generation, lease, label),
-                                   wait=made is not None)
-        except BaseException as e:
-            os.close(fd)
-            if made is not None:
-                self._unmake(made, e)
-            raise
-        if made is not None:
-            self._handles.generations[generation] = made[1]
-            # Its ready event came just before the lease's, in one commit.  Paths
-            # logged as strings: pathlib interns each component it parses, and
-            # the interpreter's table of interned names would grow with the
-            # generations' names.
-            self._log.info("generation.created", generation=generation,
-                        path=os.path.join(self.root, name), seq=self._state.seq - 1)
-        hold = Hold(fd)
-        held = Lease(self, self._owner, generation, lease, named[2], hold, label=label)
-        self._handles.leases[lease] = hold
+        leased = self._generations.lease(label, unfinished)
+        hold = Hold(leased.fd)
+        lease = Lease(self, self._owner, leased.generation, leased.lease, leased.path, hold,
+                      label=label)
+        self._handles.leases[leased.lease] = hold
         if debugging():
-            self._log.debug("lease.acquired", generation=generation, lease=lease,
-                         seq=self._state.seq)
-        return held, None if made is not None else pending
-
-    def _unmake(self, made: tuple[str, int, GenerationReady], error: BaseException) -> None:
-        """Give up a generation made for a lease that could not be handed out."""
-        os.close(made[1])
-        # An exception the process lives on from: clear the directory now.
-        # Anything else (the process is going down) is left to recovery.
-        if isinstance(error, Exception):
-            self._abandon(made[0], f"could not be handed out: {error}")
-
-    def _check_identity(self, generation: str, fd: int) -> None:
-        """Refuse (ENOENT) a directory under *generation*'s name that is not the one made."""
-        st = os.fstat(fd)
-        known = self._state.generations[generation]
-        if (st.st_dev, st.st_ino) != (known.device, known.inode):
-            os.close(fd)
-            raise FileNotFoundError(errno.ENOENT, "it was replaced by another directory")
-
-    def _not_locked(self, generation: str, error: OSError, *, retire: bool) -> Unavailable:
-        """Why a lease's lock on *generation* could not be had.
-
-        With *retire*, a directory gone from under its name (or replaced)
-        is retired, so that the next acquire starts clean; nothing else
-        says it is gone (:mod:`sessiontemp.resources`), and nothing else
-        retires it.
-        """
-        path = os.path.join(self.root, generation_name(generation))
-        if not (retire and resources.gone(error)):
-            return refusal(self.root, path, error)
-        self._append(Rotated(self.id))
-        self._settle()
-        self._log.warning("generation.vanished", generation=generation,
-                       reason=str(error))
-        return self._unavailable(f"{path} is gone ({error.strerror})",
-                                 "It was retired; try again")
-
-    def _make_generation(self) -> tuple[str, int, GenerationReady]:
-        """Journal, make and lock a new generation; its ready event is left to the caller."""
-        generation = ids.new_generation()
-        name = generation_name(generation)
-        self._append(GenerationCreated(self.id, generation))
-        root_fd = self._handles.root.fd
-        fd = -1
-        try:
-            self._steps.before("mkdir", name)
-            os.mkdir(name, 0o700, dir_fd=root_fd)
-            self._steps.before("lock", name)
-            fd = lock_shared(root_fd, name)
-            # mkdir's mode passes through the umask, which may take the
-            # owner's own bits away; the directory must be exactly 0700.
-            os.fchmod(fd, 0o700)
-            st = os.fstat(fd)
-        except BaseException as e:
-            if fd >= 0:
-                os.close(fd)
-            if not isinstance(e, OSError):
-                raise
-            self._abandon(generation, f"could not be made: {e.strerror}")
-            self._log.warning("generation.failed", generation=generation,
-                           reason=str(e))
-            raise self._unavailable(
-                f"could not make a private directory: {e.strerror}",
-                resources.fix(e) if resources.shortage(e) else
-                "Free space or fix the root; no other directory will be used",
-            ) from e
-        return generation, fd, GenerationReady(self.id, generation, st.st_dev, st.st_ino)
-
-    def _abandon(self, generation: str, reason: str) -> Exception | None:
-        """Undo a generation that never became ready; a failure is left for later, and returned."""
-        try:
-            self._remove(generation, reason)
-        except (OSError, SessionTempError) as e:
-            self._log.warning("generation.abandon_failed", generation=generation, reason=str(e))
-            return e
-        return None
+            self._log.debug("lease.acquired", generation=leased.generation, lease=leased.lease,
+                            seq=self._state.seq)
+        return lease, leased.pending
 
     def _release_lease(self, lease: Lease) -> None:
         hold = self._handles.leases.get(lease.id)
@@ -659,7 +534,7 @@ class Manager:
             if debugging():
                 self._log.debug("lease.released", generation=lease.generation,
                              lease=lease.id, seq=self._state.seq)
-            self._settle()
+            self._generations.settle()
 
         def operation() -> None:
             with self._mutex:
@@ -795,7 +670,7 @@ class Manager:
                 hold.drop()
             handles.leases.clear()
             if journaled:
-                self._settle()
+                self._generations.settle()
             self._steps.before("unlock", f"manager {self.id}")
             # The lock file goes first: once the lock is free, a recovery
             # may take it and would otherwise race our unlink.  Only with
@@ -923,99 +798,6 @@ class Manager:
         """
         self._log.error("manager.broken", reason=reason)
         self._handles.close_all()
-
-    def _settle(self) -> Exception | None:
-        """Act on what the state now says, finishing work a failure left behind.
-
-        Clears a current generation that was never made ready (its creation
-        failed), removes every generation whose removal is due or was
-        started, and drops the manager's locks on retired generations
-        (:meth:`_drop_retired`).  Never raises for a failed removal: the
-        next settle, or recovery, tries again.  Returns why the current
-        generation could not be cleared, if it could not.
-        """
-        state = self._state
-        me = self._me
-        on = me.current
-        if on is not None and len(me.generations) == 1 and me.ended is None:
-            live = state.generations[on]
-            held = self._handles.generations
-            if (live.ready and not live.retired and live.removal is None
-                    and (not held or (len(held) == 1 and on in held))):
-                # The case of every lease on a live generation: the one
-                # generation is current and ready, so nothing is due, and the
-                # one lock held is its own (taken once its creation was
-                # committed, so it is not retired there either).
-                return None
-        unfinished = None
-        if me.ended is None and me.current is not None and not state.generations[
-            me.current
-        ].ready:
-            unfinished = self._abandon(me.current, "its creation did not finish")
-        try:
-            for generation in sorted(self._me.generations):
-                current = self._state.generations[generation]
-                if removal_due(current) or current.removal == "started":
-                    try:
-                        self._remove(generation, "retired and no lease left")
-                    except (OSError, SessionTempError) as e:
-                        self._log.warning("generation.removal_failed", generation=generation,
-                                          reason=str(e))
-        finally:
-            self._drop_retired()
-        return unfinished
-
-    def _drop_retired(self) -> None:
-        """Drop the manager's own locks on the generations whose retirement is committed.
-
-        Only once committed: a retirement still queued may yet fail, and the
-        generation is then current again, which its lock must still say on
-        disk (an age-based cleaner skips only a locked directory).
-        """
-        store = self._handles.store
-        if store is None:
-            return
-        committed = cast(State, store.durable_tip).generations
-        for generation in list(self._handles.generations):
-            known = committed.get(generation)
-            if known is None or known.retired:
-                self._steps.before("unlock", generation_name(generation))
-                self._handles.drop_generation(generation)
-
-    def _remove(self, generation: str, reason: str) -> None:
-        target = Target.known(self._state.generations[generation], by=self.id, reason=reason,
-                              root=str(self.root))
-        # The manager's own lock becomes the removal's exclusive lock
-        # (removal.seize): the generation keeps it until the removal's
-        # start, with every event queued before it, is committed.
-        held = self._handles.generations.pop(generation, None)
-        try:
-            result = remove(self._handles.root.fd, target, journal=lambda events: self._append(
-                *events), steps=self._steps, held=held)
-        finally:
-            now = self._state.generations.get(generation)
-            if held is not None and now is not None and now.removal is None:
-                # The removal's start was not journaled: the lock is still
-                # ours, shared again (remove() closes it only once it is).
-                if self._handles.closed:
-                    os.close(held)
-                else:
-                    self._handles.generations[generation] = held
-        if result.outcome == "blocked":
-            # Each obstacle is warned of once: every later operation tries
-            # the removal again, and would otherwise repeat it.
-            said = self._blocked.get(generation, frozenset())
-            for entry in result.blocked:
-                (self._log.debug if entry in said else self._log.warning)(
-                    "generation.blocked", generation=generation,
-                    path=entry.path, seq=self._state.seq, reason=entry.reason, fix=entry.fix)
-            self._blocked[generation] = frozenset(result.blocked)
-            return
-        self._blocked.pop(generation, None)
-        log = self._log.info if result.outcome in ("removed", "absent") else self._log.warning
-        log(f"generation.{result.outcome}", generation=generation,
-            path=os.path.join(self.root, generation_name(generation)), seq=self._state.seq,
-            reason=result.detail or reason)
 
     # -- guards --------------------------------------------------------------------
 
