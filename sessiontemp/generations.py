@@ -9,7 +9,7 @@ half done outlives the next one.
 
 The manager stays the owner of the state and of the write path: a
 :class:`Generations` reads the state and appends through the manager's
-:class:`Journal` (a Protocol), and holds its locks in the manager's
+:class:`Owner` (a Protocol), and holds its locks in the manager's
 :class:`~sessiontemp.handles.Handles`.
 """
 
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
 from journal import ids
 from journal.errors import SessionTempError, Unavailable
-from journal.events import Event, GenerationCreated, GenerationReady, LeaseAcquired, Rotated
+from journal.events import GenerationCreated, GenerationReady, LeaseAcquired, Rotated
 from journal.reducer import ManagerState, State, removal_due
 from journal.store import Pending
 from sessiontemp import resources
@@ -31,30 +31,24 @@ from sessiontemp.locks import lock_shared, refusal
 from sessiontemp.removal import Blocked, Target, remove
 from sessiontemp.root import generation_name
 from sessiontemp.steps import Steps
+from sessiontemp.writepath import WritePath
 
 if TYPE_CHECKING:
     from structlog.stdlib import BoundLogger
 
-__all__ = ["Generations", "Journal", "Leased", "Made"]
+__all__ = ["Generations", "Leased", "Made", "Owner"]
 
 # A generation made for a lease: its id, the manager's own lock on it, and
 # its ready event, left for the lease's append to commit with it.
 Made = tuple[str, int, GenerationReady]
 
 
-class Journal(Protocol):
-    """What a manager's generations need of it: its state and its write path."""
-
-    @property
-    def state(self) -> State:
-        """The reducer's state, including every append still queued."""
+class Owner(WritePath, Protocol):
+    """What a manager's generations need of it: its state, its own part and its write path."""
 
     @property
     def me(self) -> ManagerState:
-        """The manager's own part of :attr:`state` (or of the state it ended in)."""
-
-    def append(self, *events: Event, wait: bool = True) -> Pending:
-        """Decide and queue *events*; with *wait*, return once they are durable."""
+        """The manager's own part of the state (or of the state it ended in)."""
 
 
 class Leased(NamedTuple):
@@ -71,7 +65,7 @@ class Leased(NamedTuple):
 class Generations:
     """The generations of manager *manager*: made, settled and removed on the file system."""
 
-    def __init__(self, manager: str, journal: Journal, handles: Handles, steps: Steps,
+    def __init__(self, manager: str, journal: Owner, handles: Handles, steps: Steps,
                  log: BoundLogger) -> None:
         self.manager = manager
         self.journal = journal

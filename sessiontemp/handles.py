@@ -24,11 +24,14 @@ from typing import TYPE_CHECKING, Final
 import attrs
 
 from journal.store import Store
+from sessiontemp import resources
 from sessiontemp.locks import Liveness
 from sessiontemp.root import Root
 from sessiontemp.sessions import SessionLock
 
 if TYPE_CHECKING:
+    from structlog.stdlib import BoundLogger
+
     from sessiontemp.lease import Hold
 
 __all__ = ["Handles", "of", "register"]
@@ -51,6 +54,30 @@ class Handles:
     def forked(self) -> bool:
         """Whether these are a forked child's copies of its parent's handles."""
         return self.pid != os.getpid()
+
+    def keep_alive(self, manager: str, log: BoundLogger) -> None:
+        """Put manager *manager*'s liveness lock file back if something deleted it meanwhile."""
+        liveness = self.liveness
+        if liveness is None or liveness.untouched():
+            # One fstat of the held descriptor on every operation; the
+            # lookups by name only once something touched the file.
+            return
+        root = self.root
+        try:
+            if root.managers_removed():
+                # The whole directory went (``rm -r``): its lock file cannot be
+                # put back into a removed directory, so the directory comes first.
+                root.reopen_managers()
+                liveness.moved(root.managers_fd)
+            if liveness.check():
+                log.warning("manager.lock_recreated",
+                            path=str(self.root.manager_lock_path(manager)))
+        except OSError as e:
+            if not resources.shortage(e):
+                raise
+            # Put back by the next operation: meanwhile a recovery finds no
+            # lock file and leaves this manager alone, as it must.
+            log.warning("manager.lock_not_recreated", reason=str(e))
 
     def drop_generation(self, generation: str) -> None:
         fd = self.generations.pop(generation, None)

@@ -44,7 +44,6 @@ from journal.errors import (
     UnsafeRoot,
 )
 from journal.events import (
-    ArtifactKept,
     CommandStarted,
     Event,
     LeaseReleased,
@@ -53,10 +52,8 @@ from journal.events import (
     Released,
     Retained,
     Rotated,
-    SessionAdopted,
-    SessionClaimed,
 )
-from journal.reducer import EMPTY, GenerationState, ManagerState, State, replay
+from journal.reducer import EMPTY, ManagerState, State, replay
 from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Pending, Store
 from sessiontemp import aio, artifacts, placement, processes, recovery, resources, sessions
@@ -65,7 +62,7 @@ from sessiontemp.durability import check as check_durability
 from sessiontemp.generations import Generations
 from sessiontemp.handles import Handles, register
 from sessiontemp.lease import Hold, Lease
-from sessiontemp.locks import Liveness, hold_root, lock_shared
+from sessiontemp.locks import Liveness, hold_root
 from sessiontemp.log import bound, debugging
 from sessiontemp.root import Root, default_root, generation_name
 from sessiontemp.shield import shielded
@@ -83,7 +80,7 @@ class _Owner:
     """The manager's side of its leases and generations.
 
     A :class:`~sessiontemp.lease.LeaseOwner` and a
-    :class:`~sessiontemp.generations.Journal`, kept off the manager's public
+    :class:`~sessiontemp.generations.Owner`, kept off the manager's public
     API: a lease is released, tracked and kept from through the lease
     itself, and only the manager's generations append for it.  It holds its manager weakly, so
     that a manager dropped unclosed is finalized at once, not by the cycle
@@ -280,63 +277,12 @@ class Manager:
             assert store is not None
             # The store folds this manager's appends from its own copy of the state.
             store.reset_tip(self._state)
-        events: list[Event] = [ManagerOpened(self.id, os.getpid()),
-                               SessionClaimed(self.id, claim.name, round(window * 1000))]
-        taken = None
-        if (claim.resume and found is not None and found.generation is not None
-                and found.owner is not None):
-            taken = self._take_over(found.generation)
-            if taken is not None:
-                events.append(SessionAdopted(self.id, claim.name, found.generation.id,
-                                             found.owner.id))
-        try:
-            self._append(*events)
-        except BaseException:
-            if taken is not None:
-                os.close(taken)
-            raise
-        if (taken is not None and found is not None and found.generation is not None
-                and found.owner is not None):
-            self._handles.generations[found.generation.id] = taken
+        adopted = sessions.claim_session(self._owner, claim, window, found, manager=self.id,
+                                         root=self._handles.root, steps=self._steps,
+                                         log=self._log)
+        if adopted is not None:
+            self._handles.generations[adopted[0]] = adopted[1]
             self.resumed = True
-            self._log.info("session.resumed", session=claim.name,
-                        generation=found.generation.id, previous=found.owner.id,
-                        path=os.path.join(self.root, generation_name(found.generation.id)),
-                        seq=self._state.seq)
-
-    def _take_over(self, generation: GenerationState) -> int | None:
-        """Lock the directory a dead owner left, as its new manager; None if it cannot be.
-
-        Locked before the adoption is journaled, like a new generation: a
-        remover that seized it first makes this fail, and one that comes
-        after finds it held.
-        """
-        name = generation_name(generation.id)
-        try:
-            self._steps.before("lock", name)
-            fd = lock_shared(self._handles.root.fd, name)
-        except OSError as e:
-            if not resources.gone(e):
-                # No sign that it is gone (a shortage, or a lock held longer
-                # than a probe's): the claim fails and nothing is discarded,
-                # so that the next claim can still resume it.
-                raise self._generations.not_locked(generation.id, e, retire=False) from e
-            self._log.warning("session.not_resumed", generation=generation.id,
-                           reason=f"{name} could not be locked ({e.strerror})")
-            return None
-        try:
-            st = os.fstat(fd)
-            if (st.st_dev, st.st_ino) != (generation.device, generation.inode):
-                self._log.warning("session.not_resumed", generation=generation.id,
-                               reason=f"{name} was replaced by another directory")
-                os.close(fd)
-                return None
-            # A usage touch: an age-based cleaner sees it in use from now on.
-            os.utime(fd)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
 
     # -- what the journal says -------------------------------------------------
 
@@ -424,7 +370,7 @@ class Manager:
             with self._mutex:
                 if self.closed:
                     return
-                self._keep_alive()
+                self._handles.keep_alive(self.id, self._log)
                 pending = change()
                 try:
                     self._generations.settle()
@@ -490,7 +436,7 @@ class Manager:
             except UnsafeRoot as e:
                 raise self._unavailable(str(e), "Open a new Manager on a safe root") from e
             try:
-                self._keep_alive()
+                self._handles.keep_alive(self.id, self._log)
                 # Work a failure left (a directory half made, a removal due)
                 # is finished before anything new begins.
                 unfinished = self._generations.settle()
@@ -579,26 +525,10 @@ class Manager:
                 if not self._holds(lease) or fd is None:
                     raise Unavailable(lease.path, f"lease {lease.id} was already released",
                                       "Keep files while the lease is held")
-                artifact = ids.new_artifact()
-                with resources.translated(lease.path, f"{path} could not be kept"):
-                    copy = artifacts.copy_in(self._handles.root, fd, parts, artifact, label,
-                                             steps=self._steps)
-                try:
-                    self._append(ArtifactKept(self.id, artifact, label, copy.sha256, copy.size))
-                except BaseException:
-                    store = self._handles.store
-                    if store is not None and store.broken is not None:
-                        # Its record may have been committed: leave the file;
-                        # if it was not, recovery finds it unreferenced.
-                        copy.done()
-                    else:
-                        copy.discard()
-                    raise
-                copy.done()
-                kept = artifacts.artifact_of(self.root, self._state.artifacts[artifact])
-                self._log.info("artifact.kept", lease=lease.id,
-                            path=str(kept.path), seq=self._state.seq)
-                return kept
+                return artifacts.keep(
+                    self._owner, self._handles.root, fd, parts, label, manager=self.id,
+                    lease=lease.id, directory=lease.path, source=path, steps=self._steps,
+                    broken=self._broken, log=self._log)
 
         return shielded(operation)
 
@@ -790,6 +720,11 @@ class Manager:
                                        ended=self._ended.ended or "closed",
                                        ended_by=self._ended.ended_by or self.id)
 
+    def _broken(self) -> bool:
+        """Whether the journal broke: what was appended last may or may not be committed."""
+        store = self._handles.store
+        return store is not None and store.broken is not None
+
     def _break(self, reason: str) -> None:
         """Stop: the journal cannot be trusted to say what this manager did.
 
@@ -805,30 +740,6 @@ class Manager:
         """Whether the journal still has *lease* held by this open manager."""
         generation = self._state.generations.get(lease.generation)
         return generation is not None and lease.id in generation.leases and not self.closed
-
-    def _keep_alive(self) -> None:
-        """Put the liveness lock file back if something deleted it meanwhile."""
-        liveness = self._handles.liveness
-        if liveness is None or liveness.untouched():
-            # One fstat of the held descriptor on every operation; the
-            # lookups by name only once something touched the file.
-            return
-        root = self._handles.root
-        try:
-            if root.managers_removed():
-                # The whole directory went (``rm -r``): its lock file cannot be
-                # put back into a removed directory, so the directory comes first.
-                root.reopen_managers()
-                liveness.moved(root.managers_fd)
-            if liveness.check():
-                self._log.warning("manager.lock_recreated",
-                                  path=str(self._handles.root.manager_lock_path(self.id)))
-        except OSError as e:
-            if not resources.shortage(e):
-                raise
-            # Put back by the next operation: meanwhile a recovery finds no
-            # lock file and leaves this manager alone, as it must.
-            self._log.warning("manager.lock_not_recreated", reason=str(e))
 
     def _refuse_forked(self) -> None:
         if self._handles.forked:
