@@ -9,7 +9,7 @@ half done outlives the next one.
 
 The manager stays the owner of the state and of the write path: a
 :class:`Generations` reads the state and appends through the manager's
-:class:`Owner` (a Protocol), and holds its locks in the manager's
+:class:`~sessiontemp.writepath.Owner` (a Protocol), and holds its locks in the manager's
 :class:`~sessiontemp.handles.Handles`.
 """
 
@@ -18,12 +18,12 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 from journal import ids
 from journal.errors import SessionTempError, Unavailable
 from journal.events import GenerationCreated, GenerationReady, LeaseAcquired, Rotated
-from journal.reducer import ManagerState, State, removal_due
+from journal.reducer import State, removal_due
 from journal.store import Pending
 from sessiontemp import resources
 from sessiontemp.handles import Handles
@@ -31,24 +31,16 @@ from sessiontemp.locks import lock_shared, refusal
 from sessiontemp.removal import Blocked, Target, remove
 from sessiontemp.root import generation_name
 from sessiontemp.steps import Steps
-from sessiontemp.writepath import WritePath
+from sessiontemp.writepath import Owner
 
 if TYPE_CHECKING:
     from structlog.stdlib import BoundLogger
 
-__all__ = ["Generations", "Leased", "Made", "Owner"]
+__all__ = ["Generations", "Leased", "Made"]
 
 # A generation made for a lease: its id, the manager's own lock on it, and
 # its ready event, left for the lease's append to commit with it.
 Made = tuple[str, int, GenerationReady]
-
-
-class Owner(WritePath, Protocol):
-    """What a manager's generations need of it: its state, its own part and its write path."""
-
-    @property
-    def me(self) -> ManagerState:
-        """The manager's own part of the state (or of the state it ended in)."""
 
 
 class Leased(NamedTuple):

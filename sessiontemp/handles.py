@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
+from journal.errors import ForkedCopy
 from journal.store import Store
 from sessiontemp import resources
 from sessiontemp.locks import Liveness
@@ -78,6 +79,15 @@ class Handles:
             # Put back by the next operation: meanwhile a recovery finds no
             # lock file and leaves this manager alone, as it must.
             log.warning("manager.lock_not_recreated", reason=str(e))
+
+    def refuse_forked(self, manager: str) -> None:
+        """Raise :class:`ForkedCopy` in a forked child: the copy owns nothing of its parent's."""
+        if self.forked:
+            raise ForkedCopy(
+                self.root.path, f"manager {manager} belongs to process {self.pid}; this "
+                f"is a forked copy in process {os.getpid()}",
+                "Open a new Manager in the child, or start children with lease.popen",
+            )
 
     def drop_generation(self, generation: str) -> None:
         fd = self.generations.pop(generation, None)

@@ -37,16 +37,12 @@ import attrs
 
 from journal import ids
 from journal.errors import (
-    ForkedCopy,
     JournalError,
     RuleViolation,
     Unavailable,
-    UnsafeRoot,
 )
 from journal.events import (
-    CommandStarted,
     Event,
-    LeaseReleased,
     ManagerClosed,
     ManagerOpened,
     Released,
@@ -56,14 +52,15 @@ from journal.events import (
 from journal.reducer import EMPTY, ManagerState, State, replay
 from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Pending, Store
-from sessiontemp import aio, artifacts, placement, processes, recovery, resources, sessions
+from sessiontemp import aio, placement, recovery, resources, sessions
 from sessiontemp.durability import DURABILITY, Durability, synced
 from sessiontemp.durability import check as check_durability
 from sessiontemp.generations import Generations
 from sessiontemp.handles import Handles, register
-from sessiontemp.lease import Hold, Lease
+from sessiontemp.lease import Lease
+from sessiontemp.leasing import Leases
 from sessiontemp.locks import Liveness, hold_root
-from sessiontemp.log import bound, debugging
+from sessiontemp.log import bound
 from sessiontemp.root import Root, default_root, generation_name
 from sessiontemp.shield import shielded
 from sessiontemp.steps import StepHook, Steps
@@ -77,14 +74,11 @@ MAX_LABEL: Final = 4096
 
 
 class _Owner:
-    """The manager's side of its leases and generations.
+    """The manager as its generations and leases see it (:class:`~sessiontemp.writepath.Owner`).
 
-    A :class:`~sessiontemp.lease.LeaseOwner` and a
-    :class:`~sessiontemp.generations.Owner`, kept off the manager's public
-    API: a lease is released, tracked and kept from through the lease
-    itself, and only the manager's generations append for it.  It holds its manager weakly, so
-    that a manager dropped unclosed is finalized at once, not by the cycle
-    collector (each lease holds the manager strongly, as its ``manager``).
+    Kept off the manager's public API: only the modules acting for the
+    manager append for it.  It holds its manager weakly, so that a manager
+    dropped unclosed is finalized at once, not by the cycle collector.
     """
 
     __slots__ = ("_manager",)
@@ -94,17 +88,8 @@ class _Owner:
 
     def _of(self) -> Manager:
         manager = self._manager()
-        assert manager is not None, "a lease holds its manager, so it lives as long"
+        assert manager is not None, "only the manager's own operations call it"
         return manager
-
-    def release_lease(self, lease: Lease) -> None:
-        self._of()._release_lease(lease)
-
-    def track(self, lease: Lease, pid: int) -> bool:
-        return self._of()._track(lease, pid)
-
-    def keep(self, lease: Lease, path: os.PathLike[str] | str, label: str) -> artifacts.Artifact:
-        return self._of()._keep(lease, path, label)
 
     @property
     def state(self) -> State:
@@ -114,8 +99,15 @@ class _Owner:
     def me(self) -> ManagerState:
         return self._of()._me
 
+    @property
+    def closed(self) -> bool:
+        return self._of().closed
+
     def append(self, *events: Event, wait: bool = True) -> Pending:
         return self._of()._append(*events, wait=wait)
+
+    def wait(self, pending: Pending) -> None:
+        self._of()._wait(pending)
 
 
 class Manager:
@@ -221,6 +213,8 @@ class Manager:
         # and a child forked from now on (by another thread) disarms its copies.
         self._handles = handles
         self._generations = Generations(self.id, self._owner, handles, self._steps, self._log)
+        self._leases = Leases(self, self._owner, handles, self._generations, self._mutex,
+                              self._steps, self._log)
         register(self.id, handles)
         try:
             if claim is not None:
@@ -244,7 +238,7 @@ class Manager:
             # root, journal and lock files included, while the manager lives.
             if not hold_root(handles.root.fd, patience=busy_timeout):
                 self._log.warning("root.unlocked", path=str(handles.root.path),
-                               reason="another process holds the root's exclusive lock")
+                                  reason="another process holds the root's exclusive lock")
             # The liveness lock is taken before the journal names this
             # manager, so a recovery that sees the name finds the lock.
             self._steps.before("lock", f"manager {self.id}")
@@ -364,7 +358,7 @@ class Manager:
         due is journaled in the same commit (its start must be durable
         before the rename, and makes the change durable with it).
         """
-        self._refuse_forked()
+        self._handles.refuse_forked(self.id)
 
         def operation() -> None:
             with self._mutex:
@@ -399,162 +393,8 @@ class Manager:
         if len(label) > MAX_LABEL:
             raise ValueError(f"a lease label holds at most {MAX_LABEL} characters, not "
                              f"{len(label)}; shorten it")
-        self._refuse_forked()
-        return shielded(functools.partial(self._acquire, label), Lease.release)
-
-    def _acquire(self, label: str) -> Lease:
-        lease, pending = self._acquire_locked(label)
-        if pending is None:
-            return lease
-        # A lease on a live generation: waited for without the mutex, so
-        # that other threads' appends join its commit.
-        try:
-            self._wait(pending)
-        except (JournalError, RuleViolation) as e:
-            with self._mutex:
-                hold = self._handles.leases.pop(lease.id, None)
-                if hold is not None:
-                    hold.drop()
-            raise self._unavailable(f"the journal could not record the lease: {e}",
-                                    "No directory was handed out; retry once fixed") from e
-        return lease
-
-    def _acquire_locked(self, label: str) -> tuple[Lease, Pending | None]:
-        with self._mutex:
-            me = self._me
-            if self._handles.closed or me.ended is not None:
-                raise self._unavailable(f"manager {self.id} is closed", "Open a new Manager")
-            if me.sealed:
-                raise self._unavailable(f"manager {self.id} is sealed: its last owner released "
-                                        "it", "Open a new Manager for a new session")
-            if me.owners == 0:
-                raise self._unavailable(f"manager {self.id} has no owner", "Call retain() first")
-            try:
-                # The lease hands out a path through the root's name: it must
-                # still name the directory the generation is made in.
-                self._handles.root.check_identity()
-            except UnsafeRoot as e:
-                raise self._unavailable(str(e), "Open a new Manager on a safe root") from e
-            try:
-                self._handles.keep_alive(self.id, self._log)
-                # Work a failure left (a directory half made, a removal due)
-                # is finished before anything new begins.
-                unfinished = self._generations.settle()
-                return self._lease(label, unfinished)
-            except (JournalError, RuleViolation) as e:
-                raise self._unavailable(f"the journal could not record the lease: {e}",
-                                        "No directory was handed out; retry once fixed") from e
-
-    def _lease(self, label: str, unfinished: Exception | None) -> tuple[Lease, Pending | None]:
-        """Hand out a lease; its append is left to wait for when no generation was made."""
-        leased = self._generations.lease(label, unfinished)
-        hold = Hold(leased.fd)
-        lease = Lease(self, self._owner, leased.generation, leased.lease, leased.path, hold,
-                      label=label)
-        self._handles.leases[leased.lease] = hold
-        if debugging():
-            self._log.debug("lease.acquired", generation=leased.generation, lease=leased.lease,
-                            seq=self._state.seq)
-        return lease, leased.pending
-
-    def _release_lease(self, lease: Lease) -> None:
-        hold = self._handles.leases.get(lease.id)
-        if self._handles.forked:
-            if hold is not None:
-                hold.drop_copy()
-            return
-
-        def failed(e: JournalError) -> None:
-            # Keep the lock: without a journaled release the directory
-            # must stay; a later release() tries again, and the next
-            # recovery after this manager ends sees the lease as void.
-            self._log.error("lease.release_failed", lease=lease.id,
-                         reason=str(e))
-
-        def released() -> None:
-            dropped = self._handles.leases.pop(lease.id, None)
-            if dropped is not None:
-                dropped.drop()
-            if self._handles.closed:
-                return
-            if debugging():
-                self._log.debug("lease.released", generation=lease.generation,
-                             lease=lease.id, seq=self._state.seq)
-            self._generations.settle()
-
-        def operation() -> None:
-            with self._mutex:
-                if not self._holds(lease):
-                    if hold is not None:
-                        hold.drop()
-                    return
-                try:
-                    pending = self._append(LeaseReleased(self.id, lease.generation, lease.id),
-                                           wait=False)
-                    if self._state.generations[lease.generation].retired:
-                        # Its removal may follow: everything under the mutex.
-                        self._wait(pending)
-                        released()
-                        return
-                except JournalError as e:
-                    failed(e)
-                    return
-            # A release from a live generation: waited for without the
-            # mutex, so that other threads' appends join its commit; the
-            # lock goes only once the release is durable.
-            try:
-                self._wait(pending)
-            except JournalError as e:
-                failed(e)
-                return
-            with self._mutex:
-                released()
-
-        shielded(operation)
-
-    def _keep(self, lease: Lease, path: os.PathLike[str] | str, label: str) -> artifacts.Artifact:
-        """Copy *path* from *lease*'s directory into the artifact store, and journal it."""
-        artifacts.check_label(label)
-        parts = artifacts.source_parts(lease.path, path)
-        self._refuse_forked()
-
-        def operation() -> artifacts.Artifact:
-            with self._mutex:
-                hold = self._handles.leases.get(lease.id)
-                fd = None if hold is None else hold.fd
-                if not self._holds(lease) or fd is None:
-                    raise Unavailable(lease.path, f"lease {lease.id} was already released",
-                                      "Keep files while the lease is held")
-                return artifacts.keep(
-                    self._owner, self._handles.root, fd, parts, label, manager=self.id,
-                    lease=lease.id, directory=lease.path, source=path, steps=self._steps,
-                    broken=self._broken, log=self._log)
-
-        return shielded(operation)
-
-    def _track(self, lease: Lease, pid: int) -> bool:
-        """Journal that *pid* was started on *lease*; False when it cannot be recorded."""
-        if self._handles.forked:
-            return False
-        started = processes.start_time(pid)
-        if started is None:
-            return False
-
-        def operation() -> bool:
-            with self._mutex:
-                if not self._holds(lease):
-                    return False
-                try:
-                    self._append(CommandStarted(self.id, lease.generation, lease.id, pid,
-                                                started))
-                except JournalError as e:
-                    # The lock the command inherited still protects it.
-                    self._log.warning("command.untracked", lease=lease.id,
-                                   pid=pid, reason=str(e))
-                    return False
-                return True
-
-        return shielded(operation)
+        self._handles.refuse_forked(self.id)
+        return shielded(functools.partial(self._leases.acquire, label), Lease.release)
 
     # -- the end -----------------------------------------------------------------
 
@@ -720,11 +560,6 @@ class Manager:
                                        ended=self._ended.ended or "closed",
                                        ended_by=self._ended.ended_by or self.id)
 
-    def _broken(self) -> bool:
-        """Whether the journal broke: what was appended last may or may not be committed."""
-        store = self._handles.store
-        return store is not None and store.broken is not None
-
     def _break(self, reason: str) -> None:
         """Stop: the journal cannot be trusted to say what this manager did.
 
@@ -735,19 +570,6 @@ class Manager:
         self._handles.close_all()
 
     # -- guards --------------------------------------------------------------------
-
-    def _holds(self, lease: Lease) -> bool:
-        """Whether the journal still has *lease* held by this open manager."""
-        generation = self._state.generations.get(lease.generation)
-        return generation is not None and lease.id in generation.leases and not self.closed
-
-    def _refuse_forked(self) -> None:
-        if self._handles.forked:
-            raise ForkedCopy(
-                self.root, f"manager {self.id} belongs to process {self._handles.pid}; this "
-                f"is a forked copy in process {os.getpid()}",
-                "Open a new Manager in the child, or start children with lease.popen",
-            )
 
     def _unavailable(self, reason: str, fix: str) -> Unavailable:
         return Unavailable(self.root, reason, fix)
