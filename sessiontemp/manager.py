@@ -27,13 +27,10 @@ import sys
 import threading
 import time
 import warnings
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Final, cast
-
-import attrs
+from typing import Final
 
 from journal import ids
 from journal.errors import (
@@ -42,18 +39,17 @@ from journal.errors import (
     Unavailable,
 )
 from journal.events import (
-    Event,
     ManagerClosed,
     ManagerOpened,
     Released,
     Retained,
     Rotated,
 )
-from journal.reducer import EMPTY, ManagerState, State, replay
+from journal.reducer import State
 from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Pending, Store
 from sessiontemp import aio, placement, recovery, resources, sessions
-from sessiontemp.durability import DURABILITY, Durability, synced
+from sessiontemp.durability import DURABILITY, Durability
 from sessiontemp.durability import check as check_durability
 from sessiontemp.generations import Generations
 from sessiontemp.handles import Handles, register
@@ -64,6 +60,7 @@ from sessiontemp.log import bound
 from sessiontemp.root import Root, default_root, generation_name
 from sessiontemp.shield import shielded
 from sessiontemp.steps import StepHook, Steps
+from sessiontemp.writer import Writer
 
 __all__ = ["DEFAULT_RESUME_WINDOW", "DEFAULT_STALE_AFTER", "DURABILITY", "Durability", "Manager"]
 
@@ -71,43 +68,6 @@ DEFAULT_STALE_AFTER: Final = recovery.DEFAULT_STALE_AFTER
 DEFAULT_RESUME_WINDOW: Final = sessions.DEFAULT_RESUME_WINDOW
 # The longest label the journal's schema accepts (journal.events decodes no longer text).
 MAX_LABEL: Final = 4096
-
-
-class _Owner:
-    """The manager as its generations and leases see it (:class:`~sessiontemp.writepath.Owner`).
-
-    Kept off the manager's public API: only the modules acting for the
-    manager append for it.  It holds its manager weakly, so that a manager
-    dropped unclosed is finalized at once, not by the cycle collector.
-    """
-
-    __slots__ = ("_manager",)
-
-    def __init__(self, manager: Manager) -> None:
-        self._manager = weakref.ref(manager)
-
-    def _of(self) -> Manager:
-        manager = self._manager()
-        assert manager is not None, "only the manager's own operations call it"
-        return manager
-
-    @property
-    def state(self) -> State:
-        return self._of()._state
-
-    @property
-    def me(self) -> ManagerState:
-        return self._of()._me
-
-    @property
-    def closed(self) -> bool:
-        return self._of().closed
-
-    def append(self, *events: Event, wait: bool = True) -> Pending:
-        return self._of()._append(*events, wait=wait)
-
-    def wait(self, pending: Pending) -> None:
-        self._of()._wait(pending)
 
 
 class Manager:
@@ -184,19 +144,12 @@ class Manager:
         self.session = session
         self.resumed = False
         self.durability: Durability = durability
-        # Which failures of the store's group commit this state has caught up with.
-        self._epoch = 0
         self.id = ids.new_manager()
         # Every event of this manager names it: bound once.
         self._log = bound(manager=self.id)
-        self._owner = _Owner(self)
         self._clock = clock
         self._steps = Steps(step_hook)
         self._mutex = threading.RLock()
-        self._state: State = EMPTY
-        # This manager as the state last held it (see _track_me): the state
-        # forgets it once it has ended and has nothing left to remove.
-        self._ended: ManagerState | None = None
         self.recovery = recovery.Report(ran=False)
         with resources.translated(default_root() if root is None else os.path.abspath(root),
                                   "the manager could not be opened"):
@@ -212,8 +165,11 @@ class Manager:
         # Set at once: whatever fails below, close_all() gives back what was had;
         # and a child forked from now on (by another thread) disarms its copies.
         self._handles = handles
-        self._generations = Generations(self.id, self._owner, handles, self._steps, self._log)
-        self._leases = Leases(self, self._owner, handles, self._generations, self._mutex,
+        self._writer = writer = Writer(self.id, handles, durability=self.durability,
+                                       clock=self._clock, steps=self._steps, mutex=self._mutex,
+                                       log=self._log)
+        self._generations = Generations(self.id, writer, handles, self._steps, self._log)
+        self._leases = Leases(self, writer, handles, self._generations, self._mutex,
                               self._steps, self._log)
         register(self.id, handles)
         try:
@@ -223,7 +179,7 @@ class Manager:
             handles.root.check_journal()
             handles.store = Store(handles.root.journal_path, busy_timeout=busy_timeout,
                                   retention=self._retention, step_hook=self._steps.before)
-            handles.store.reset_tip(self._state)
+            handles.store.reset_tip(writer.state)
             # Checkpoints, rollover and retirement for a manager that lives long.
             handles.store.maintenance = functools.partial(
                 recovery.maintain, handles.root, handles.store, clock=self._clock,
@@ -244,7 +200,7 @@ class Manager:
             self._steps.before("lock", f"manager {self.id}")
             handles.liveness = Liveness(handles.root.managers_fd, self.id)
             if claim is None:
-                self._append(ManagerOpened(self.id, os.getpid()))
+                self._writer.append(ManagerOpened(self.id, os.getpid()))
             else:
                 self._claim(claim, window)
         except BaseException:
@@ -266,12 +222,8 @@ class Manager:
         """
         found = self.recovery.resumable
         if found is not None:
-            self._state = found.seed()
-            store = self._handles.store
-            assert store is not None
-            # The store folds this manager's appends from its own copy of the state.
-            store.reset_tip(self._state)
-        adopted = sessions.claim_session(self._owner, claim, window, found, manager=self.id,
+            self._writer.seed(found.seed())
+        adopted = sessions.claim_session(self._writer, claim, window, found, manager=self.id,
                                          root=self._handles.root, steps=self._steps,
                                          log=self._log)
         if adopted is not None:
@@ -292,43 +244,38 @@ class Manager:
         A named session's manager starts from the part of the journal's state
         its claim names: the session, its last owner and what that left.
         """
-        return self._state
-
-    @property
-    def _me(self) -> ManagerState:
-        me = self._state.managers.get(self.id, self._ended)
-        assert me is not None, "a manager's state holds it from its first event on"
-        return me
+        return self._writer.state
 
     @property
     def sealed(self) -> bool:
         """Whether the last owner has released the manager: it hands out no more leases."""
-        return self._me.sealed
+        return self._writer.me.sealed
 
     @property
     def owners(self) -> int:
         """How many owners hold the manager (retains not yet released)."""
-        return self._me.owners
+        return self._writer.me.owners
 
     @property
     def closed(self) -> bool:
         """Whether the manager has ended: closed, or let go of its handles after a failure."""
-        return self._handles.closed or self._me.ended is not None
+        return self._writer.closed
 
     @property
     def current_dir(self) -> Path | None:
         """The current generation's directory, without taking a lease; None if none is made."""
         # One state, read once: no mutex, which a forked child's copy could
         # find held by a thread of its parent.
-        state = self._state
-        me = state.managers.get(self.id, self._ended)
+        writer = self._writer
+        state = writer.state
+        me = writer.find_me(state)
         current = None if me is None else me.current
         if current is None or not state.generations[current].ready:
             return None
         return self.root / generation_name(current)
 
     def __repr__(self) -> str:
-        me = self._me
+        me = self._writer.me
         named = "" if self.session is None else f" session={self.session!r}"
         return (f"<Manager {self.id} at {self.root}{named} owners={me.owners} "
                 f"sealed={me.sealed} closed={self.closed}>")
@@ -337,11 +284,11 @@ class Manager:
 
     def retain(self) -> None:
         """Add an owner.  On a sealed manager this changes nothing: it stays sealed."""
-        self._operate(lambda: self._append(Retained(self.id), wait=False))
+        self._operate(lambda: self._writer.append(Retained(self.id), wait=False))
 
     def release(self) -> None:
         """Drop an owner.  The last one seals the manager and retires its generation."""
-        self._operate(lambda: self._append(Released(self.id), wait=False))
+        self._operate(lambda: self._writer.append(Released(self.id), wait=False))
 
     def rotate(self) -> None:
         """Retire the current generation; the next acquire gets a fresh directory.
@@ -349,7 +296,7 @@ class Manager:
         Commands holding leases on the old one keep it until they release.
         Does nothing on a sealed manager.
         """
-        self._operate(lambda: self._append(Rotated(self.id), wait=False))
+        self._operate(lambda: self._writer.append(Rotated(self.id), wait=False))
 
     def _operate(self, change: Callable[[], Pending]) -> None:
         """Run one owner operation: nothing once closed, then settle what it changed.
@@ -370,7 +317,7 @@ class Manager:
                     self._generations.settle()
                 finally:
                     try:
-                        self._wait(pending)
+                        self._writer.wait(pending)
                     finally:
                         # Committed only now (or failed): the locks on what
                         # it did retire can go.
@@ -420,10 +367,10 @@ class Manager:
             handles = self._handles
             if handles.closed:
                 return
-            journaled = self._me.ended is not None
+            journaled = self._writer.me.ended is not None
             if not journaled:
                 try:
-                    self._append(ManagerClosed(self.id))
+                    self._writer.append(ManagerClosed(self.id))
                     journaled = True
                 except (JournalError, RuleViolation) as e:
                     # The journal cannot say this manager ended (a full disk,
@@ -475,99 +422,6 @@ class Manager:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-    # -- the write path ------------------------------------------------------------
-
-    def _append(self, *events: Event, wait: bool = True) -> Pending:
-        """Queue *events* for the journal's next group commit; with *wait*, until durable.
-
-        The reducer decides first, on the state including every append
-        still queued (an event it refuses raises, and nothing is queued),
-        and the manager's state becomes that speculative state at once:
-        the next operation builds on it.  Inside the transaction the store
-        checks that the appends before committed as folded, and folds again
-        otherwise.  When an append fails, the state falls back to what is
-        durable (:meth:`_resync`).  Without *wait* the caller must
-        :meth:`_wait` before any effect the events must precede, or before
-        it returns; a caller holding ``_mutex`` may wait outside it, so that
-        other threads' appends join the same commit.
-        """
-        if self._steps.hook is not None:
-            # Only then: the detail is built for the hook alone.
-            self._steps.before("journal", ",".join(e.kind for e in events))
-        store = self._handles.store
-        assert store is not None
-        if store.epoch != self._epoch:
-            self._resync(store)
-        durable = synced(self.durability, events)
-        try:
-            pending = store.submit(events, time=self._clock(), durable=durable, fold=replay,
-                                   base=self._state)
-        except JournalError:
-            if store.broken is not None:
-                self._break(store.broken)
-            raise
-        self._state = pending.speculative
-        self._track_me()
-        if wait:
-            self._wait(pending)
-        return pending
-
-    def _wait(self, pending: Pending) -> None:
-        """Return once *pending* is durable; on failure, fall back to the durable state.
-
-        Called with ``_mutex`` held, or without it (it is then taken to
-        catch up with a failure).
-        """
-        store = self._handles.store
-        assert store is not None
-        try:
-            store.wait(pending)
-        except (JournalError, RuleViolation):
-            with self._mutex:
-                if store.broken is not None:
-                    self._break(store.broken)
-                self._resync(store)
-            raise
-        if store.epoch != self._epoch:
-            with self._mutex:
-                self._resync(store)
-
-    def _resync(self, store: Store) -> None:
-        """Catch up with the store after an append was folded again or failed.
-
-        Once nothing of this manager's is queued, the store's folded state
-        is what the journal holds.  The caller holds ``_mutex``.
-        """
-        store.drain()
-        self._epoch = store.epoch
-        self._state = cast(State, store.tip)
-        self._track_me()
-
-    def _track_me(self) -> None:
-        """Remember this manager as the state last held it, or as it ended once let go of.
-
-        The state forgets a manager once it has ended with nothing left to
-        remove (see :mod:`journal.reducer`); only its own close ends it here.
-        """
-        me = self._state.managers.get(self.id)
-        if me is not None:
-            self._ended = me
-        elif self._ended is not None:
-            # Let go of: it ended, and the last of its generations is removed.
-            self._ended = attrs.evolve(self._ended, sealed=True, current=None,
-                                       generations=frozenset(),
-                                       ended=self._ended.ended or "closed",
-                                       ended_by=self._ended.ended_by or self.id)
-
-    def _break(self, reason: str) -> None:
-        """Stop: the journal cannot be trusted to say what this manager did.
-
-        Every handle is let go as if the process had died, so a recovery
-        finds the manager dead and finishes its work from the journal.
-        """
-        self._log.error("manager.broken", reason=reason)
-        self._handles.close_all()
 
     # -- guards --------------------------------------------------------------------
 

@@ -73,6 +73,7 @@ from sessiontemp import Manager
 from sessiontemp.generations import Generations
 from sessiontemp.manager import Durability
 from sessiontemp.root import JOURNAL_NAME, generation_name
+from sessiontemp.writer import Writer
 from tests.faults import Injected, StoreFailure, interrupting, store_error
 from tests.forking import ClosesUnderTheMutex, ForkingHook
 from tests.model import SCRATCH, Op, World
@@ -364,30 +365,30 @@ def test_the_machine_finds_a_generation_removed_one_lease_too_early(
         )
 
 
-class TrustsAFailedAppend(Manager):
-    """Takes a refused append as done: memory ahead of the journal (the shape issue 9 found)."""
-
-    def _append(self, *events: Event, wait: bool = True) -> Any:
-        before = self._state
-        try:
-            return super()._append(*events)
-        except Exception:
-            self._state = replay(
-                (Record(before.seq + n, 0.0, e) for n, e in enumerate(events, 1)), before)
-            raise
+APPEND = Writer.append
 
 
-class MachineTrustingFailedAppends(SessionMachine):
-    manager_class = TrustsAFailedAppend
+def trusts_a_failed_append(self: Writer, *events: Event, wait: bool = True) -> Any:
+    """Takes a refused append as done: memory ahead of the journal."""
+    before = self.state
+    try:
+        return APPEND(self, *events)
+    except Exception:
+        self.state = replay(
+            (Record(before.seq + n, 0.0, e) for n, e in enumerate(events, 1)), before)
+        raise
 
 
-def test_the_machine_finds_a_manager_whose_memory_runs_ahead_of_a_failed_append() -> None:
+def test_the_machine_finds_a_manager_whose_memory_runs_ahead_of_a_failed_append(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Writer, "append", trusts_a_failed_append)
     # Found either way: the model sees memory and journal disagree, or the
     # journal's rules refuse an event the manager's wrong memory let through.
     disagrees = r"memory disagrees with the journal|out of order"
     with pytest.raises((AssertionError, RuleViolation), match=disagrees):
         run_state_machine_as_test(
-            MachineTrustingFailedAppends,
+            SessionMachine,
             settings=settings(max_examples=1000, database=None, print_blob=False,
                               phases=[Phase.generate]),
         )
