@@ -17,6 +17,15 @@ manager's state is the journal's: an operation called from the main
 thread runs with every signal handler deferred until it has finished
 (:mod:`sessiontemp.shield`), and a failure between two steps leaves work
 that the next operation, or the next recovery, finishes.
+
+The manager is a facade that opens and wires the parts, each in a module
+of its own: the write path and the state it folds
+(:mod:`sessiontemp.writer`), its generations (:mod:`sessiontemp.generations`),
+its leases (:mod:`sessiontemp.leasing`), a named session's claim
+(:mod:`sessiontemp.sessions`), a kept file (:mod:`sessiontemp.artifacts`)
+and what it holds open (:mod:`sessiontemp.handles`).  They append through
+the writer as a :class:`~sessiontemp.writepath.Owner` and never import
+the manager.
 """
 
 from __future__ import annotations
