@@ -36,16 +36,22 @@ import os
 import stat
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import attrs
 
 from journal import ids
 from journal.errors import BadInput
+from journal.events import ArtifactKept
 from journal.reducer import ArtifactState
+from sessiontemp import resources
 from sessiontemp.locks import busy, try_exclusive
 from sessiontemp.root import ARTIFACTS_DIR, DIR_FLAGS, FILE_MODE, Root, os_error
 from sessiontemp.steps import Steps
+from sessiontemp.writepath import WritePath
+
+if TYPE_CHECKING:
+    from structlog.stdlib import BoundLogger
 
 __all__ = [
     "ARTIFACTS_DIR",
@@ -380,3 +386,38 @@ def remove_unreferenced(root: Root, name: str,
             os.close(fd)
     finally:
         os.close(store)
+
+
+# -- keeping: a lease's file copied in and journaled --------------------------------------
+
+
+def keep(writes: WritePath, root: Root, source_dir_fd: int, parts: tuple[str, ...],
+         label: str, *, manager: str, lease: str, directory: Path,
+         source: os.PathLike[str] | str, steps: Steps, broken: Callable[[], bool],
+         log: BoundLogger) -> Artifact:
+    """Copy the file at *parts* below *source_dir_fd* into the store, and journal it.
+
+    The copy is written, fsynced and locked first; its record is appended
+    through *writes* (synced in either durability, so that the caller is
+    told the file is kept only once a recovery can know it).  When the
+    append fails the copy is unlinked, unless the journal is *broken*: its
+    record may then have been committed, so the file stays, and a recovery
+    removes it if it finds it unreferenced.  *directory* (the lease's, open
+    as *source_dir_fd*) and *source* (the file as the caller named it) name
+    it in errors.
+    """
+    artifact = ids.new_artifact()
+    with resources.translated(directory, f"{source} could not be kept"):
+        copy = copy_in(root, source_dir_fd, parts, artifact, label, steps=steps)
+    try:
+        writes.append(ArtifactKept(manager, artifact, label, copy.sha256, copy.size))
+    except BaseException:
+        if broken():
+            copy.done()
+        else:
+            copy.discard()
+        raise
+    copy.done()
+    kept = artifact_of(root.path, writes.state.artifacts[artifact])
+    log.info("artifact.kept", lease=lease, path=str(kept.path), seq=writes.state.seq)
+    return kept

@@ -3,30 +3,39 @@
 Not lifecycle state (that is the reducer's, over the journal) but what the
 kernel gives the process: the root's descriptors (one of them carrying the
 root's shared lock), the liveness lock, the manager's own shared lock on
-each generation it keeps alive, the leases' lock descriptors, the journal's
-SQLite connection.  :meth:`Handles.close_all` lets go of all of them the
-way the kernel does when a process dies, which serves an orderly close, a
-manager that can no longer write its journal, a forked child's copies, and
-the tests' simulated kill alike.
+each generation it keeps alive, the leases' lock descriptors (their holds,
+by lease id), the journal's SQLite connection.  :meth:`Handles.close_all`
+lets go of all of them the way the kernel does when a process dies, which
+serves an orderly close, a manager that can no longer write its journal, a
+forked child's copies, and the tests' simulated kill alike.
+
+Every manager's handles are registered here by its id (:func:`register`):
+a forked child disarms the copies of them all, and the test suite and the
+benchmarks look a manager's up (:func:`of`) instead of reaching into it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from typing import TYPE_CHECKING
+import weakref
+from typing import TYPE_CHECKING, Final
 
 import attrs
 
+from journal.errors import ForkedCopy
 from journal.store import Store
+from sessiontemp import resources
 from sessiontemp.liveness import LivenessLock
 from sessiontemp.root import Root
 from sessiontemp.sessions import SessionLock
 
 if TYPE_CHECKING:
-    from sessiontemp.lease import Lease
+    from structlog.stdlib import BoundLogger
 
-__all__ = ["Handles"]
+    from sessiontemp.lease import Hold
+
+__all__ = ["Handles", "of", "register"]
 
 
 @attrs.define
@@ -38,7 +47,7 @@ class Handles:
     liveness: LivenessLock | None = None
     session: SessionLock | None = None
     generations: dict[str, int] = attrs.field(factory=dict)
-    leases: dict[str, Lease] = attrs.field(factory=dict)
+    leases: dict[str, Hold] = attrs.field(factory=dict)
     pid: int = attrs.field(factory=os.getpid)
     closed: bool = False
 
@@ -46,6 +55,39 @@ class Handles:
     def forked(self) -> bool:
         """Whether these are a forked child's copies of its parent's handles."""
         return self.pid != os.getpid()
+
+    def keep_alive(self, manager: str, log: BoundLogger) -> None:
+        """Put manager *manager*'s liveness lock file back if something deleted it meanwhile."""
+        liveness = self.liveness
+        if liveness is None or liveness.untouched():
+            # One fstat of the held descriptor on every operation; the
+            # lookups by name only once something touched the file.
+            return
+        root = self.root
+        try:
+            if root.managers_removed():
+                # The whole directory went (``rm -r``): its lock file cannot be
+                # put back into a removed directory, so the directory comes first.
+                root.reopen_managers()
+                liveness.moved(root.managers_fd)
+            if liveness.check():
+                log.warning("manager.lock_recreated",
+                            path=str(self.root.manager_lock_path(manager)))
+        except OSError as e:
+            if not resources.shortage(e):
+                raise
+            # Put back by the next operation: meanwhile a recovery finds no
+            # lock file and leaves this manager alone, as it must.
+            log.warning("manager.lock_not_recreated", reason=str(e))
+
+    def refuse_forked(self, manager: str) -> None:
+        """Raise :class:`ForkedCopy` in a forked child: the copy owns nothing of its parent's."""
+        if self.forked:
+            raise ForkedCopy(
+                self.root.path, f"manager {manager} belongs to process {self.pid}; this "
+                f"is a forked copy in process {os.getpid()}",
+                "Open a new Manager in the child, or start children with lease.popen",
+            )
 
     def drop_generation(self, generation: str) -> None:
         fd = self.generations.pop(generation, None)
@@ -61,8 +103,8 @@ class Handles:
         if self.closed:
             return
         self.closed = True
-        for lease in list(self.leases.values()):
-            lease._drop_lock()
+        for hold in list(self.leases.values()):
+            hold.drop()
         self.leases.clear()
         for generation in list(self.generations):
             self.drop_generation(generation)
@@ -86,8 +128,8 @@ class Handles:
         locks (:meth:`Store.abandon`).
         """
         self.closed = True
-        for lease in list(self.leases.values()):
-            lease._drop_copy()
+        for hold in list(self.leases.values()):
+            hold.drop_copy()
         self.leases.clear()
         for generation in list(self.generations):
             self.drop_generation(generation)
@@ -128,3 +170,30 @@ class Handles:
                 close()
         if self.store is not None:
             self.store.forget()
+
+
+# Held weakly: a manager's handles live as long as it does, and not a moment
+# longer for being registered.
+_REGISTERED: Final[weakref.WeakValueDictionary[str, Handles]] = weakref.WeakValueDictionary()
+
+
+def register(manager: str, handles: Handles) -> None:
+    """Register *handles* as manager *manager*'s: from now on a forked child disarms its copies."""
+    _REGISTERED[manager] = handles
+
+
+def of(manager: str) -> Handles:
+    """What manager *manager* of this process holds open (KeyError once it is gone)."""
+    return _REGISTERED[manager]
+
+
+def _disarm_copies() -> None:
+    # Takes no lock (see sessiontemp.forks): the child has one thread, and
+    # any lock may have been held by one of the parent's at the fork.
+    for handles in list(_REGISTERED.values()):
+        # One copy that cannot be disarmed must not leave the others armed.
+        with contextlib.suppress(Exception):
+            handles.forget()
+
+
+os.register_at_fork(after_in_child=_disarm_copies)

@@ -1,35 +1,111 @@
 """A running command's claim on its generation directory.
 
-A lease holds a shared lock on the directory through its own descriptor.
-:meth:`Lease.popen` passes that descriptor to the child, so the lock (and
-with it the directory) outlives the lease, and even the manager, for as long
-as the command runs.  It also journals the child's pid and start time
-(:meth:`Lease.track`), the second liveness signal, for a command that
-closes the descriptors it inherited.
+A lease holds a shared lock on the directory through its own descriptor
+(a :class:`Hold`).  :meth:`Lease.popen` passes that descriptor to the child,
+so the lock (and with it the directory) outlives the lease, and even the
+manager, for as long as the command runs.  It also journals the child's pid
+and start time (:meth:`Lease.track`), the second liveness signal, for a
+command that closes the descriptors it inherited.
+
+A lease reaches its manager only through :class:`LeaseOwner`, and the
+manager reaches the lease's lock only through its :class:`Hold`: neither
+calls into the other's internals.  asyncio is imported only by the async
+methods, so a program that never awaits a lease never loads it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from journal.errors import Unavailable
-from sessiontemp import aio, forks
+from sessiontemp import forks
 
 if TYPE_CHECKING:
+    import asyncio
+
     from sessiontemp.artifacts import Artifact
     from sessiontemp.manager import Manager
 
-__all__ = ["Lease"]
+__all__ = ["Hold", "Lease", "LeaseOwner"]
 
 _TEMP_VARIABLES = ("TMPDIR", "TMP", "TEMP")
+
+T = TypeVar("T")
+
+
+class LeaseOwner(Protocol):
+    """What a lease asks of the manager that handed it out."""
+
+    def release_lease(self, lease: Lease) -> None:
+        """Journal *lease*'s release, then drop its lock (never raises for a failed clean-up)."""
+
+    def track(self, lease: Lease, pid: int) -> bool:
+        """Journal that *pid* was started on *lease*; False when it cannot be recorded."""
+
+    def keep(self, lease: Lease, path: os.PathLike[str] | str, label: str) -> Artifact:
+        """Copy *path* out of *lease*'s directory into the artifact store, and journal it."""
+
+
+class Hold:
+    """A lease's lock descriptor: the shared flock that keeps its directory alive.
+
+    Its mutex is a :class:`forks.Mutex`: a forked child dropping its copy
+    must not wait for a lock that a thread of its parent held at the fork
+    (one starting a command with popen, say).  Whoever holds the manager's
+    mutex takes it first and this one second, the one order every path
+    takes, so a release racing a close cannot deadlock.
+    """
+
+    __slots__ = ("_fd", "_mutex")
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+        self._mutex = forks.Mutex()
+
+    @property
+    def fd(self) -> int | None:
+        """The descriptor, None once dropped (read without the mutex: a snapshot)."""
+        return self._fd
+
+    def dup(self) -> int | None:
+        """A duplicate of the descriptor (the same lock), or None once dropped."""
+        with self._mutex:
+            return None if self._fd is None else os.dup(self._fd)
+
+    def run(self, start: Callable[[int], T]) -> T | None:
+        """Call *start* with the descriptor, which no drop closes meanwhile; None once dropped."""
+        with self._mutex:
+            if self._fd is None:
+                return None
+            return start(self._fd)
+
+    def drop(self) -> bool:
+        """Close the descriptor; False if it was already closed."""
+        with self._mutex:
+            fd, self._fd = self._fd, None
+            if fd is None:
+                return False
+            os.close(fd)
+            return True
+
+    def drop_copy(self) -> None:
+        """In a forked child: close this process's copy of the descriptor.
+
+        The parent may have been closing its own at the fork, so the copy
+        may be closed already.
+        """
+        with self._mutex:
+            fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 class Lease:
@@ -39,10 +115,11 @@ class Lease:
     """
 
     def __init__(
-        self, manager: Manager, generation: str, lease: str, path: str, fd: int, *,
-        label: str = "",
+        self, manager: Manager, owner: LeaseOwner, generation: str, lease: str, path: str,
+        hold: Hold, *, label: str = "",
     ) -> None:
         self.manager = manager
+        self._owner = owner
         self.generation = generation
         self.id = lease
         # A string until asked for as a Path: pathlib interns every component
@@ -50,11 +127,7 @@ class Lease:
         # interpreter's table of interned names with each generation's.
         self._path = path
         self.label = label
-        self._fd: int | None = fd
-        # A forks.Mutex: a forked child releasing its copy of the lease must
-        # not wait for a lock that a thread of its parent held at the fork
-        # (one starting a command with popen, say).
-        self._lock = forks.Mutex()
+        self._hold = hold
 
     @functools.cached_property
     def path(self) -> Path:
@@ -68,11 +141,15 @@ class Lease:
     @property
     def released(self) -> bool:
         """Whether the lease was given back (or voided by its manager's close)."""
-        return self._fd is None
+        return self._hold.fd is None
 
     def env(self) -> dict[str, str]:
         """The variables that point a command's temporary files at this lease's directory."""
         return dict.fromkeys(_TEMP_VARIABLES, self._path)
+
+    def _gone(self) -> Unavailable:
+        return Unavailable(self.path, f"lease {self.id} was already released",
+                           "Acquire a new lease to start a command")
 
     def popen(
         self, args: str | Sequence[str | os.PathLike[str]], **kwargs: Any
@@ -88,15 +165,14 @@ class Lease:
         given: Mapping[str, str] | None = kwargs.pop("env", None)
         base = os.environ if given is None else given
         env = {**base, **self.env()}
-        with self._lock:
-            if self._fd is None:
-                raise Unavailable(self.path, f"lease {self.id} was already released",
-                                  "Acquire a new lease to start a command")
-            pass_fds = (*kwargs.pop("pass_fds", ()), self._fd)
-            # The child shares the locked open file description, so the
-            # directory stays locked until the child exits, whatever happens
-            # to this process.
-            child = subprocess.Popen(args, env=env, pass_fds=pass_fds, **kwargs)
+        extra = tuple(kwargs.pop("pass_fds", ()))
+        # The child shares the locked open file description, so the
+        # directory stays locked until the child exits, whatever happens
+        # to this process.
+        child = self._hold.run(lambda fd: subprocess.Popen(
+            args, env=env, pass_fds=(*extra, fd), **kwargs))
+        if child is None:
+            raise self._gone()
         self.track(child.pid)
         return child
 
@@ -111,7 +187,7 @@ class Lease:
         the journal refused the write (logged); the lock still protects a
         child that kept the descriptor.
         """
-        return self.manager._track(self, pid)
+        return self._owner.track(self, pid)
 
     def keep(self, path: os.PathLike[str] | str, label: str) -> Artifact:
         """Copy the file at *path* out of this lease's directory into the root's artifact store.
@@ -127,7 +203,7 @@ class Lease:
         following a symlink; with ValueError for a bad label; with
         :class:`Unavailable` once the lease is released.
         """
-        return self.manager._keep(self, path, label)
+        return self._owner.keep(self, path, label)
 
     def release(self) -> None:
         """Give the lease back; later calls do nothing.
@@ -135,34 +211,8 @@ class Lease:
         Never raises for a failed clean-up: that is logged and left to the
         next recovery.
         """
-        if self._fd is not None:
-            self.manager._release_lease(self)
-
-    def _drop_lock(self) -> bool:
-        """Close the lock descriptor; False if it was already closed.
-
-        Callers hold the manager's lock first and this lease's second, the
-        one order every path takes, so a release racing a close cannot
-        deadlock.
-        """
-        with self._lock:
-            fd, self._fd = self._fd, None
-            if fd is None:
-                return False
-            os.close(fd)
-            return True
-
-    def _drop_copy(self) -> None:
-        """In a forked child: close this process's copy of the lock descriptor.
-
-        The parent may have been closing its own at the fork, so the copy
-        may be closed already.
-        """
-        with self._lock:
-            fd, self._fd = self._fd, None
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        if self._hold.fd is not None:
+            self._owner.release_lease(self)
 
     def __enter__(self) -> Lease:
         return self
@@ -188,10 +238,9 @@ class Lease:
         the descriptor to, keeps it open.  Raises :class:`Unavailable` once
         the lease is released: the number may by then name another file.
         """
-        fd = self._fd
+        fd = self._hold.fd
         if fd is None:
-            raise Unavailable(self.path, f"lease {self.id} was already released",
-                              "Acquire a new lease to start a command")
+            raise self._gone()
         return (fd,)
 
     async def create_subprocess_exec(
@@ -205,18 +254,20 @@ class Lease:
         while tracking, it kills and reaps the child before the cancellation
         goes on, as asyncio does when cancelled while starting one.
         """
+        import asyncio
+
+        from sessiontemp import aio
+
         given: Mapping[str, str] | None = kwargs.pop("env", None)
         base = os.environ if given is None else given
         env = {**base, **self.env()}
-        with self._lock:
-            if self._fd is None:
-                raise Unavailable(self.path, f"lease {self.id} was already released",
-                                  "Acquire a new lease to start a command")
-            # The lock cannot be held across the await, so the child gets a
-            # duplicate: the same open file description, hence the same lock,
-            # which a release racing the start in another thread cannot close
-            # under it nor let another file take its number.
-            fd = os.dup(self._fd)
+        # The lock cannot be held across the await, so the child gets a
+        # duplicate: the same open file description, hence the same lock,
+        # which a release racing the start in another thread cannot close
+        # under it nor let another file take its number.
+        fd = self._hold.dup()
+        if fd is None:
+            raise self._gone()
         try:
             pass_fds = (*kwargs.pop("pass_fds", ()), fd)
             process = await asyncio.create_subprocess_exec(
@@ -243,6 +294,8 @@ class Lease:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        from sessiontemp import aio
+
         # In a worker thread: a release appends to the journal and may remove
         # the directory.  Seen through to the end even when the task is
         # cancelled, so the lease is given back before the cancellation goes on.

@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-__all__ = ["debugging", "logger"]
+__all__ = ["bound", "debugging", "logger"]
 
 _stdlib = logging.getLogger("sessiontemp")
 # Without a handler of its own, logging's last-resort handler would print
@@ -69,3 +69,16 @@ def debugging() -> bool:
 logger: structlog.stdlib.BoundLogger = structlog.wrap_logger(
     _stdlib, wrapper_class=_BoundLogger
 )
+
+
+def bound(**context: Any) -> structlog.stdlib.BoundLogger:
+    """The library's logger with *context* bound once, for every event of one owner.
+
+    Lazy, as :data:`logger` is: each event is built with the structlog
+    configuration of its moment, so an application that configures
+    structlog after opening a manager (or a test's ``capture_logs``) still
+    sees it.
+    """
+    bound_logger: structlog.stdlib.BoundLogger = structlog.wrap_logger(
+        _stdlib, wrapper_class=_BoundLogger, **context)
+    return bound_logger

@@ -33,23 +33,33 @@ import contextlib
 import math
 import os
 import stat
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import attrs
 
 from journal import ids
 from journal.errors import SessionOwned
+from journal.events import Event, ManagerOpened, SessionAdopted, SessionClaimed
 from journal.reducer import GenerationState, ManagerState, SessionState, State, kept_for_resume
-from sessiontemp.locks import still_named, try_exclusive
+from sessiontemp import resources
+from sessiontemp.liveness import lock_shared
+from sessiontemp.locks import refusal, still_named, try_exclusive
 from sessiontemp.root import (
     FILE_MODE,
     SESSIONS_DIR,
     Root,
     check_entry,
+    generation_name,
     os_error,
     path_of,
     session_lock_name,
 )
+from sessiontemp.steps import Steps
+from sessiontemp.writepath import WritePath
+
+if TYPE_CHECKING:
+    from structlog.stdlib import BoundLogger
+
 
 __all__ = [
     "DEFAULT_RESUME_WINDOW",
@@ -59,6 +69,7 @@ __all__ = [
     "SessionLock",
     "check_name",
     "check_window",
+    "claim_session",
     "expired",
     "lock_name",
     "resumable",
@@ -292,3 +303,74 @@ def _read_pid(fd: int) -> int | None:
         if text.isdigit() and int(text) > 0:
             return int(text)
     return None
+
+
+# -- the claim: a manager's birth as a session's owner ----------------------------------
+
+
+def claim_session(claimer: WritePath, claim: Claim, window: float, found: Resumable | None, *,
+          manager: str, root: Root, steps: Steps, log: BoundLogger) -> tuple[str, int] | None:
+    """Journal *manager*'s birth as the owner of *claim*'s session, adopting what it can.
+
+    What the last owner left (*found*, as the recovery pass kept it for
+    this claim) is adopted when the claim asks to resume and its directory
+    can be locked.  Returns the adopted generation with the manager's own
+    lock on it, None when nothing was adopted.
+    """
+    events: list[Event] = [ManagerOpened(manager, os.getpid()),
+                           SessionClaimed(manager, claim.name, round(window * 1000))]
+    adopted = None
+    if (claim.resume and found is not None and found.generation is not None
+            and found.owner is not None):
+        taken = _take_over(found.generation, root=root, steps=steps, log=log)
+        if taken is not None:
+            adopted = found.generation.id, taken
+            events.append(SessionAdopted(manager, claim.name, found.generation.id,
+                                         found.owner.id))
+    try:
+        claimer.append(*events)
+    except BaseException:
+        if adopted is not None:
+            os.close(adopted[1])
+        raise
+    if adopted is not None and found is not None and found.owner is not None:
+        log.info("session.resumed", session=claim.name, generation=adopted[0],
+                 previous=found.owner.id,
+                 path=os.path.join(root.path, generation_name(adopted[0])), seq=claimer.state.seq)
+    return adopted
+
+
+def _take_over(generation: GenerationState, *, root: Root, steps: Steps,
+               log: BoundLogger) -> int | None:
+    """Lock the directory a dead owner left, as its new manager; None if it cannot be.
+
+    Locked before the adoption is journaled, like a new generation: a
+    remover that seized it first makes this fail, and one that comes
+    after finds it held.
+    """
+    name = generation_name(generation.id)
+    try:
+        steps.before("lock", name)
+        fd = lock_shared(root.fd, name)
+    except OSError as e:
+        if not resources.gone(e):
+            # No sign that it is gone (a shortage, or a lock held longer
+            # than a probe's): the claim fails and nothing is discarded,
+            # so that the next claim can still resume it.
+            raise refusal(root.path, os.path.join(root.path, name), e) from e
+        log.warning("session.not_resumed", generation=generation.id,
+                    reason=f"{name} could not be locked ({e.strerror})")
+        return None
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (generation.device, generation.inode):
+            log.warning("session.not_resumed", generation=generation.id,
+                        reason=f"{name} was replaced by another directory")
+            os.close(fd)
+            return None
+        # A usage touch: an age-based cleaner sees it in use from now on.
+        os.utime(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

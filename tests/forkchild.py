@@ -47,6 +47,7 @@ from typing import Any
 
 from journal.errors import ForkedCopy, SessionTempError
 from sessiontemp import Lease, Manager, recover, remove_artifact
+from sessiontemp.lease import Hold
 from tests.childio import emit
 from tests.faultchild import agrees_with_journal, disk_agrees
 from tests.forking import fork, in_thread
@@ -253,20 +254,20 @@ def plant_waiting_release() -> None:
     """The old behaviour: a child's release of its copy waits for the lease's own lock."""
     import threading as plain
 
-    def drop_copy(self: Lease) -> None:
-        with self._lock:
+    def drop_copy(self: Hold) -> None:
+        with self._mutex:
             fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
 
-    original_init = Lease.__init__
+    original_init = Hold.__init__
 
-    def init(self: Lease, *args: Any, **kwargs: Any) -> None:
-        original_init(self, *args, **kwargs)
-        self._lock = plain.Lock()  # type: ignore[assignment]
+    def init(self: Hold, fd: int) -> None:
+        original_init(self, fd)
+        self._mutex = plain.Lock()  # type: ignore[assignment]
 
-    Lease.__init__ = init  # type: ignore[method-assign]
-    Lease._drop_copy = drop_copy  # type: ignore[method-assign]
+    Hold.__init__ = init  # type: ignore[method-assign]
+    Hold.drop_copy = drop_copy  # type: ignore[method-assign]
 
 
 def storm(root: Path, args: argparse.Namespace) -> int:

@@ -57,6 +57,7 @@ from sessiontemp import (
     Manager,
     SessionOwned,
     Unavailable,
+    handles,
     recover,
     remove_artifact,
     remove_session,
@@ -107,7 +108,7 @@ def simulate_kill(manager: Manager) -> None:
     handles do when let go.  The object is then closed, so that a stray
     call on it does nothing, as a dead process would.
     """
-    manager._handles.close_all()
+    handles.of(manager.id).close_all()
 
 
 # -- the reference model -------------------------------------------------------------
@@ -933,7 +934,7 @@ class World:
         if kind == "close" and candidate is after:
             del self.real[name]
             self._forget_leases(manager)
-            if ended == "closed" and not manager._handles.closed:
+            if ended == "closed" and not handles.of(manager.id).closed:
                 self.unclosed[name] = manager
 
     def fork(self, name: str) -> None:
@@ -950,7 +951,7 @@ class World:
         _, status = os.waitpid(pid, 0)
         code = os.waitstatus_to_exitcode(status)
         assert code == 0, f"the forked child's copy of {name}: {FORKED_COPY_FAILURES.get(code)}"
-        assert manager._handles.root.manager_lock_path(manager.id).exists()
+        assert handles.of(manager.id).root.manager_lock_path(manager.id).exists()
 
     def memory_agrees(self, manager: Manager, state: State | None = None) -> None:
         """What *manager* holds in memory is exactly what the journal says of it.
@@ -1061,7 +1062,7 @@ class World:
         for manager in [*(self.real[n] for n in self.live()), *self.unclosed.values()]:
             self.memory_agrees(manager, live)
             held = {lease.id for lease in self.leases.values() if lease.manager is manager}
-            assert set(manager._handles.leases) == held, f"{manager.id} holds other leases"
+            assert set(handles.of(manager.id).leases) == held, f"{manager.id} holds other leases"
 
         for gid in self.model.live_generations():
             path = self.root / generation_name(gid)

@@ -60,7 +60,8 @@ import pytest
 
 from journal.errors import SessionTempError
 from journal.events import GenerationCreated, GenerationReady
-from sessiontemp import Manager
+from sessiontemp import Manager, handles
+from sessiontemp.generations import Generations, Made
 from sessiontemp.inspect import fsck, verify
 from sessiontemp.liveness import lock_shared
 from sessiontemp.manager import DURABILITY, Durability
@@ -305,9 +306,9 @@ def is_open(fd: int) -> bool:
 
 def descriptors_of(manager: Manager) -> set[int]:
     """The lock descriptors of *manager* (its journal, root and liveness go by their close)."""
-    handles = manager._handles
-    leases = {lease._fd for lease in handles.leases.values() if lease._fd is not None}
-    return {*handles.generations.values(), *leases}
+    held = handles.of(manager.id)
+    leases = {hold.fd for hold in held.leases.values() if hold.fd is not None}
+    return {*held.generations.values(), *leases}
 
 
 def judge(world: World, tally: Tally, where: str) -> None:
@@ -848,26 +849,26 @@ def test_an_exception_at_every_step_of_keep_leaves_no_file_and_the_lease_keeps_w
 # -- a planted bug: the enumeration must catch it ---------------------------------------------
 
 
-class MkdirBeforeJournal(Manager):
+def mkdir_before_journal(self: Generations) -> Made:
     """Makes the directory first and journals it after: the bug the journal-first rule forbids."""
-
-    def _make_generation(self) -> tuple[str, int, GenerationReady]:
-        generation = new_generation_id()
-        name = generation_name(generation)
-        root_fd = self._handles.root.fd
-        self._steps.before("mkdir", name)
-        os.mkdir(name, 0o700, dir_fd=root_fd)
-        self._append(GenerationCreated(self.id, generation))
-        self._steps.before("lock", name)
-        fd = lock_shared(root_fd, name)
-        st = os.fstat(fd)
-        return generation, fd, GenerationReady(self.id, generation, st.st_dev, st.st_ino)
+    generation = new_generation_id()
+    name = generation_name(generation)
+    root_fd = self.handles.root.fd
+    self.steps.before("mkdir", name)
+    os.mkdir(name, 0o700, dir_fd=root_fd)
+    self.journal.append(GenerationCreated(self.manager, generation))
+    self.steps.before("lock", name)
+    fd = lock_shared(root_fd, name)
+    st = os.fstat(fd)
+    return generation, fd, GenerationReady(self.manager, generation, st.st_dev, st.st_ino)
 
 
-def test_the_enumeration_finds_a_directory_made_before_its_journal_record() -> None:
+def test_the_enumeration_finds_a_directory_made_before_its_journal_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Generations, "make", mkdir_before_journal)
     tally = Tally()
-    enumerate_operation((("open",), ("retain", "m0")), ("acquire", "m0"), tally,
-                        manager_class=MkdirBeforeJournal)
+    enumerate_operation((("open",), ("retain", "m0")), ("acquire", "m0"), tally)
     assert tally.leaks >= 1
     assert tally.failures
 
@@ -883,17 +884,16 @@ def test_an_exception_at_any_step_of_a_removal_leaves_no_descriptor_open() -> No
     assert tally.failures == []
 
 
-class NeverAbandons(Manager):
+def never_abandons(self: Generations, generation: str, reason: str) -> None:
     """Leaves a generation whose making failed as it is, current and never ready."""
 
-    def _abandon(self, generation: str, reason: str) -> None:
-        pass
 
-
-def test_the_enumeration_finds_a_half_made_directory_that_is_never_cleared() -> None:
+def test_the_enumeration_finds_a_half_made_directory_that_is_never_cleared(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Generations, "abandon", never_abandons)
     tally = Tally()
-    enumerate_exceptions((("open",), ("retain", "m0")), ("acquire", "m0"), tally,
-                         manager_class=NeverAbandons)
+    enumerate_exceptions((("open",), ("retain", "m0")), ("acquire", "m0"), tally)
     assert tally.crash_points >= 3
     assert any("left work owed" in f or "half made" in f for f in tally.failures), tally.failures
 

@@ -41,6 +41,7 @@ from journal import Record, replay
 from journal.errors import JournalError, JournalFull
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Lease, Manager, Unavailable, recover
 from sessiontemp.root import generation_name
+from sessiontemp.writer import Writer
 from tests import zygote
 from tests.childio import CutShort, JsonLines
 from tests.conftest import journal_state, live_state, locked_by_another, own_view
@@ -485,25 +486,26 @@ def test_many_operations_on_a_full_disk_at_every_fill_level_leave_memory_journal
         many_operations_on_a_full_disk(full_disk, neighbour, pages)
 
 
-class MovesItsStateBeforeTheCommit(Manager):
-    """The old write path's fault: memory moves on although the journal refused the events."""
+APPEND = Writer.append
 
-    def _append(self, *events: Any, wait: bool = True) -> Any:
-        start = self.state.seq
-        ahead = replay([Record(start + i, 0.0, e) for i, e in enumerate(events, 1)],
-                       self.state)
-        try:
-            return super()._append(*events)
-        except JournalError:
-            self._state = ahead
-            raise
+
+def moves_its_state_before_the_commit(self: Writer, *events: Any, wait: bool = True) -> Any:
+    """The old write path's fault: memory moves on although the journal refused the events."""
+    start = self.state.seq
+    ahead = replay([Record(start + i, 0.0, e) for i, e in enumerate(events, 1)], self.state)
+    try:
+        return APPEND(self, *events)
+    except JournalError:
+        self.state = ahead
+        raise
 
 
 def test_the_full_disk_sweep_finds_a_manager_whose_memory_runs_ahead_of_its_journal(
-    full_disk: Path, neighbour: Child
+    full_disk: Path, neighbour: Child, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(Writer, "append", moves_its_state_before_the_commit)
     with pytest.raises(AssertionError, match="the manager's state is not the journal's"):
-        sweep(full_disk, neighbour, "acquire on a fresh root", MovesItsStateBeforeTheCommit)
+        sweep(full_disk, neighbour, "acquire on a fresh root")
 
 
 # -- a SIGINT storm against a process that carries on -----------------------------------

@@ -30,7 +30,7 @@ from journal.errors import JournalError, RuleViolation
 from journal.events import LeaseAcquired, LeaseReleased, ManagerOpened, Record, Retained
 from journal.reducer import EMPTY, replay
 from journal.store import Store
-from sessiontemp import Manager, recover
+from sessiontemp import Manager, handles, recover
 from sessiontemp.manager import DURABILITY, Durability
 from sessiontemp.root import JOURNAL_NAME
 from tests.conftest import assert_replay_matches
@@ -117,7 +117,7 @@ def test_threads_leasing_at_once_leave_memory_and_journal_agreeing(tmp_path: Pat
             t.join()
         assert errors == []
         assert_replay_matches(manager)
-        assert manager._handles.leases == {}
+        assert handles.of(manager.id).leases == {}
 
 
 def test_an_append_refused_inside_a_shared_commit_sinks_only_itself(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from journal.errors import UnsafeRoot
-from sessiontemp import Manager, Unavailable, recover
+from sessiontemp import Manager, Unavailable, handles, recover
 from sessiontemp import root as root_module
 from sessiontemp.recovery import run as run_recovery
 from sessiontemp.root import GENERATION_PREFIX, TRASH_PREFIX, Root
@@ -304,32 +304,34 @@ def test_a_tree_5000_levels_deep_is_removed_with_only_256_descriptors_allowed(ro
 
 
 def test_a_deep_tree_whose_middle_is_moved_away_during_removal_is_refused_not_chased(
-    manager: Manager, root: Path, tmp_path: Path
+    open_manager: Callable[..., Manager], root: Path, tmp_path: Path
 ) -> None:
     # The walk lets go of shallow levels and climbs back through "..": a
     # level moved elsewhere meanwhile has another parent, which must not be
     # mistaken for the one it came from.
-    lease = manager.acquire()
-    make_deep_tree(lease.path, 100)
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    moved = False
+    armed = moved = False
 
     def hook(kind: str, detail: str) -> None:
         nonlocal moved
-        if kind == "unlink" and detail == "bottom" and not moved:
+        if armed and kind == "unlink" and detail == "bottom" and not moved:
             moved = True
             trash = root / (TRASH_PREFIX + lease.path.name.removeprefix(GENERATION_PREFIX))
             os.rename(trash / "d" / "d", elsewhere / "d")
 
-    manager._steps.hook = hook
+    manager = open_manager(step_hook=hook)
+    manager.retain()
+    lease = manager.acquire()
+    make_deep_tree(lease.path, 100)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    armed = True
     manager.rotate()
     lease.release()
     assert moved
     # What was moved out is emptied through the descriptors held on it, but
     # the walk does not follow it up into a parent it never walked down from.
     assert os.listdir(elsewhere) == ["d"]
-    manager._steps.hook = None
+    armed = False
     assert generations_on_disk(root) != []
     manager.close()  # retries the removals it started
     assert generations_on_disk(root) == []
@@ -466,7 +468,7 @@ def test_a_root_renamed_and_replaced_after_open_refuses_leases_and_recovery_and_
     with pytest.raises(Unavailable, match="was replaced after it was opened"):
         manager.acquire()
     held = Root.open(moved)
-    store = manager._handles.store
+    store = handles.of(manager.id).store
     assert store is not None
     try:
         held.path = root  # as if this Root had been opened before the swap

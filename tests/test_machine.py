@@ -73,8 +73,10 @@ from hypothesis.stateful import (
 from journal import Event, Record, replay
 from journal.errors import RuleViolation
 from sessiontemp import Manager
+from sessiontemp.generations import Generations
 from sessiontemp.manager import Durability
 from sessiontemp.root import JOURNAL_NAME, generation_name
+from sessiontemp.writer import Writer
 from tests.faults import Injected, StoreFailure, interrupting, store_error
 from tests.forking import ClosesUnderTheMutex, ForkingHook
 from tests.model import SCRATCH, Op, World
@@ -344,28 +346,29 @@ TestRelaxedManagersAgreeWithTheReferenceModelAcrossCrashesAndFaults = (
 # -- a planted bug: the machine must catch it ---------------------------------------------
 
 
-class RemovesOneLeaseTooEarly(Manager):
+SETTLE = Generations.settle
+
+
+def removes_one_lease_too_early(self: Generations) -> Exception | None:
     """Removes a retired generation while one lease is still left: off by one."""
-
-    def _settle(self) -> None:
-        super()._settle()
-        for generation in self.state.generations.values():
-            if (generation.manager == self.id and generation.retired
-                    and len(generation.leases) == 1 and generation.removal is None):
-                shutil.rmtree(self.root / generation_name(generation.id), ignore_errors=True)
-
-
-class MachineWithTheEarlyRemoval(SessionMachine):
-    manager_class = RemovesOneLeaseTooEarly
+    unfinished = SETTLE(self)
+    for generation in self.journal.state.generations.values():
+        if (generation.manager == self.manager and generation.retired
+                and len(generation.leases) == 1 and generation.removal is None):
+            shutil.rmtree(self.root / generation_name(generation.id), ignore_errors=True)
+    return unfinished
 
 
-def test_the_machine_finds_a_generation_removed_one_lease_too_early() -> None:
+def test_the_machine_finds_a_generation_removed_one_lease_too_early(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Generations, "settle", removes_one_lease_too_early)
     # The one invariant the bug breaks: a generation the model keeps is gone
     # from disk.  Any other failure would be a fault of the machine itself.
     removed = r"^removed while the model keeps them: \['sessiontemp-gen-"
     with pytest.raises(AssertionError, match=removed):
         run_state_machine_as_test(
-            MachineWithTheEarlyRemoval,
+            SessionMachine,
             # Finding it is the point, so a cap of its own on the search
             # (it stops at the first failure); shrinking would only cost time.
             settings=settings(max_examples=1000, database=None, print_blob=False,
@@ -373,30 +376,30 @@ def test_the_machine_finds_a_generation_removed_one_lease_too_early() -> None:
         )
 
 
-class TrustsAFailedAppend(Manager):
-    """Takes a refused append as done: memory ahead of the journal (the shape issue 9 found)."""
-
-    def _append(self, *events: Event, wait: bool = True) -> Any:
-        before = self._state
-        try:
-            return super()._append(*events)
-        except Exception:
-            self._state = replay(
-                (Record(before.seq + n, 0.0, e) for n, e in enumerate(events, 1)), before)
-            raise
+APPEND = Writer.append
 
 
-class MachineTrustingFailedAppends(SessionMachine):
-    manager_class = TrustsAFailedAppend
+def trusts_a_failed_append(self: Writer, *events: Event, wait: bool = True) -> Any:
+    """Takes a refused append as done: memory ahead of the journal."""
+    before = self.state
+    try:
+        return APPEND(self, *events)
+    except Exception:
+        self.state = replay(
+            (Record(before.seq + n, 0.0, e) for n, e in enumerate(events, 1)), before)
+        raise
 
 
-def test_the_machine_finds_a_manager_whose_memory_runs_ahead_of_a_failed_append() -> None:
+def test_the_machine_finds_a_manager_whose_memory_runs_ahead_of_a_failed_append(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Writer, "append", trusts_a_failed_append)
     # Found either way: the model sees memory and journal disagree, or the
     # journal's rules refuse an event the manager's wrong memory let through.
     disagrees = r"memory disagrees with the journal|out of order"
     with pytest.raises((AssertionError, RuleViolation), match=disagrees):
         run_state_machine_as_test(
-            MachineTrustingFailedAppends,
+            SessionMachine,
             settings=settings(max_examples=1000, database=None, print_blob=False,
                               phases=[Phase.generate]),
         )

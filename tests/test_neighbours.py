@@ -35,7 +35,7 @@ import pytest
 
 from journal import Retention, Store, testing
 from journal.errors import JournalBusy, JournalError, RuleViolation
-from sessiontemp import Lease, Manager, Unavailable
+from sessiontemp import Lease, Manager, Unavailable, handles
 from sessiontemp.inspect import fsck, verify
 from sessiontemp.recovery import maintain
 from sessiontemp.root import Root
@@ -335,7 +335,7 @@ def test_a_long_lived_managers_own_maintenance_leaves_no_descriptor_to_a_retired
     root: Path, no_collector: None,
 ) -> None:
     with Manager(root, retention=EAGER) as manager:
-        store = manager._handles.store
+        store = handles.of(manager.id).store
         assert store is not None
         store.maintenance_every = 25
         manager.retain()

@@ -494,29 +494,28 @@ def test_what_a_flag_keeps_stays_reported_once_the_rest_goes_and_it_ends_once_cl
 
 @as_root
 def test_entries_removed_by_someone_else_during_the_walk_are_simply_gone(
-    manager: Manager, root: Path
+    open_manager: Callable[..., Manager], root: Path
 ) -> None:
     # An age cleaner, or a person, deleting what the walk was about to.
+    armed = taken = False
+
+    def hook(kind: str, detail: str) -> None:
+        nonlocal taken
+        if armed and kind == "unlink" and not taken:
+            taken = True
+            for name in os.listdir(trash / "sub"):
+                shutil.rmtree(trash / "sub" / name)
+
+    manager = open_manager(step_hook=hook)
+    manager.retain()
     lease = manager.acquire()
     for name in ("a", "b", "c", "d"):
         (lease.path / "sub" / name).mkdir(parents=True)
         (lease.path / "sub" / name / "f").write_text(name)
     trash = root / (TRASH_PREFIX + lease.generation)
-    taken = False
-
-    def hook(kind: str, detail: str) -> None:
-        nonlocal taken
-        if kind == "unlink" and not taken:
-            taken = True
-            for name in os.listdir(trash / "sub"):
-                shutil.rmtree(trash / "sub" / name)
-
     lease.release()
-    manager._steps.hook = hook
-    try:
-        manager.rotate()
-    finally:
-        manager._steps.hook = None
+    armed = True
+    manager.rotate()
     assert taken
     assert generations_on_disk(root) == []
     assert outcomes(root)[lease.generation] == "removed"

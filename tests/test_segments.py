@@ -41,7 +41,7 @@ from journal import (
 )
 from journal.events import Event, ManagerClosed, ManagerOpened, Released, Retained, Rotated
 from journal.segments import ROLL_FLOOR, Segment, directory, size_of
-from sessiontemp import Manager, recover
+from sessiontemp import Manager, handles, recover
 from sessiontemp.recovery import maintain
 from sessiontemp.steps import Steps
 from tests import zygote
@@ -280,7 +280,7 @@ def test_a_manager_that_lives_long_checkpoints_and_rolls_over_as_it_appends(
 ) -> None:
     root = tmp_path / "root"
     with Manager(root, retention=EAGER) as manager:
-        store = manager._handles.store
+        store = handles.of(manager.id).store
         assert store is not None
         store.maintenance_every = 30
         manager.retain()
@@ -869,7 +869,7 @@ def test_a_second_open_of_a_rolled_over_root_attaches_no_sealed_segment(
     # What the first open read of the sealed segments holds for the next one.
     with testing.spans() as spans, Manager(tmp_path, retention=KEEP_ALL) as manager:
         assert spans == []
-        opened = manager._handles.store
+        opened = handles.of(manager.id).store
         assert opened is not None
         assert manager.state == replay(opened.records())
         assert spans, "reading every record attaches the sealed segments"
@@ -880,11 +880,11 @@ def test_a_pass_leaves_the_store_it_ran_on_without_the_sealed_segments_attached(
 ) -> None:
     rolled_over_root(tmp_path)
     with Manager(tmp_path, retention=KEEP_ALL) as manager:
-        store = manager._handles.store
+        store = handles.of(manager.id).store
         assert store is not None
         assert min(record.seq for record in store.records()) == 1
         assert testing.spanning(store)
-        maintain(manager._handles.root, store, clock=time.time, steps=Steps(None))
+        maintain(handles.of(manager.id).root, store, clock=time.time, steps=Steps(None))
         assert not testing.spanning(store)
         # The next read of older history attaches them again.
         assert min(record.seq for record in store.records()) == 1

@@ -49,7 +49,7 @@ import benchlib
 from journal import testing
 from journal.events import Event
 from journal.store import Store
-from sessiontemp import Lease, Manager, recover
+from sessiontemp import Lease, Manager, handles, recover
 from sessiontemp.root import JOURNAL_NAME
 
 BATCH = 20_000
@@ -138,7 +138,7 @@ def settled(manager: Manager) -> None:
     A checkpoint being written holds a batch of records read from the
     journal: memory of the moment, not of the manager.
     """
-    store = manager._handles.store  # a benchmark looks inside
+    store = handles.of(manager.id).store
     running = None if store is None else testing.maintenance_thread(store)
     if running is not None:
         running.join()

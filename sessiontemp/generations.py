@@ -1,0 +1,315 @@
+"""A manager's generations: making them, settling what is due, removing them.
+
+One manager's directories and what it owes them, on the file system: a
+generation is journaled before its mkdir, locked (shared) before any lease
+on it is journaled, and removed once the state says its removal is due
+(retired with no lease left) or was started.  :meth:`Generations.settle`
+finishes whatever work a failure left, on every operation, so nothing
+half done outlives the next one.
+
+The manager stays the owner of the state and of the write path: a
+:class:`Generations` reads the state and appends through the manager's
+:class:`~sessiontemp.writepath.Owner` (a Protocol), and holds its locks in the manager's
+:class:`~sessiontemp.handles.Handles`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple, cast
+
+from journal import ids
+from journal.errors import SessionTempError, Unavailable
+from journal.events import GenerationCreated, GenerationReady, LeaseAcquired, Rotated
+from journal.reducer import State, removal_due
+from journal.store import Pending
+from sessiontemp import resources
+from sessiontemp.handles import Handles
+from sessiontemp.liveness import lock_shared
+from sessiontemp.locks import refusal
+from sessiontemp.removal import Blocked, Target, remove
+from sessiontemp.root import generation_name
+from sessiontemp.steps import Steps
+from sessiontemp.writepath import Owner
+
+if TYPE_CHECKING:
+    from structlog.stdlib import BoundLogger
+
+__all__ = ["Generations", "Leased", "Made"]
+
+# A generation made for a lease: its id, the manager's own lock on it, and
+# its ready event, left for the lease's append to commit with it.
+Made = tuple[str, int, GenerationReady]
+
+
+class Leased(NamedTuple):
+    """A lease's lock on its generation, taken and journaled (or queued)."""
+
+    generation: str
+    lease: str
+    path: str
+    fd: int
+    # The lease's append, still to be waited for (None when already durable).
+    pending: Pending | None
+
+
+class Generations:
+    """The generations of manager *manager*: made, settled and removed on the file system."""
+
+    def __init__(self, manager: str, journal: Owner, handles: Handles, steps: Steps,
+                 log: BoundLogger) -> None:
+        self.manager = manager
+        self.journal = journal
+        self.handles = handles
+        self.steps = steps
+        self._log = log
+        # The generation leases were last handed out on: its name and path.
+        self._named: tuple[str | None, str, str] = (None, "", "")
+        # What each generation's removal had to leave, as last warned of.
+        self._blocked: dict[str, frozenset[Blocked]] = {}
+
+    @property
+    def root(self) -> Path:
+        return self.handles.root.path
+
+    def _unavailable(self, reason: str, fix: str) -> Unavailable:
+        return Unavailable(self.root, reason, fix)
+
+    def lease(self, label: str, unfinished: Exception | None = None) -> Leased:
+        """Lock the current generation for a new lease, making it first if there is none.
+
+        The lease's append is left for the caller to wait for when no
+        generation was made (:attr:`Leased.pending`); a new generation's
+        ready event is committed with it, and waited for here.
+        *unfinished* says why a half-made current generation could not be
+        cleared just now.
+        """
+        current = self.journal.me.current
+        if current is not None and not self.journal.state.generations[current].ready:
+            # *unfinished* says why clearing it failed just now (a full disk,
+            # a busy journal): the caller's fix depends on it.
+            why = "" if unfinished is None else f": {unfinished}"
+            raise self._unavailable(
+                f"directory {generation_name(current)} was left half made and could not be "
+                f"cleared yet{why}", "Retry once the journal accepts writes again",
+            ) from unfinished
+        made: Made | None = None
+        if current is None:
+            made = self.make()
+            generation = made[0]
+        else:
+            generation = current
+        named = self._named
+        if named[0] != generation:
+            # Built once per generation, not per lease; a string, which
+            # pathlib's interning of each name it parses never sees.
+            name = generation_name(generation)
+            named = self._named = (generation, name, os.path.join(self.root, name))
+        name = named[1]
+        lease = ids.new_lease()
+        try:
+            self.steps.before("lock", name)
+            # Locked before the lease is journaled: a lease in the journal
+            # always has its lock, and a lock taken for a lease that could
+            # not be journaled is simply closed.
+            fd = lock_shared(self.handles.root.fd, name)
+            if made is None:
+                self._check_identity(generation, fd)
+            # A usage touch: an age rule (systemd-tmpfiles, the sweep of a
+            # lost journal's leftovers) then measures idleness, not age.
+            os.utime(fd)
+        except BaseException as e:
+            if made is not None:
+                self.unmake(made, e)
+            if isinstance(e, OSError):
+                raise self.not_locked(generation, e, retire=made is None) from e
+            raise
+        try:
+            ready = [] if made is None else [made[2]]
+            pending = self.journal.append(
+                *ready, LeaseAcquired(self.manager, generation, lease, label),
+                wait=made is not None)
+        except BaseException as e:
+            os.close(fd)
+            if made is not None:
+                self.unmake(made, e)
+            raise
+        if made is not None:
+            self.handles.generations[generation] = made[1]
+            # Its ready event came just before the lease's, in one commit.  Paths
+            # logged as strings: pathlib interns each component it parses, and
+            # the interpreter's table of interned names would grow with the
+            # generations' names.
+            self._log.info("generation.created", generation=generation,
+                           path=os.path.join(self.root, name), seq=self.journal.state.seq - 1)
+        return Leased(generation, lease, named[2], fd, None if made is not None else pending)
+
+    def unmake(self, made: Made, error: BaseException) -> None:
+        """Give up a generation made for a lease that could not be handed out."""
+        os.close(made[1])
+        # An exception the process lives on from: clear the directory now.
+        # Anything else (the process is going down) is left to recovery.
+        if isinstance(error, Exception):
+            self.abandon(made[0], f"could not be handed out: {error}")
+
+    def _check_identity(self, generation: str, fd: int) -> None:
+        """Refuse (ENOENT) a directory under *generation*'s name that is not the one made."""
+        st = os.fstat(fd)
+        known = self.journal.state.generations[generation]
+        if (st.st_dev, st.st_ino) != (known.device, known.inode):
+            os.close(fd)
+            raise FileNotFoundError(errno.ENOENT, "it was replaced by another directory")
+
+    def not_locked(self, generation: str, error: OSError, *, retire: bool) -> Unavailable:
+        """Why a lease's lock on *generation* could not be had.
+
+        With *retire*, a directory gone from under its name (or replaced)
+        is retired, so that the next acquire starts clean; nothing else
+        says it is gone (:mod:`sessiontemp.resources`), and nothing else
+        retires it.
+        """
+        path = os.path.join(self.root, generation_name(generation))
+        if not (retire and resources.gone(error)):
+            return refusal(self.root, path, error)
+        self.journal.append(Rotated(self.manager))
+        self.settle()
+        self._log.warning("generation.vanished", generation=generation, reason=str(error))
+        return self._unavailable(f"{path} is gone ({error.strerror})",
+                                 "It was retired; try again")
+
+    def make(self) -> Made:
+        """Journal, make and lock a new generation; its ready event is left to the caller."""
+        generation = ids.new_generation()
+        name = generation_name(generation)
+        self.journal.append(GenerationCreated(self.manager, generation))
+        root_fd = self.handles.root.fd
+        fd = -1
+        try:
+            self.steps.before("mkdir", name)
+            os.mkdir(name, 0o700, dir_fd=root_fd)
+            self.steps.before("lock", name)
+            fd = lock_shared(root_fd, name)
+            # mkdir's mode passes through the umask, which may take the
+            # owner's own bits away; the directory must be exactly 0700.
+            os.fchmod(fd, 0o700)
+            st = os.fstat(fd)
+        except BaseException as e:
+            if fd >= 0:
+                os.close(fd)
+            if not isinstance(e, OSError):
+                raise
+            self.abandon(generation, f"could not be made: {e.strerror}")
+            self._log.warning("generation.failed", generation=generation, reason=str(e))
+            raise self._unavailable(
+                f"could not make a private directory: {e.strerror}",
+                resources.fix(e) if resources.shortage(e) else
+                "Free space or fix the root; no other directory will be used",
+            ) from e
+        return generation, fd, GenerationReady(self.manager, generation, st.st_dev, st.st_ino)
+
+    def abandon(self, generation: str, reason: str) -> Exception | None:
+        """Undo a generation that never became ready; a failure is left for later, and returned."""
+        try:
+            self.remove(generation, reason)
+        except (OSError, SessionTempError) as e:
+            self._log.warning("generation.abandon_failed", generation=generation, reason=str(e))
+            return e
+        return None
+
+    def settle(self) -> Exception | None:
+        """Act on what the state now says, finishing work a failure left behind.
+
+        Clears a current generation that was never made ready (its creation
+        failed), removes every generation whose removal is due or was
+        started, and drops the manager's locks on retired generations
+        (:meth:`drop_retired`).  Never raises for a failed removal: the
+        next settle, or recovery, tries again.  Returns why the current
+        generation could not be cleared, if it could not.
+        """
+        state = self.journal.state
+        me = self.journal.me
+        on = me.current
+        if on is not None and len(me.generations) == 1 and me.ended is None:
+            live = state.generations[on]
+            held = self.handles.generations
+            if (live.ready and not live.retired and live.removal is None
+                    and (not held or (len(held) == 1 and on in held))):
+                # The case of every lease on a live generation: the one
+                # generation is current and ready, so nothing is due, and the
+                # one lock held is its own (taken once its creation was
+                # committed, so it is not retired there either).
+                return None
+        unfinished = None
+        if me.ended is None and me.current is not None and not state.generations[
+            me.current
+        ].ready:
+            unfinished = self.abandon(me.current, "its creation did not finish")
+        try:
+            for generation in sorted(self.journal.me.generations):
+                current = self.journal.state.generations[generation]
+                if removal_due(current) or current.removal == "started":
+                    try:
+                        self.remove(generation, "retired and no lease left")
+                    except (OSError, SessionTempError) as e:
+                        self._log.warning("generation.removal_failed", generation=generation,
+                                          reason=str(e))
+        finally:
+            self.drop_retired()
+        return unfinished
+
+    def drop_retired(self) -> None:
+        """Drop the manager's own locks on the generations whose retirement is committed.
+
+        Only once committed: a retirement still queued may yet fail, and the
+        generation is then current again, which its lock must still say on
+        disk (an age-based cleaner skips only a locked directory).
+        """
+        store = self.handles.store
+        if store is None:
+            return
+        committed = cast(State, store.durable_tip).generations
+        for generation in list(self.handles.generations):
+            known = committed.get(generation)
+            if known is None or known.retired:
+                self.steps.before("unlock", generation_name(generation))
+                self.handles.drop_generation(generation)
+
+    def remove(self, generation: str, reason: str) -> None:
+        """Remove *generation* (journaled start, rename, walk, journaled end); warn what it left."""
+        target = Target.known(self.journal.state.generations[generation], by=self.manager,
+                              reason=reason, root=str(self.root))
+        # The manager's own lock becomes the removal's exclusive lock
+        # (removal.seize): the generation keeps it until the removal's
+        # start, with every event queued before it, is committed.
+        held = self.handles.generations.pop(generation, None)
+        try:
+            result = remove(self.handles.root.fd, target,
+                            journal=lambda events: self.journal.append(*events),
+                            steps=self.steps, held=held)
+        finally:
+            now = self.journal.state.generations.get(generation)
+            if held is not None and now is not None and now.removal is None:
+                # The removal's start was not journaled: the lock is still
+                # ours, shared again (remove() closes it only once it is).
+                if self.handles.closed:
+                    os.close(held)
+                else:
+                    self.handles.generations[generation] = held
+        if result.outcome == "blocked":
+            # Each obstacle is warned of once: every later operation tries
+            # the removal again, and would otherwise repeat it.
+            said = self._blocked.get(generation, frozenset())
+            for entry in result.blocked:
+                (self._log.debug if entry in said else self._log.warning)(
+                    "generation.blocked", generation=generation, path=entry.path,
+                    seq=self.journal.state.seq, reason=entry.reason, fix=entry.fix)
+            self._blocked[generation] = frozenset(result.blocked)
+            return
+        self._blocked.pop(generation, None)
+        log = self._log.info if result.outcome in ("removed", "absent") else self._log.warning
+        log(f"generation.{result.outcome}", generation=generation,
+            path=os.path.join(self.root, generation_name(generation)), seq=self.journal.state.seq,
+            reason=result.detail or reason)
+

@@ -1,0 +1,167 @@
+"""A manager's write path, and the state it folds: one event down to the journal and back.
+
+The manager decides nothing here: it hands its events to :meth:`Writer.append`,
+which asks the reducer first (on the state including every append still
+queued), queues them for the store's next group commit, and takes the
+speculative state at once.  A failed append falls the state back to what
+is durable.  Whatever acts for the manager (its generations, its leases,
+a claim, a kept file) appends through the same writer, as a
+:class:`~sessiontemp.writepath.Owner`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
+
+import attrs
+
+from journal.errors import JournalError, RuleViolation
+from journal.events import Event
+from journal.reducer import EMPTY, ManagerState, State, replay
+from journal.store import Pending, Store
+from sessiontemp.durability import Durability, synced
+from sessiontemp.handles import Handles
+from sessiontemp.steps import Steps
+
+if TYPE_CHECKING:
+    from structlog.stdlib import BoundLogger
+
+__all__ = ["Writer"]
+
+
+class Writer:
+    """The write path of manager *manager*, and the reducer's state over what it appended."""
+
+    def __init__(self, manager: str, handles: Handles, *, durability: Durability,
+                 clock: Callable[[], float], steps: Steps, mutex: threading.RLock,
+                 log: BoundLogger) -> None:
+        self.manager = manager
+        self._handles = handles
+        self._durability = durability
+        self._clock = clock
+        self._steps = steps
+        self._mutex = mutex
+        self._log = log
+        self.state: State = EMPTY
+        # Which failures of the store's group commit this state has caught up with.
+        self._epoch = 0
+        # This manager as the state last held it (see _track_me): the state
+        # forgets it once it has ended and has nothing left to remove.
+        self._ended: ManagerState | None = None
+
+    def seed(self, state: State) -> None:
+        """Start from *state*: the part of the journal's state a claim names."""
+        self.state = state
+        store = self._handles.store
+        assert store is not None
+        # The store folds this manager's appends from its own copy of the state.
+        store.reset_tip(state)
+
+    def find_me(self, state: State) -> ManagerState | None:
+        """The manager's own part of *state*, or of the state it ended in; None before."""
+        return state.managers.get(self.manager, self._ended)
+
+    @property
+    def me(self) -> ManagerState:
+        """The manager's own part of the state (or of the state it ended in)."""
+        me = self.find_me(self.state)
+        assert me is not None, "a manager's state holds it from its first event on"
+        return me
+
+    @property
+    def closed(self) -> bool:
+        """Whether the manager has ended, or let go of its handles after a failure."""
+        return self._handles.closed or self.me.ended is not None
+
+    def append(self, *events: Event, wait: bool = True) -> Pending:
+        """Queue *events* for the journal's next group commit; with *wait*, until durable.
+
+        The reducer decides first, on the state including every append
+        still queued (an event it refuses raises, and nothing is queued),
+        and :attr:`state` becomes that speculative state at once:
+        the next operation builds on it.  Inside the transaction the store
+        checks that the appends before committed as folded, and folds again
+        otherwise.  When an append fails, the state falls back to what is
+        durable (:meth:`_resync`).  Without *wait* the caller must
+        :meth:`wait` before any effect the events must precede, or before
+        it returns; a caller holding the manager's mutex may wait outside it, so that
+        other threads' appends join the same commit.
+        """
+        if self._steps.hook is not None:
+            # Only then: the detail is built for the hook alone.
+            self._steps.before("journal", ",".join(e.kind for e in events))
+        store = self._handles.store
+        assert store is not None
+        if store.epoch != self._epoch:
+            self._resync(store)
+        durable = synced(self._durability, events)
+        try:
+            pending = store.submit(events, time=self._clock(), durable=durable, fold=replay,
+                                   base=self.state)
+        except JournalError:
+            if store.broken is not None:
+                self._break(store.broken)
+            raise
+        self.state = pending.speculative
+        self._track_me()
+        if wait:
+            self.wait(pending)
+        return pending
+
+    def wait(self, pending: Pending) -> None:
+        """Return once *pending* is durable; on failure, fall back to the durable state.
+
+        Called with the manager's mutex held, or without it (it is then taken to
+        catch up with a failure).
+        """
+        store = self._handles.store
+        assert store is not None
+        try:
+            store.wait(pending)
+        except (JournalError, RuleViolation):
+            with self._mutex:
+                if store.broken is not None:
+                    self._break(store.broken)
+                self._resync(store)
+            raise
+        if store.epoch != self._epoch:
+            with self._mutex:
+                self._resync(store)
+
+    def _resync(self, store: Store) -> None:
+        """Catch up with the store after an append was folded again or failed.
+
+        Once nothing of this manager's is queued, the store's folded state
+        is what the journal holds.  The caller holds the manager's mutex.
+        """
+        store.drain()
+        self._epoch = store.epoch
+        self.state = cast(State, store.tip)
+        self._track_me()
+
+    def _track_me(self) -> None:
+        """Remember this manager as the state last held it, or as it ended once let go of.
+
+        The state forgets a manager once it has ended with nothing left to
+        remove (see :mod:`journal.reducer`); only its own close ends it here.
+        """
+        me = self.state.managers.get(self.manager)
+        if me is not None:
+            self._ended = me
+        elif self._ended is not None:
+            # Let go of: it ended, and the last of its generations is removed.
+            self._ended = attrs.evolve(self._ended, sealed=True, current=None,
+                                       generations=frozenset(),
+                                       ended=self._ended.ended or "closed",
+                                       ended_by=self._ended.ended_by or self.manager)
+
+    def _break(self, reason: str) -> None:
+        """Stop: the journal cannot be trusted to say what this manager did.
+
+        Every handle is let go as if the process had died, so a recovery
+        finds the manager dead and finishes its work from the journal.
+        """
+        self._log.error("manager.broken", reason=reason)
+        self._handles.close_all()
