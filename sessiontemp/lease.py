@@ -10,7 +10,6 @@ closes the descriptors it inherited.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import os
@@ -21,9 +20,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from journal.errors import Unavailable
-from sessiontemp import aio, forks
+from sessiontemp import forks
 
 if TYPE_CHECKING:
+    import asyncio.subprocess
+
     from sessiontemp.artifacts import Artifact
     from sessiontemp.manager import Manager
 
@@ -129,6 +130,18 @@ class Lease:
         """
         return self.manager._keep(self, path, label)
 
+    async def keep_async(self, path: os.PathLike[str] | str, label: str) -> Artifact:
+        """:meth:`keep` in a worker thread: the copy, its fsyncs and its record run off the loop.
+
+        When the awaiting task is cancelled, the copy under way still
+        finishes and the artifact it made is removed (journaled, as by
+        :func:`sessiontemp.remove_artifact`) before the cancellation is
+        raised: a cancelled caller leaves no artifact behind.
+        """
+        from sessiontemp import aio
+
+        return await aio.keep(self, path, label)
+
     def release(self) -> None:
         """Give the lease back; later calls do nothing.
 
@@ -205,6 +218,11 @@ class Lease:
         while tracking, it kills and reaps the child before the cancellation
         goes on, as asyncio does when cancelled while starting one.
         """
+        # Here, not at the module's import: a program that never awaits pays nothing for asyncio.
+        import asyncio
+
+        from sessiontemp import aio
+
         given: Mapping[str, str] | None = kwargs.pop("env", None)
         base = os.environ if given is None else given
         env = {**base, **self.env()}
@@ -243,6 +261,8 @@ class Lease:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        from sessiontemp import aio
+
         # In a worker thread: a release appends to the journal and may remove
         # the directory.  Seen through to the end even when the task is
         # cancelled, so the lease is given back before the cancellation goes on.
