@@ -131,7 +131,10 @@ class Manager:
     :class:`~sessiontemp.RootUnusable`), opens ``root / "journal.sqlite3"``, runs recovery
     (removing what dead managers left, unknown entries older than
     *stale_after* seconds) and starts with zero owners: call :meth:`retain`.
-    It is a context manager: leaving the block closes it.
+    It is a context manager: leaving the block closes it.  Asyncio code
+    opens it with ``await Manager.open_async(root, ...)`` and uses the
+    ``*_async`` forms of its operations, which run in worker threads; ``async
+    with manager:`` closes it through :meth:`close_async`.
 
     *durability* ``"full"`` (the default) makes every operation's events
     durable before it returns; ``"relaxed"`` syncs only the events that
