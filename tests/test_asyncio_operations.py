@@ -32,6 +32,7 @@ from types import FrameType
 from typing import Any, Final
 
 import pytest
+from structlog.testing import capture_logs
 
 from journal.events import (
     ArtifactKept,
@@ -48,7 +49,7 @@ from sessiontemp.artifacts import ARTIFACTS_DIR
 from sessiontemp.steps import StepKind
 from tests.commands import journaled
 from tests.conftest import live_state
-from tests.faults import Gate
+from tests.faults import Gate, store_error
 
 REPOSITORY: Final = Path(__file__).resolve().parent.parent
 AUDITED: Final = frozenset({"os.mkdir", "os.rename", "os.rmdir", "os.remove"})
@@ -370,6 +371,32 @@ def test_a_keep_cancelled_half_way_leaves_no_artifact_behind(
     assert live_state(manager.root).artifacts == {}
 
 
+def test_an_artifact_a_cancelled_keep_cannot_remove_stays_recorded_and_is_warned_of(
+    open_manager: Callable[..., Manager],
+) -> None:
+    """Nothing journaled is lost: a removal the journal refuses leaves the artifact whole."""
+    gate = Gate("journal", ArtifactKept.kind)
+
+    def hook(kind: StepKind, detail: str) -> None:
+        gate(kind, detail)
+        if kind == "journal" and ArtifactRemoved.kind in detail:
+            raise store_error("busy", Path(detail))
+
+    manager = open_manager(step_hook=hook)
+    manager.retain()
+    with manager.acquire() as lease:
+        (lease.path / "out.txt").write_text("kept\n")
+        with capture_logs() as logs:
+            asyncio.run(cancelled_while_parked(
+                gate, lambda: lease.keep_async("out.txt", "report")))
+    [kept] = journaled(manager.root, ArtifactKept)
+    assert journaled(manager.root, ArtifactRemoved) == []
+    [warned] = [log for log in logs if log["event"] == "asyncio.not_undone"]
+    assert warned["artifact"] == kept.artifact
+    assert "could not be removed" in warned["reason"]
+    assert Path(warned["path"]).read_text() == "kept\n"
+
+
 def test_keep_async_returns_the_artifact_keep_would(open_manager: Callable[..., Manager]) -> None:
     manager = open_manager()
     manager.retain()
@@ -433,6 +460,19 @@ def test_open_async_of_a_subclass_opens_the_subclass(tmp_path: Path) -> None:
             assert type(manager) is Harness
 
     asyncio.run(main())
+
+
+def test_the_asyncio_example_of_the_documentation_runs_as_written(tmp_path: Path) -> None:
+    page = (REPOSITORY / "docs" / "concepts" / "commands.md").read_text()
+    section = page.split("## asyncio\n", 1)[1]
+    example = section.split("```python\n", 1)[1].split("```", 1)[0]
+    names: dict[str, Any] = {}
+    exec(compile(example, "commands.md", "exec"), names)  # noqa: S102 - the page's own code
+    asyncio.run(names["chat"](str(tmp_path / "root")))
+    [kept] = journaled(tmp_path / "root", ArtifactKept)
+    assert kept.label == "turn-7-report"
+    assert len(journaled(tmp_path / "root", Rotated)) == 1
+    assert live_managers(tmp_path / "root") == []
 
 
 # -- asyncio is not loaded until it is used -----------------------------------------------
