@@ -27,11 +27,13 @@ a program that never awaits the library never pays for importing asyncio.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import os
+import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from journal.errors import SessionTempError
 from sessiontemp.log import logger
@@ -47,26 +49,65 @@ T = TypeVar("T")
 
 
 def _start(call: Callable[[], T]) -> asyncio.Future[T]:
+    """Start *call* in a worker thread, or on the loop if none can be had: a future of its outcome.
+
+    *call* runs once at most.  When no thread could be started, the
+    executor has queued the call all the same, and the first worker it
+    starts later would run it again after it ran here: each run first
+    claims the call, and only the first claim runs it.
+    """
     # As asyncio.to_thread does: the call sees the task's context variables
     # (structlog's bound context, for one).
     context = contextvars.copy_context()
     loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+    claim = threading.Lock()
+
+    def run() -> None:
+        if not claim.acquire(blocking=False):
+            return
+        try:
+            result = context.run(call)
+        except BaseException as failure:
+            # Whatever it raised is the awaiting task's to see, as from any await.
+            _settle(loop, done, None, failure)
+        else:
+            _settle(loop, done, result, None)
+
     try:
-        return loop.run_in_executor(None, functools.partial(context.run, call))
+        loop.run_in_executor(None, run)
     except RuntimeError as e:
         # No worker thread could be started (the process is at its limit of
         # threads, or out of memory) or the executor is shut down.  Run
         # here, on the loop, for once: a release that never ran would keep
         # its directory until the manager closes, and an acquire refused
         # for want of a thread would fail on a resource, not on the root.
-        logger.warning("asyncio.inline", reason=f"no worker thread for the call ({e}); it "
-                       "ran on the event loop, which it blocked meanwhile")
-        done: asyncio.Future[T] = loop.create_future()
-        try:
-            done.set_result(context.run(call))
-        except (Exception, asyncio.CancelledError) as failure:
+        # Unless a worker already running took the call from the queue
+        # meanwhile: it then settles the future as usual.
+        if claim.acquire(blocking=False):
+            logger.warning("asyncio.inline", reason=f"no worker thread for the call ({e}); it "
+                           "ran on the event loop, which it blocked meanwhile")
+            try:
+                done.set_result(context.run(call))
+            except (Exception, asyncio.CancelledError) as failure:
+                done.set_exception(failure)
+    return done
+
+
+def _settle(loop: asyncio.AbstractEventLoop, done: asyncio.Future[T], result: T | None,
+            failure: BaseException | None) -> None:
+    """From a worker thread: give *done* the call's outcome, on the loop's thread."""
+    def settle() -> None:
+        if done.cancelled():
+            return
+        if failure is not None:
             done.set_exception(failure)
-        return done
+        else:
+            done.set_result(cast(T, result))
+
+    # A loop closed meanwhile has nobody left waiting for the outcome.
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(settle)
 
 
 async def _finish(future: asyncio.Future[T]) -> T:

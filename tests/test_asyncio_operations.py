@@ -39,6 +39,7 @@ from journal.events import (
     ArtifactRemoved,
     ManagerClosed,
     ManagerOpened,
+    Released,
     RemovalFinished,
     Retained,
     Rotated,
@@ -565,3 +566,50 @@ def test_with_no_worker_thread_to_be_had_every_async_method_still_runs_on_the_lo
         shutil.rmtree(place)
     # open, retain, acquire, keep, the lease's release, rotate, release, close.
     assert seen == {"kept": "kept", "sealed": True, "closed": True, "inline": 8}
+
+
+# At the limit, then below it again: a call that ran inline must not run a second time
+# in the first worker thread that can be started afterwards.
+ONCE_ONLY: Final = """
+import asyncio, concurrent.futures.thread, json, os, resource, sys
+import sqlite_utils.plugins
+from sessiontemp import Manager
+import sessiontemp.aio
+sqlite_utils.plugins.ensure_plugins_loaded()
+os.setgroups([]); os.setgid(65534); os.setuid(65534)
+manager = Manager(sys.argv[1])
+manager.retain()
+manager.retain()
+soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+seen = {}
+
+async def main():
+    resource.setrlimit(resource.RLIMIT_NPROC, (1, hard))
+    await manager.release_async()  # inline: no thread to be had
+    resource.setrlimit(resource.RLIMIT_NPROC, (soft, hard))
+    await manager.rotate_async()  # the first worker thread there is
+    seen["owners"] = manager.owners
+    seen["sealed"] = manager.sealed
+
+asyncio.run(main())
+manager.close()
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to act as a second user")
+def test_an_operation_run_inline_is_not_run_again_once_a_thread_can_be_started() -> None:
+    place = Path(tempfile.mkdtemp(prefix="sessiontemp-nothreads-"))
+    try:
+        os.chmod(place, 0o755)  # noqa: S103 - nobody must reach the root inside it
+        (place / "root").mkdir(mode=0o700)
+        os.chown(place / "root", 65534, 65534)
+        done = subprocess.run([sys.executable, "-c", ONCE_ONLY, str(place / "root")],
+                              capture_output=True, text=True, timeout=120, check=False,
+                              cwd=REPOSITORY)
+        assert done.returncode == 0, done.stderr
+        seen: dict[str, Any] = json.loads(done.stdout)
+        assert len(journaled(place / "root", Released)) == 1
+    finally:
+        shutil.rmtree(place)
+    assert seen == {"owners": 1, "sealed": False}
