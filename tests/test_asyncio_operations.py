@@ -233,6 +233,38 @@ def test_an_open_cancelled_half_way_leaves_the_manager_it_made_closed(
     Manager(root, session="chat-1").close()
 
 
+def test_an_open_cancelled_again_while_it_is_being_undone_still_ends_closed(
+    tmp_path: Path,
+) -> None:
+    """The close that undoes it is seen through as well, however often the task is cancelled."""
+    root = tmp_path / "root"
+    opening, undoing = Gate("journal", ManagerOpened.kind), Gate("journal", ManagerClosed.kind)
+
+    def hook(kind: StepKind, detail: str) -> None:
+        opening(kind, detail)
+        undoing(kind, detail)
+
+    async def main() -> None:
+        opening.armed = undoing.armed = True
+        task = asyncio.ensure_future(Manager.open_async(root, step_hook=hook))
+        await asyncio.to_thread(opening.reached.wait, 60)
+        task.cancel()
+        opening.opened.set()
+        await asyncio.to_thread(undoing.reached.wait, 60)
+        task.cancel()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not task.done()
+        undoing.opened.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    [opened] = journaled(root, ManagerOpened)
+    assert [closed.manager for closed in journaled(root, ManagerClosed)] == [opened.manager]
+    assert live_managers(root) == []
+
+
 OWNER: Final = textwrap.dedent("""
     import os, sys
     from sessiontemp import Manager
