@@ -1,61 +1,113 @@
-"""asyncio: the manager's blocking work, run in a worker thread and seen through to the end.
+"""asyncio: every blocking operation, run in a worker thread and seen through to the end.
 
 Every manager operation may wait for the journal's write lock, fsync a
-commit, or remove a whole directory tree; none of that may run on an event
-loop, which would stall every other task meanwhile.  So each runs in the
-loop's default executor.
+commit, make a directory or remove a whole tree; opening one also runs a
+recovery pass.  None of that may run on an event loop, which would stall
+every other task meanwhile.  So each runs in the loop's default executor.
 
 A thread cannot be stopped part-way, so an await that simply gave up on
 cancellation would return while the operation still ran: the caller could
-not tell whether its lease was taken or given back.  :func:`complete` holds
-a cancellation until the operation has finished and raises it then, and
-:func:`acquire` gives back a lease made for a caller that was cancelled
-meanwhile.  A cancelled task therefore never leaks a lease, and a released
-one is released for good by the time the cancellation reaches the caller.
+not tell whether it had happened.  :func:`complete` holds a cancellation
+until the operation has finished and raises it then: a retain, release,
+rotation or close that was awaited has happened by the time the
+cancellation reaches the caller.  An operation whose result the caller
+would have to give back (a lease, a manager, a kept artifact) is undone
+instead when the caller is cancelled before it gets it (:func:`undoable`):
+the lease released, the manager closed, the artifact removed.  Either way
+nothing is left half done, and nothing is left that nobody holds.
+
 When no worker thread can be started (the process is at its limit of
-threads, or out of memory), the call runs on the loop for once, blocking
-it meanwhile, rather than not at all.
+threads, or out of memory, or the loop's executor is shut down), the call
+runs on the loop for once, blocking it meanwhile, rather than not at all.
+
+This module, and asyncio with it, is loaded by the first async call only:
+a program that never awaits the library never pays for importing asyncio.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
+import os
+import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from journal.errors import SessionTempError
 from sessiontemp.log import logger
 
 if TYPE_CHECKING:
+    from sessiontemp.artifacts import Artifact
     from sessiontemp.lease import Lease
+    from sessiontemp.manager import Manager
 
-__all__ = ["acquire", "complete"]
+__all__ = ["acquire", "complete", "keep", "open_manager", "undoable"]
 
 T = TypeVar("T")
 
 
 def _start(call: Callable[[], T]) -> asyncio.Future[T]:
+    """Start *call* in a worker thread, or on the loop if none can be had: a future of its outcome.
+
+    *call* runs once at most.  When no thread could be started, the
+    executor has queued the call all the same, and the first worker it
+    starts later would run it again after it ran here: each run first
+    claims the call, and only the first claim runs it.
+    """
     # As asyncio.to_thread does: the call sees the task's context variables
     # (structlog's bound context, for one).
     context = contextvars.copy_context()
     loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+    claim = threading.Lock()
+
+    def run() -> None:
+        if not claim.acquire(blocking=False):
+            return
+        try:
+            result = context.run(call)
+        except BaseException as failure:
+            # Whatever it raised is the awaiting task's to see, as from any await.
+            _settle(loop, done, None, failure)
+        else:
+            _settle(loop, done, result, None)
+
     try:
-        return loop.run_in_executor(None, functools.partial(context.run, call))
+        loop.run_in_executor(None, run)
     except RuntimeError as e:
         # No worker thread could be started (the process is at its limit of
         # threads, or out of memory) or the executor is shut down.  Run
         # here, on the loop, for once: a release that never ran would keep
         # its directory until the manager closes, and an acquire refused
         # for want of a thread would fail on a resource, not on the root.
-        logger.warning("asyncio.inline", reason=f"no worker thread for the call ({e}); it "
-                       "ran on the event loop, which it blocked meanwhile")
-        done: asyncio.Future[T] = loop.create_future()
-        try:
-            done.set_result(context.run(call))
-        except (Exception, asyncio.CancelledError) as failure:
+        # Unless a worker already running took the call from the queue
+        # meanwhile: it then settles the future as usual.
+        if claim.acquire(blocking=False):
+            logger.warning("asyncio.inline", reason=f"no worker thread for the call ({e}); it "
+                           "ran on the event loop, which it blocked meanwhile")
+            try:
+                done.set_result(context.run(call))
+            except (Exception, asyncio.CancelledError) as failure:
+                done.set_exception(failure)
+    return done
+
+
+def _settle(loop: asyncio.AbstractEventLoop, done: asyncio.Future[T], result: T | None,
+            failure: BaseException | None) -> None:
+    """From a worker thread: give *done* the call's outcome, on the loop's thread."""
+    def settle() -> None:
+        if done.cancelled():
+            return
+        if failure is not None:
             done.set_exception(failure)
-        return done
+        else:
+            done.set_result(cast(T, result))
+
+    # A loop closed meanwhile has nobody left waiting for the outcome.
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(settle)
 
 
 async def _finish(future: asyncio.Future[T]) -> T:
@@ -88,16 +140,75 @@ async def complete(call: Callable[[], T]) -> T:
     return await _finish(_start(call))
 
 
-async def acquire(call: Callable[[], Lease]) -> Lease:
-    """Take a lease through *call* in a worker thread; a cancelled caller gets none.
+async def undoable(call: Callable[[], T], undo: Callable[[T], object]) -> T:
+    """Run *call* in a worker thread; a caller cancelled meanwhile gets nothing, and *undo* runs.
 
-    When the waiting task is cancelled, the lease the thread still makes is
-    released (in a worker thread too) before the cancellation is raised.
+    When the waiting task is cancelled, *call* still finishes; if it
+    succeeded, ``undo(result)`` runs (in a worker thread too) before the
+    cancellation is raised, so nothing the caller never got is left held.
     """
     future = _start(call)
     try:
         return await _finish(future)
     except asyncio.CancelledError:
         if future.done() and not future.cancelled() and future.exception() is None:
-            await complete(future.result().release)
+            await complete(functools.partial(undo, future.result()))
         raise
+
+
+async def acquire(call: Callable[[], Lease]) -> Lease:
+    """Take a lease through *call* in a worker thread; a cancelled caller gets none.
+
+    The lease a cancelled caller never got is released.
+    """
+    return await undoable(call, _release)
+
+
+def _release(lease: Lease) -> None:
+    lease.release()
+
+
+async def open_manager(cls: type[Manager], root: os.PathLike[str] | str | None,
+                       options: dict[str, Any]) -> Manager:
+    """Open ``cls(root, **options)`` in a worker thread; a cancelled caller gets none.
+
+    The manager a cancelled caller never got is let go of (:func:`_let_go`).
+    """
+    return await undoable(functools.partial(cls, root, **options), _let_go)
+
+
+def _let_go(manager: Manager) -> None:
+    """Undo the open of *manager*, which its caller never got."""
+    if manager.resumed:
+        # Closing would remove the directory it adopted, files and all:
+        # instead its handles go as a dead process's do, and the session's
+        # next owner finds it dead and resumes that directory in its turn.
+        manager._handles.abandon()
+    else:
+        manager.close()
+
+
+async def keep(lease: Lease, path: os.PathLike[str] | str, label: str) -> Artifact:
+    """Keep *path* from *lease* in a worker thread; a cancelled caller gets no artifact.
+
+    The artifact a cancelled caller never got is removed, journaled as any
+    removal is: a file nobody knows of would otherwise stay in the store
+    for good.
+    """
+    return await undoable(functools.partial(lease.keep, path, label),
+                          functools.partial(_discard, lease.manager))
+
+
+def _discard(manager: Manager, artifact: Artifact) -> None:
+    """Remove *artifact*, kept for a caller that was cancelled; a failure is logged."""
+    from sessiontemp.cleanup import remove_artifact
+
+    try:
+        remove_artifact(manager.root, artifact, clock=manager._clock,
+                        step_hook=manager._steps.hook)
+    except (OSError, SessionTempError) as e:
+        # Recorded and durable, so nothing is lost: it stays in the store
+        # (journal-inspect lists it) until removed by hand.
+        logger.warning("asyncio.not_undone", manager=manager.id, artifact=artifact.id,
+                       path=str(artifact.path), reason=f"the artifact kept for a cancelled "
+                       f"caller could not be removed: {e}")

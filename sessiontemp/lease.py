@@ -28,7 +28,7 @@ from journal.errors import Unavailable
 from sessiontemp import forks
 
 if TYPE_CHECKING:
-    import asyncio
+    import asyncio.subprocess
 
     from sessiontemp.artifacts import Artifact
     from sessiontemp.manager import Manager
@@ -205,6 +205,18 @@ class Lease:
         """
         return self._owner.keep(self, path, label)
 
+    async def keep_async(self, path: os.PathLike[str] | str, label: str) -> Artifact:
+        """:meth:`keep` in a worker thread: the copy, its fsyncs and its record run off the loop.
+
+        When the awaiting task is cancelled, the copy under way still
+        finishes and the artifact it made is removed (journaled, as by
+        :func:`sessiontemp.remove_artifact`) before the cancellation is
+        raised: a cancelled caller leaves no artifact behind.
+        """
+        from sessiontemp import aio
+
+        return await aio.keep(self, path, label)
+
     def release(self) -> None:
         """Give the lease back; later calls do nothing.
 
@@ -254,6 +266,7 @@ class Lease:
         while tracking, it kills and reaps the child before the cancellation
         goes on, as asyncio does when cancelled while starting one.
         """
+        # Here, not at the module's import: a program that never awaits pays nothing for asyncio.
         import asyncio
 
         from sessiontemp import aio

@@ -39,7 +39,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Final
+from typing import Any, Final
 
 from journal import ids
 from journal.errors import (
@@ -57,7 +57,7 @@ from journal.events import (
 from journal.reducer import State
 from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Pending, Store
-from sessiontemp import aio, placement, recovery, resources, sessions
+from sessiontemp import placement, recovery, resources, sessions
 from sessiontemp.durability import DURABILITY, Durability
 from sessiontemp.durability import check as check_durability
 from sessiontemp.generations import Generations
@@ -90,7 +90,10 @@ class Manager:
     :class:`~sessiontemp.RootUnusable`), opens ``root / "journal.sqlite3"``, runs recovery
     (removing what dead managers left, unknown entries older than
     *stale_after* seconds) and starts with zero owners: call :meth:`retain`.
-    It is a context manager: leaving the block closes it.
+    It is a context manager: leaving the block closes it.  Asyncio code
+    opens it with ``await Manager.open_async(root, ...)`` and uses the
+    ``*_async`` forms of its operations, which run in worker threads; ``async
+    with manager:`` closes it through :meth:`close_async`.
 
     *durability* ``"full"`` (the default) makes every operation's events
     durable before it returns; ``"relaxed"`` syncs only the events that
@@ -439,6 +442,71 @@ class Manager:
         return Unavailable(self.root, reason, fix)
 
     # -- asyncio ---------------------------------------------------------------------
+    # Each runs its blocking work in a worker thread (sessiontemp.aio, which
+    # loads asyncio: imported by the first await, never by this module).
+
+    @classmethod
+    async def open_async(cls, root: os.PathLike[str] | str | None = None,
+                         **options: Any) -> Manager:
+        """Open a manager, as ``Manager(root, **options)`` does, in a worker thread.
+
+        Takes the same options; the root's creation, the journal's opening
+        and the recovery pass all run off the event loop.  When the awaiting
+        task is cancelled, the open under way still finishes, and the
+        manager it made is let go of before the cancellation is raised:
+        closed, or, when it resumed a named session, given up as a dead
+        process's is, so that the session's next owner resumes it instead.
+        """
+        from sessiontemp import aio
+
+        return await aio.open_manager(cls, root, options)
+
+    async def retain_async(self) -> None:
+        """:meth:`retain` in a worker thread; cancelled meanwhile, it still retains, then raises."""
+        from sessiontemp import aio
+
+        await aio.complete(self.retain)
+
+    async def release_async(self) -> None:
+        """:meth:`release` in a worker thread; cancelled meanwhile, it still releases, then raises.
+
+        A last release removes the generation no lease holds before it returns.
+        """
+        from sessiontemp import aio
+
+        await aio.complete(self.release)
+
+    async def rotate_async(self) -> None:
+        """:meth:`rotate` in a worker thread; cancelled meanwhile, it still rotates, then raises.
+
+        The retired generation, if no lease holds it, is removed before it returns.
+        """
+        from sessiontemp import aio
+
+        await aio.complete(self.rotate)
+
+    async def close_async(self) -> None:
+        """:meth:`close` in a worker thread; cancelled meanwhile, it still closes, then raises."""
+        from sessiontemp import aio
+
+        await aio.complete(self.close)
+
+    async def __aenter__(self) -> Manager:
+        """``async with manager:`` does nothing on entry (the manager is open already).
+
+        Open it with ``async with await Manager.open_async(root) as manager:``;
+        leaving the block closes it through :meth:`close_async`, even when
+        the task is cancelled inside it.
+        """
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close_async()
 
     async def acquire_async(self, *, label: str = "") -> Lease:
         """:meth:`acquire` for asyncio code: it runs in a worker thread, never on the loop.
@@ -448,4 +516,6 @@ class Manager:
         cancelled, the acquire under way still finishes and its lease is
         released before the cancellation is raised: none leaks.
         """
+        from sessiontemp import aio
+
         return await aio.acquire(functools.partial(self.acquire, label=label))

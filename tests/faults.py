@@ -15,12 +15,17 @@ the k-th step of one kind), and every later step proceeds as usual:
 
 A process killed at a step is another matter: see ``FaultLayer`` in
 ``tests/test_crashpoints.py``.
+
+:class:`Gate` is the step hook that parks a thread at a step until the test
+lets it go: how an asyncio test cancels an operation half-way without a
+sleep deciding the outcome.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, TypeAlias
@@ -34,6 +39,7 @@ __all__ = [
     "STORE_FAILURES",
     "Action",
     "Faults",
+    "Gate",
     "Injected",
     "StoreFailure",
     "interrupting",
@@ -110,3 +116,24 @@ class Faults:
         if self.count == self.at:
             self.fired = (kind, detail)
             self.action(kind, detail)
+
+
+class Gate:
+    """A step hook that, once armed, parks the thread reaching step *kind* until opened.
+
+    With *detail*, only a step whose detail contains it parks the thread.
+    """
+
+    def __init__(self, kind: StepKind, detail: str = "") -> None:
+        self.kind = kind
+        self.detail = detail
+        self.armed = False
+        self.reached = threading.Event()
+        self.opened = threading.Event()
+
+    def __call__(self, kind: StepKind, detail: str) -> None:
+        if self.armed and kind == self.kind and self.detail in detail:
+            self.armed = False
+            self.reached.set()
+            if not self.opened.wait(60):
+                raise AssertionError("the gate was never opened")

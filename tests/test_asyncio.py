@@ -25,23 +25,7 @@ from journal.events import CommandStarted, LeaseAcquired
 from sessiontemp import Manager, Unavailable
 from sessiontemp.steps import StepKind
 from tests.commands import SH, WRITER, assert_still_writing, journaled, wait_until, writer_env
-
-
-class Gate:
-    """A step hook that, once armed, parks the thread reaching step *kind* until opened."""
-
-    def __init__(self, kind: StepKind) -> None:
-        self.kind = kind
-        self.armed = False
-        self.reached = threading.Event()
-        self.opened = threading.Event()
-
-    def __call__(self, kind: StepKind, detail: str) -> None:
-        if self.armed and kind == self.kind:
-            self.armed = False
-            self.reached.set()
-            if not self.opened.wait(60):
-                raise AssertionError("the gate was never opened")
+from tests.faults import Gate
 
 
 def no_leases(manager: Manager) -> bool:

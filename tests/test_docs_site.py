@@ -291,8 +291,12 @@ def test_the_built_api_reference_has_an_entry_for_every_public_name(site: Path) 
     assert set(sessiontemp.__all__) <= ids
     assert 'id="sessiontemp.ForkedCopy"' in page
     # Members are documented too, and what the lifecycle page relies on.
-    for member in ("acquire", "retain", "release", "rotate", "close", "sealed", "closed"):
+    for member in ("acquire", "retain", "release", "rotate", "close", "sealed", "closed",
+                   "open_async", "acquire_async", "retain_async", "release_async",
+                   "rotate_async", "close_async"):
         assert f'id="sessiontemp.Manager.{member}"' in page
+    for member in ("keep", "keep_async", "create_subprocess_exec"):
+        assert f'id="sessiontemp.Lease.{member}"' in page
 
 
 def test_the_built_cli_reference_names_every_subcommand_and_option(site: Path) -> None:

@@ -65,7 +65,7 @@ def bursts(manager: Manager, cycles: int, concurrency: int
             for n in queue:
                 await one()
                 if n % 20 == 19:
-                    await asyncio.to_thread(manager.rotate)
+                    await manager.rotate_async()
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
 
