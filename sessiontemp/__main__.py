@@ -99,7 +99,7 @@ def build_parser() -> Parser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     rec.add_argument("--root", type=Path, metavar="DIR", help=root_help)
     rec.add_argument("--json", action="store_true",
-                     help="print one JSON object (schema in the README)")
+                     help="print one JSON object (schema: the documentation's JSON output page)")
     return parser
 
 

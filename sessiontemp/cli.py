@@ -76,7 +76,8 @@ def cmd_summary(args: argparse.Namespace, out: console.Out) -> int:
     if s.history is not None and s.history.retired_until:
         out.write(f"history      starts at event {s.history.retired_until + 1:,}: events 1 to "
                   f"{s.history.retired_until:,} were retired, last at "
-                  f"{_when(s.history.retired_at)} (the retention rule, see the README)\n")
+                  f"{_when(s.history.retired_at)} (the retention rule: the documentation's "
+                  "journal page, \"Bounded journal\")\n")
     m, g = s.managers, s.generations
     out.write(f"managers     {m['opened']} opened, {m['closed']} closed, {m['dead']} dead, "
               f"{m['running']} not ended ({m['live']} live, {m['gone']} gone, "

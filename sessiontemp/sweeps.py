@@ -109,12 +109,12 @@ def remove_orphan(work: Pass, generation: GenerationState) -> None:
     held = held_by(work.state, generation)
     if held is not None:
         if not on_disk(work, generation.id):
-            # Removed by hand, the README's way out: nothing is kept, so
+            # Removed by hand, the documented way out: nothing is kept, so
             # nothing is reported, and the pass carries on quietly.
             return
         work.skip(path, f"kept: event {held}, which the lifecycle rules refuse, names it "
-                  "or its manager. Run `journal-inspect verify`; see the README's "
-                  "'A record the rules refuse'", generation.id)
+                  "or its manager. Run `journal-inspect verify`; see the documentation's "
+                  "faults page, 'A record the rules refuse'", generation.id)
         return
     manager = work.state.managers.get(generation.manager or "")
     if generation.removal == "started":

@@ -752,6 +752,10 @@ def test_journal_inspect_reads_a_journal_whose_old_segments_are_retired(
     text = inspect(path, "summary").stdout
     assert "history      starts at event 61" in text
     assert "retired" in text
+    # The line names the section of the documentation that states the rule.
+    assert 'the documentation\'s journal page, "Bounded journal"' in text
+    page = HERE / "docs" / "concepts" / "journal.md"
+    assert "## Bounded journal" in page.read_text()
     summary = json.loads(inspect(path, "summary", "--json").stdout)
     assert summary["history"]["first"] == 61
     assert summary["history"]["retired_until"] == 60

@@ -11,7 +11,7 @@ checked:
   entries, even with directories staged so that the path would resolve;
 * a record the lifecycle rules refuse holds what it names (kept on disk,
   reported with the record's seq, logged as ``journal.refused``) while
-  everything else is recovered as usual, and the README's two ways out
+  everything else is recovered as usual, and the two documented ways out
   work.
 
 ``journal-inspect verify`` names each such record.  The tests marked
@@ -279,6 +279,8 @@ def recover_by(how: str, root: Path) -> Report:
 
 
 KEPT = "kept: event {seq}, which the lifecycle rules refuse, names it or its manager"
+DOCS = Path(__file__).parents[1] / "docs"
+WAY_OUT = "A record the rules refuse"
 
 
 @pytest.mark.parametrize("how", ["recover", "open"])
@@ -309,7 +311,7 @@ def test_a_refused_record_holds_what_it_names_and_recovery_proceeds_for_the_rest
     problems = verify_problems(root)
     assert [(p["seq"], p["check"]) for p in problems] == [(seq, "rules")]
     assert "which is not current" in problems[0]["message"]
-    # The README's first step out: explain says each held directory is held, and why.
+    # The first step out: explain says each held directory is held, and why.
     for directory in refused["held_dirs"]:
         story = json.loads(inspect("--root", root, "explain", directory, "--json").stdout)
         assert story["story"][-1]["kind"] == "now"
@@ -318,6 +320,11 @@ def test_a_refused_record_holds_what_it_names_and_recovery_proceeds_for_the_rest
     fsck = json.loads(inspect("--root", root, "fsck", "--json").stdout)
     assert [(f["check"], _seq(f["message"])) for f in fsck["findings"]
             if f["check"] == "refused"] == [("refused", seq)]
+    # Both point at the section of the documentation that says the way out.
+    assert f"## {WAY_OUT}" in (DOCS / "concepts" / "faults.md").read_text()
+    assert all(f"faults page, '{WAY_OUT}'" in s.reason for s in report.skipped)
+    assert all(f'faults page, "{WAY_OUT}"' in f["fix"] for f in fsck["findings"]
+               if f["check"] == "refused")
     assert {f["path"] for f in fsck["findings"] if f["check"] == "kept"} == {
         str(d) for d in refused["held_dirs"]}
     still_usable(root)

@@ -162,7 +162,7 @@ def _fsck(base: Path, progress: Progress | None) -> tuple[tuple[Finding, ...],
             f"{p.message}: the lifecycle rules refuse it, so managers and recovery keep "
             "every manager and generation it names"),
             f"Run `journal-inspect {journal} verify` to list every such record; see the "
-            "README, \"A record the rules refuse\"")
+            "documentation's faults page, \"A record the rules refuse\"")
         for p in refused if p.check in ("rules", "schema")]
     present = set(names)
     for name in names:
