@@ -127,16 +127,16 @@ LEVELS = ("debug", "info", "warning", "error", "critical", "exception")
 def logged_events() -> set[str]:
     """Every event name the library's code logs (``generation.{outcome}`` expanded)."""
     found: set[str] = set()
-    for module in [*(REPO / "journal").glob("*.py"), *(REPO / "sessiontemp").rglob("*.py")]:
+    for module in [*(REPO / "journal").rglob("*.py"), *(REPO / "sessiontemp").rglob("*.py")]:
         for node in ast.walk(ast.parse(module.read_text())):
             if not (isinstance(node, ast.Call) and node.args
                     and isinstance(node.func, ast.Attribute | ast.Name)):
                 continue
             func = node.func
-            # The module's logger, or one bound once per owner (log, self._log).
+            # The module's logger, or one bound once per owner (log, self._log, work.log).
             called = (ast.unparse(func.value) if isinstance(func, ast.Attribute)
                       and func.attr in LEVELS else "")
-            if not (called in ("logger", "log", "self._log")
+            if not (called.rpartition(".")[2].lstrip("_").endswith(("logger", "log"))
                     or (isinstance(func, ast.Name) and func.id == "log")):
                 continue
             name = node.args[0]
