@@ -57,7 +57,7 @@ from journal.events import (
 from journal.reducer import State
 from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Pending, Store
-from sessiontemp import aio, placement, recovery, resources, sessions
+from sessiontemp import placement, recovery, resources, sessions
 from sessiontemp.durability import DURABILITY, Durability
 from sessiontemp.durability import check as check_durability
 from sessiontemp.generations import Generations
@@ -447,4 +447,7 @@ class Manager:
         cancelled, the acquire under way still finishes and its lease is
         released before the cancellation is raised: none leaks.
         """
+        # Here, not at the top: a program that never awaits loads no asyncio.
+        from sessiontemp import aio
+
         return await aio.acquire(functools.partial(self.acquire, label=label))
