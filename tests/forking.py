@@ -160,6 +160,14 @@ class ForkingHook(Faults):
     def _fork(self) -> None:
         world = self.world
         assert world is not None
+        # A journal maintenance already running in another thread of this
+        # process takes and gives up locks of its own (a pass's shared locks)
+        # while the child lives: let it finish first, so that what changed is
+        # the child's doing.  It may wait for what the parked operation holds:
+        # then, after a while, the fork goes ahead anyway.
+        for thread in threading.enumerate():
+            if thread.name == "sessiontemp-journal-maintenance":
+                thread.join(5.0)
         before = snapshot(world.root)
         pid = os.fork()
         if pid == 0:
