@@ -121,6 +121,9 @@ def test_every_event_kind_has_a_row_on_the_journal_page() -> None:
     assert rows == set(KINDS)
 
 
+_LEVELS = frozenset({"debug", "info", "warning", "error", "exception", "critical"})
+
+
 def logged_events() -> set[str]:
     """Every event name the library's code logs (``generation.{outcome}`` expanded)."""
     found: set[str] = set()
@@ -130,9 +133,14 @@ def logged_events() -> set[str]:
                     and isinstance(node.func, ast.Attribute | ast.Name)):
                 continue
             func = node.func
-            called = (func.value.id if isinstance(func, ast.Attribute)
-                      and isinstance(func.value, ast.Name) else "")
-            if not (called == "logger" or (isinstance(func, ast.Name) and func.id == "log")):
+            # The module's logger, or one bound from it (``self.log``, ``work.log``,
+            # ``self.journal_log``), called at a level.
+            receiver = func.value if isinstance(func, ast.Attribute) else None
+            called = (receiver.id if isinstance(receiver, ast.Name) else
+                      receiver.attr if isinstance(receiver, ast.Attribute) else "")
+            bound = (called == "logger" or called.endswith("log")) and isinstance(
+                func, ast.Attribute) and func.attr in _LEVELS
+            if not (bound or (isinstance(func, ast.Name) and func.id == "log")):
                 continue
             name = node.args[0]
             if isinstance(name, ast.Constant) and isinstance(name.value, str):
