@@ -10,7 +10,7 @@ new frozen values.  Pure: no I/O, no clock, no randomness.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import attrs
 
@@ -49,8 +49,33 @@ from journal.state import (
     command_key,
 )
 
-if TYPE_CHECKING:
-    from journal.reducer import Fold
+
+class Fold(Protocol):
+    """What a rule works on: the working maps of a fold in progress, and its lookups.
+
+    :class:`journal.reducer.Fold` is the one implementation; named here so
+    that the rules, below the reducer, never import it.
+    """
+
+    managers: dict[str, ManagerState]
+    generations: dict[str, GenerationState]
+    sessions: dict[str, SessionState]
+    artifacts: dict[str, ArtifactState]
+    owned: dict[str, str]
+
+    def live_manager(self, seq: int, manager_id: str) -> ManagerState: ...
+
+    def generation(self, seq: int, generation_id: str) -> GenerationState: ...
+
+    def owned_generation(self, seq: int, manager_id: str,
+                         generation_id: str) -> GenerationState: ...
+
+    def finish(self, generation: GenerationState) -> None: ...
+
+    def forget_if_done(self, manager: ManagerState) -> None: ...
+
+    def retire_generations(self, seq: int, manager: ManagerState, *,
+                           drop_leases: bool) -> ManagerState: ...
 
 __all__ = ["RULES"]
 
