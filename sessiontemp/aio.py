@@ -13,7 +13,9 @@ rotation or close that was awaited has happened by the time the
 cancellation reaches the caller.  An operation whose result the caller
 would have to give back (a lease, a manager, a kept artifact) is undone
 instead when the caller is cancelled before it gets it (:func:`undoable`):
-the lease released, the manager closed, the artifact removed.  Either way
+the lease released, the manager closed, the artifact removed.  Each
+caller hands in its own undo, so this module knows neither the manager
+nor the lease: both import it, from inside their async methods.  Either way
 nothing is left half done, and nothing is left that nobody holds.
 
 When no worker thread can be started (the process is at its limit of
@@ -30,22 +32,25 @@ import asyncio
 import contextlib
 import contextvars
 import functools
-import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Protocol, TypeVar, cast
 
-from journal.errors import SessionTempError
 from sessiontemp.log import logger
 
-if TYPE_CHECKING:
-    from sessiontemp.artifacts import Artifact
-    from sessiontemp.lease import Lease
-    from sessiontemp.manager import Manager
-
-__all__ = ["acquire", "complete", "keep", "open_manager", "undoable"]
+__all__ = ["Releasable", "acquire", "complete", "undoable"]
 
 T = TypeVar("T")
+
+
+class Releasable(Protocol):
+    """What :func:`acquire` hands out: a lease, as this module sees it (never importing it)."""
+
+    def release(self) -> None:
+        """Give it back; later calls do nothing."""
+
+
+R = TypeVar("R", bound=Releasable)
 
 
 def _start(call: Callable[[], T]) -> asyncio.Future[T]:
@@ -156,7 +161,7 @@ async def undoable(call: Callable[[], T], undo: Callable[[T], object]) -> T:
         raise
 
 
-async def acquire(call: Callable[[], Lease]) -> Lease:
+async def acquire(call: Callable[[], R]) -> R:
     """Take a lease through *call* in a worker thread; a cancelled caller gets none.
 
     The lease a cancelled caller never got is released.
@@ -164,51 +169,5 @@ async def acquire(call: Callable[[], Lease]) -> Lease:
     return await undoable(call, _release)
 
 
-def _release(lease: Lease) -> None:
+def _release(lease: Releasable) -> None:
     lease.release()
-
-
-async def open_manager(cls: type[Manager], root: os.PathLike[str] | str | None,
-                       options: dict[str, Any]) -> Manager:
-    """Open ``cls(root, **options)`` in a worker thread; a cancelled caller gets none.
-
-    The manager a cancelled caller never got is let go of (:func:`_let_go`).
-    """
-    return await undoable(functools.partial(cls, root, **options), _let_go)
-
-
-def _let_go(manager: Manager) -> None:
-    """Undo the open of *manager*, which its caller never got."""
-    if manager.resumed:
-        # Closing would remove the directory it adopted, files and all:
-        # instead its handles go as a dead process's do, and the session's
-        # next owner finds it dead and resumes that directory in its turn.
-        manager._handles.abandon()
-    else:
-        manager.close()
-
-
-async def keep(lease: Lease, path: os.PathLike[str] | str, label: str) -> Artifact:
-    """Keep *path* from *lease* in a worker thread; a cancelled caller gets no artifact.
-
-    The artifact a cancelled caller never got is removed, journaled as any
-    removal is: a file nobody knows of would otherwise stay in the store
-    for good.
-    """
-    return await undoable(functools.partial(lease.keep, path, label),
-                          functools.partial(_discard, lease.manager))
-
-
-def _discard(manager: Manager, artifact: Artifact) -> None:
-    """Remove *artifact*, kept for a caller that was cancelled; a failure is logged."""
-    from sessiontemp.cleanup import remove_artifact
-
-    try:
-        remove_artifact(manager.root, artifact, clock=manager._clock,
-                        step_hook=manager._steps.hook)
-    except (OSError, SessionTempError) as e:
-        # Recorded and durable, so nothing is lost: it stays in the store
-        # (journal-inspect lists it) until removed by hand.
-        logger.warning("asyncio.not_undone", manager=manager.id, artifact=artifact.id,
-                       path=str(artifact.path), reason=f"the artifact kept for a cancelled "
-                       f"caller could not be removed: {e}")

@@ -7,10 +7,13 @@ manager, for as long as the command runs.  It also journals the child's pid
 and start time (:meth:`Lease.track`), the second liveness signal, for a
 command that closes the descriptors it inherited.
 
-A lease reaches its manager only through :class:`LeaseOwner`, and the
-manager reaches the lease's lock only through its :class:`Hold`: neither
-calls into the other's internals.  asyncio is imported only by the async
-methods, so a program that never awaits a lease never loads it.
+A lease reaches its manager only through :class:`LeaseOwner` (and shows
+it as an :class:`Issuer`), and the manager reaches the lease's lock only
+through its :class:`Hold`: neither calls into the other's internals, and
+this module imports neither the manager nor the leases' owner.  asyncio
+(and :mod:`sessiontemp.aio`, which imports nothing of this module) is
+imported only by the async methods, so a program that never awaits a
+lease never loads it.
 """
 
 from __future__ import annotations
@@ -31,13 +34,24 @@ if TYPE_CHECKING:
     import asyncio.subprocess
 
     from sessiontemp.artifacts import Artifact
-    from sessiontemp.manager import Manager
 
-__all__ = ["Hold", "Lease", "LeaseOwner"]
+__all__ = ["Hold", "Issuer", "Lease", "LeaseOwner"]
 
 _TEMP_VARIABLES = ("TMPDIR", "TMP", "TEMP")
 
 T = TypeVar("T")
+
+
+class Issuer(Protocol):
+    """The manager that handed out a lease, as the lease shows it (:attr:`Lease.manager`)."""
+
+    @property
+    def id(self) -> str:
+        """The manager's id."""
+
+    @property
+    def root(self) -> Path:
+        """The root the manager works in."""
 
 
 class LeaseOwner(Protocol):
@@ -51,6 +65,9 @@ class LeaseOwner(Protocol):
 
     def keep(self, lease: Lease, path: os.PathLike[str] | str, label: str) -> Artifact:
         """Copy *path* out of *lease*'s directory into the artifact store, and journal it."""
+
+    def discard(self, artifact: Artifact) -> None:
+        """Remove *artifact*, kept for a caller cancelled before it got it; a failure is logged."""
 
 
 class Hold:
@@ -115,7 +132,7 @@ class Lease:
     """
 
     def __init__(
-        self, manager: Manager, owner: LeaseOwner, generation: str, lease: str, path: str,
+        self, manager: Issuer, owner: LeaseOwner, generation: str, lease: str, path: str,
         hold: Hold, *, label: str = "",
     ) -> None:
         self.manager = manager
@@ -215,7 +232,9 @@ class Lease:
         """
         from sessiontemp import aio
 
-        return await aio.keep(self, path, label)
+        # The artifact a cancelled caller never got is removed, journaled as
+        # any removal is: a file nobody knows of would otherwise stay for good.
+        return await aio.undoable(functools.partial(self.keep, path, label), self._owner.discard)
 
     def release(self) -> None:
         """Give the lease back; later calls do nothing.

@@ -14,16 +14,24 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from journal.errors import JournalError, RuleViolation, Unavailable, UnsafeRoot
+from journal.errors import (
+    JournalError,
+    RuleViolation,
+    SessionTempError,
+    Unavailable,
+    UnsafeRoot,
+)
 from journal.events import CommandStarted, LeaseReleased
 from journal.store import Pending
 from sessiontemp import artifacts, processes
+from sessiontemp.cleanup import remove_artifact
 from sessiontemp.generations import Generations
 from sessiontemp.handles import Handles
-from sessiontemp.lease import Hold, Lease
+from sessiontemp.lease import Hold, Issuer, Lease
 from sessiontemp.log import debugging
 from sessiontemp.shield import shielded
 from sessiontemp.steps import Steps
@@ -32,17 +40,15 @@ from sessiontemp.writepath import Owner
 if TYPE_CHECKING:
     from structlog.stdlib import BoundLogger
 
-    from sessiontemp.manager import Manager
-
 __all__ = ["Leases"]
 
 
 class Leases:
     """The leases of *manager*: handed out on its current generation, each owned from here."""
 
-    def __init__(self, manager: Manager, owner: Owner, handles: Handles,
+    def __init__(self, manager: Issuer, owner: Owner, handles: Handles,
                  generations: Generations, mutex: threading.RLock, steps: Steps,
-                 log: BoundLogger) -> None:
+                 log: BoundLogger, *, clock: Callable[[], float]) -> None:
         # Weakly: each lease holds its manager, and a manager dropped
         # unclosed must be finalized at once, not by the cycle collector.
         self._manager = weakref.ref(manager)
@@ -53,6 +59,7 @@ class Leases:
         self._mutex = mutex
         self._steps = steps
         self._log = log
+        self._clock = clock
 
     @property
     def root(self) -> Path:
@@ -198,6 +205,17 @@ class Leases:
                     broken=self._broken, log=self._log)
 
         return shielded(operation)
+
+    def discard(self, artifact: artifacts.Artifact) -> None:
+        """Remove *artifact*, kept for a caller cancelled before it got it; a failure is logged."""
+        try:
+            remove_artifact(self.root, artifact, clock=self._clock, step_hook=self._steps.hook)
+        except (OSError, SessionTempError) as e:
+            # Recorded and durable, so nothing is lost: it stays in the store
+            # (journal-inspect lists it) until removed by hand.
+            self._log.warning("asyncio.not_undone", artifact=artifact.id,
+                              path=str(artifact.path), reason=f"the artifact kept for a "
+                              f"cancelled caller could not be removed: {e}")
 
     def track(self, lease: Lease, pid: int) -> bool:
         """Journal that *pid* was started on *lease*; False when it cannot be recorded."""

@@ -183,7 +183,7 @@ class Manager:
                                        log=self._log)
         self._generations = Generations(self.id, writer, handles, self._steps, self._log)
         self._leases = Leases(self, writer, handles, self._generations, self._mutex,
-                              self._steps, self._log)
+                              self._steps, self._log, clock=self._clock)
         register(self.id, handles)
         try:
             if claim is not None:
@@ -459,7 +459,17 @@ class Manager:
         """
         from sessiontemp import aio
 
-        return await aio.open_manager(cls, root, options)
+        return await aio.undoable(functools.partial(cls, root, **options), cls._let_go)
+
+    def _let_go(self) -> None:
+        """Undo an open whose caller, cancelled meanwhile, never got this manager."""
+        if self.resumed:
+            # Closing would remove the directory it adopted, files and all:
+            # instead its handles go as a dead process's do, and the session's
+            # next owner finds it dead and resumes that directory in its turn.
+            self._handles.abandon()
+        else:
+            self.close()
 
     async def retain_async(self) -> None:
         """:meth:`retain` in a worker thread; cancelled meanwhile, it still retains, then raises."""

@@ -7,8 +7,9 @@ failure names the modules and what to do.  The same checks run first on small pl
 itself a failure.
 
 What counts as an import: every ``import`` and ``from ... import`` of a module of the two
-packages, at any depth (an import inside a function still makes the module depend on the
-other one), except those under ``if TYPE_CHECKING:``, which never run.
+packages, at any depth: an import inside a function still makes the module depend on the
+other one, and one under ``if TYPE_CHECKING:`` too (it never runs, but a circle of types is
+a circle of concepts: name what a lower module needs through a Protocol instead).
 """
 
 from __future__ import annotations
@@ -60,10 +61,10 @@ class Circle:
     def describe(self) -> str:
         steps = ", ".join(f"{imp.source} (line {imp.line}) imports {imp.target}"
                           for imp in self.cycle)
-        return (f"import circle among {{{', '.join(self.modules)}}}: {steps}. Move what they "
-                "share into a module below them, move the caller into a module above them, "
-                "or, when only annotations need the import, put it under "
-                "`if TYPE_CHECKING:`")
+        return (f"import circle among {{{', '.join(self.modules)}}}: {steps}. Imports inside "
+                "functions and under `if TYPE_CHECKING:` count too. Move what they share into "
+                "a module below them, move the caller into a module above them, or let the "
+                "lower module name what it needs through a typing.Protocol")
 
 
 @attrs.frozen
@@ -92,7 +93,7 @@ class Tree:
     def imports(self) -> list[Import]:
         found: list[Import] = []
         for module in self.files:
-            for node in _runtime_nodes(self.parsed(module)):
+            for node in _import_nodes(self.parsed(module)):
                 found.extend(Import(module, target, node.lineno)
                              for target in self._targets(module, node) if target != module)
         return found
@@ -165,21 +166,11 @@ def _within(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
-def _runtime_nodes(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement that can run: not under ``if TYPE_CHECKING:``."""
-    for node in ast.iter_child_nodes(tree):
+def _import_nodes(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement, at any depth: in functions and under ``if TYPE_CHECKING:`` too."""
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import | ast.ImportFrom):
             yield node
-        elif isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.orelse:
-                yield from _runtime_nodes(ast.Module(body=[child], type_ignores=[]))
-        else:
-            yield from _runtime_nodes(node)
 
 
 def _docstrings(tree: ast.Module) -> set[int]:
@@ -327,18 +318,22 @@ def test_a_planted_circle_of_three_modules_is_found_and_named(tmp_path: Path) ->
     message = circles[0].describe()
     assert "{pkg.a, pkg.b, pkg.c}" in message
     assert "pkg.b (line 2) imports pkg.c" in message
-    assert "TYPE_CHECKING" in message
+    assert "inside functions" in message
 
 
-def test_an_import_for_type_checking_only_makes_no_circle(tmp_path: Path) -> None:
+def test_an_import_for_type_checking_only_still_makes_a_circle(tmp_path: Path) -> None:
     tree = plant(tmp_path, {
         "pkg/__init__.py": "",
         "pkg/a.py": "from pkg.b import B\n",
         "pkg/b.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                      "    from pkg.a import A\nelse:\n    import json\nclass B: ...\n"),
     })
-    assert tree.circles() == []
-    assert [(i.source, i.target) for i in tree.imports()] == [("pkg.a", "pkg.b")]
+    assert sorted((i.source, i.target) for i in tree.imports()) == [
+        ("pkg.a", "pkg.b"), ("pkg.b", "pkg.a")]
+    circles = tree.circles()
+    assert [c.modules for c in circles] == [("pkg.a", "pkg.b")]
+    assert "pkg.b (line 3) imports pkg.a" in circles[0].describe()
+    assert "under `if TYPE_CHECKING:` count too" in circles[0].describe()
 
 
 def test_a_planted_long_module_an_upward_import_and_stray_sql_are_found(tmp_path: Path) -> None:
