@@ -58,8 +58,10 @@ __all__ = [
 # How long an exclusive lock on a directory is waited out by one that wants a
 # shared lock on it: a probe's lasts an instant (see liveness.lock_shared).
 PROBE_PATIENCE: Final = 2.0
-# The kernel's table of every lock held on the system.
+# The kernel's table of every lock held on the system, and how many reads
+# of it at most are taken to find two in a row that agree.
 _PROC_LOCKS: Final = "/proc/locks"
+_PROC_LOCKS_READS: Final = 8
 _BUSY: Final = (errno.EWOULDBLOCK, errno.EAGAIN)
 
 
@@ -164,18 +166,27 @@ def flock_holders(st: os.stat_result) -> list[tuple[str, int]] | None:
     # The table names a file by "MAJOR:MINOR:INODE", the numbers in hex
     # (at least two digits) and the inode in decimal.
     key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}".encode()
-    try:
-        with open(_PROC_LOCKS, "rb") as table:
-            lines = table.read().splitlines()
-    except OSError:
-        return None
-    holders = []
-    for line in lines:
-        # "7: FLOCK  ADVISORY  WRITE 1234 fe:00:2171429 0 EOF"; a process
-        # waiting for the lock has "->" after the number, and holds nothing.
-        fields = line.split()
-        if len(fields) >= 6 and fields[1] == b"FLOCK" and fields[5] == key:
-            holders.append((fields[3].decode(), int(fields[4])))
+    # The kernel writes the table a page at a time from a list that other
+    # processes change meanwhile: one read can list an entry twice or miss
+    # one.  Two reads in a row that agree are the answer.
+    last: list[tuple[str, int]] | None = None
+    for _ in range(_PROC_LOCKS_READS):
+        try:
+            with open(_PROC_LOCKS, "rb") as table:
+                lines = table.read().splitlines()
+        except OSError:
+            return None
+        holders = []
+        for line in lines:
+            # "7: FLOCK  ADVISORY  WRITE 1234 fe:00:2171429 0 EOF"; a process
+            # waiting for the lock has "->" after the number, and holds nothing.
+            fields = line.split()
+            if len(fields) >= 6 and fields[1] == b"FLOCK" and fields[5] == key:
+                holders.append((fields[3].decode(), int(fields[4])))
+        holders.sort()
+        if holders == last:
+            break
+        last = holders
     return holders
 
 

@@ -15,6 +15,7 @@ never unlocked).  ``outcome`` says what went wrong, or is empty.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import select
 import signal
@@ -168,6 +169,18 @@ class ForkingHook(Faults):
         for thread in threading.enumerate():
             if thread.name == "sessiontemp-journal-maintenance":
                 thread.join(5.0)
+        # Nor may a collection in this process free a manager dropped earlier
+        # (its finalizer gives its locks up) while the child lives.
+        collecting = gc.isenabled()
+        gc.collect()
+        gc.disable()
+        try:
+            self._fork_and_judge(world)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _fork_and_judge(self, world: World) -> None:
         before = snapshot(world.root)
         pid = os.fork()
         if pid == 0:
@@ -181,7 +194,8 @@ class ForkingHook(Faults):
         elif after != before:
             changed = sorted(k for k in before.keys() | after.keys()
                              if before.get(k) != after.get(k))
-            self.outcome = f"the child changed {changed}"
+            self.outcome = f"the child changed {changed}: " + "; ".join(
+                f"{k}: {before.get(k)} -> {after.get(k)}" for k in changed)
         else:
             self.outcome = ""
 
