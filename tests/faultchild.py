@@ -89,7 +89,6 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-import filelock
 from structlog.testing import capture_logs
 
 from journal import Retention, Store, checkpoint, replay
@@ -188,6 +187,11 @@ def checkpoint_now(store: Store) -> bool:
 def interleave(path: Path) -> dict[str, Any]:
     """Checkpoint, roll over and (under the recovery lock, if free) retire every sealed segment."""
     before = segment_files(path)
+    # Here, not at the top: filelock refuses os.fork in any thread while
+    # another is forking (its audit hook), and the fork storms import this
+    # module for its judges.
+    import filelock
+
     lock = filelock.FileLock(path / "recovery.lock", timeout=0, thread_local=False,
                              fallback_to_soft=False)
     try:
@@ -231,6 +235,11 @@ def checkpoint_only(path: Path, *, roll_over: bool) -> dict[str, Any]:
 def retire_sealed(path: Path) -> dict[str, Any]:
     """Every sealed segment a checkpoint covers deleted (unless a pass holds the root)."""
     before = segment_files(path)
+    # Here, not at the top: filelock refuses os.fork in any thread while
+    # another is forking (its audit hook), and the fork storms import this
+    # module for its judges.
+    import filelock
+
     lock = filelock.FileLock(path / "recovery.lock", timeout=0, thread_local=False,
                              fallback_to_soft=False)
     try:
