@@ -193,6 +193,11 @@ class Reader:
     def _translated(self, e: sqlite3.Error | JournalError) -> JournalError:
         return self._link.translate(e, "read") if isinstance(e, sqlite3.Error) else e
 
+    def _replaced(self) -> JournalError:
+        return JournalError(self._link.path, "could not read it: it was moved aside and a new "
+                            "journal was started at its name while it was being read",
+                            "Read it again: the new journal is read then")
+
     def _busy(self) -> JournalBusy:
         return JournalBusy(self._link.path, f"could not read it: its segments were rolled over "
                            f"or retired by another process at each of {TRIES} tries",
@@ -461,6 +466,9 @@ class Reader:
                 if now == seen:
                     raise self._translated(e) from e
                 seen = now
+            if self.layout()[0] != self._link.identity:
+                # Not this store's journal any more: no try would pin it.
+                raise self._replaced()
             # Made for a layout that moved: made again at the next try.
             self._leave_span()
         raise self._busy()
