@@ -25,7 +25,13 @@ from typing import Any, Final, TypeAlias, TypeVar
 from urllib.parse import quote
 
 from journal import segments
-from journal.errors import JournalBusy, JournalCorrupt, JournalError, RuleViolation
+from journal.errors import (
+    JournalBusy,
+    JournalCorrupt,
+    JournalError,
+    RuleViolation,
+    SessionTempError,
+)
 from journal.events import Event, Record, Unreadable, decode
 from journal.segments import MAX_KEPT, Segment
 from journal.store import errors
@@ -134,7 +140,7 @@ class Reader:
             return head, None, ()
         try:
             kept = link.resolve(remove=False)[-MAX_KEPT:]
-        except JournalError:
+        except OSError:
             # Whatever refuses the listing now, the layout is not the one read.
             return head, there, ("?",)
         return head, there, tuple(segment.file for segment in kept)
@@ -173,7 +179,7 @@ class Reader:
             try:
                 conn = self.connection()
                 return read(conn)
-            except (sqlite3.Error, JournalError) as e:
+            except (sqlite3.Error, OSError) as e:
                 if self._pinned is not None:
                     raise self._translated(e) from e
                 if seen is None and conn is not None:
@@ -190,8 +196,14 @@ class Reader:
         """The layout the link's own connection reads: the head alone."""
         return self._link.identity, None, ()
 
-    def _translated(self, e: sqlite3.Error | JournalError) -> JournalError:
-        return self._link.translate(e, "read") if isinstance(e, sqlite3.Error) else e
+    def _translated(self, e: sqlite3.Error | OSError) -> OSError:
+        """*e* as the journal's error: a SessionTempError as it is, the others named and fixed."""
+        if isinstance(e, sqlite3.Error):
+            return self._link.translate(e, "read")
+        if isinstance(e, SessionTempError):
+            return e
+        # A listing refused (no descriptor left): never a bare OSError.
+        return errors.unopenable(self._link.path, e)
 
     def _replaced(self) -> JournalError:
         return JournalError(self._link.path, "could not read it: it was moved aside and a new "
@@ -456,7 +468,7 @@ class Reader:
                     return conn
                 conn.execute("ROLLBACK")
                 seen = None
-            except (sqlite3.Error, JournalError) as e:
+            except (sqlite3.Error, OSError) as e:
                 if conn is not None and conn.in_transaction:
                     with contextlib.suppress(sqlite3.Error):
                         conn.execute("ROLLBACK")
