@@ -41,9 +41,10 @@ from tests.faultchild import segment_files
 from tests.neighbour import Neighbour
 
 # Enough reads and retirements that a reader racing them meets one: at the
-# old rate, one read in ninety at the rarest, 450 reads miss it 1 run in 100.
+# old rate, one read in ninety at the rarest, 450 reads miss it 1 run in 100
+# (reads stop short of nothing: the loop goes on until both counts are met).
 READS = 450
-RETIREMENTS = 90
+RETIREMENTS = 30
 # A bound on the test's time whatever the machine's load (it takes some 5 s).
 SECONDS = 60.0
 
