@@ -32,6 +32,7 @@ __all__ = [
     "spanning",
     "spans",
     "stale_listing",
+    "statements",
 ]
 
 
@@ -161,3 +162,46 @@ def forget_sealed() -> None:
     from journal.store import sealed
 
     sealed.forget_all()
+
+
+@contextlib.contextmanager
+def statements(hook: Callable[[str], None]) -> Iterator[None]:
+    """Call *hook* with each SQL statement, as it starts, of every store opened in the block.
+
+    Every connection a store makes inside the block (to the head, to a
+    segment, the reader over the kept segments) calls *hook* before each
+    statement it runs, in the thread that runs it: a test stops a reader
+    there, between two of its steps, and lets another process act.  What
+    *hook* raises is lost (SQLite's trace callbacks cannot raise): record
+    failures and assert after.
+    """
+    from journal.store import link, reading
+
+    real_head, real_segment = link.Link.connect_head, link.Link.connect_segment
+    real_span = reading.Reader.span
+
+    def head(self: link.Link) -> sqlite3.Connection:
+        conn = real_head(self)
+        conn.set_trace_callback(hook)
+        return conn
+
+    def segment(self: link.Link, file: Any) -> sqlite3.Connection:
+        conn = real_segment(self, file)
+        conn.set_trace_callback(hook)
+        return conn
+
+    def span(self: reading.Reader, kept: list[Segment], *, again: bool = True
+             ) -> sqlite3.Connection:
+        conn = real_span(self, kept, again=again)
+        conn.set_trace_callback(hook)
+        return conn
+
+    link.Link.connect_head = head  # type: ignore[method-assign]
+    link.Link.connect_segment = segment  # type: ignore[method-assign]
+    reading.Reader.span = span  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        link.Link.connect_head = real_head  # type: ignore[method-assign]
+        link.Link.connect_segment = real_segment  # type: ignore[method-assign]
+        reading.Reader.span = real_span  # type: ignore[method-assign]

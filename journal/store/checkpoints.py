@@ -12,6 +12,7 @@ the same transaction.
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 from journal.segments import Retention
 from journal.store import schema
@@ -96,26 +97,26 @@ class Checkpoints:
         if until is not None:
             sql += " WHERE c.seq <= ?"
             params = (until,)
+        # A checkpoint copied into a new segment as its first content is
+        # tied to the last event of the segment before, which may be
+        # retired: the base it records (and the next event's digest chains
+        # from) stands in.  A lookup per checkpoint, not a join: SQLite
+        # pushes the seq into each segment's primary key that way.
+        spanning = sql.replace("e.digest IS c.digest", (
+            "max((SELECT digest FROM events WHERE seq = c.seq) IS c.digest OR "
+            "c.digest IN (SELECT digest FROM bases WHERE base = c.seq))")).replace(
+            " LEFT JOIN events e ON e.seq = c.seq", "")
+        spanning += " GROUP BY c.seq, c.format"
+
+        def read(conn: sqlite3.Connection) -> list[Any]:
+            if self._reader.spans(conn):
+                return conn.execute(spanning + " ORDER BY c.seq DESC", params).fetchall()
+            if not schema.has_table(conn, "checkpoints"):
+                return []
+            return conn.execute(sql + " ORDER BY c.seq DESC", params).fetchall()
+
         with self._link.lock:
-            try:
-                conn = self._reader.connection()
-                if conn is not self._link.conn:
-                    # A checkpoint copied into a new segment as its first
-                    # content is tied to the last event of the segment
-                    # before, which may be retired: the base it records
-                    # (and the next event's digest chains from) stands in.
-                    # A lookup per checkpoint, not a join: SQLite pushes
-                    # the seq into each segment's primary key that way.
-                    sql = sql.replace("e.digest IS c.digest", (
-                        "max((SELECT digest FROM events WHERE seq = c.seq) IS c.digest OR "
-                        "c.digest IN (SELECT digest FROM bases WHERE base = c.seq))")).replace(
-                        " LEFT JOIN events e ON e.seq = c.seq", "")
-                    sql += " GROUP BY c.seq, c.format"
-                elif not schema.has_table(conn, "checkpoints"):
-                    return []
-                rows = conn.execute(sql + " ORDER BY c.seq DESC", params).fetchall()
-            except sqlite3.Error as e:
-                raise self._link.translate(e, "read") from e
+            rows = self._reader.retrying(read)
         return [(int(seq), int(format), bool(chained)) for seq, format, chained in rows]
 
     def _recent(self, until: int | None) -> list[tuple[int, int, bool]]:
@@ -126,7 +127,7 @@ class Checkpoints:
                 return []
             try:
                 conn = self._reader.after(base)
-                if conn is not self._link.conn:
+                if self._reader.spans(conn):
                     return []
                 # The checkpoint at the base (a rollover's first content) is
                 # tied to the last event of the segment before: the digest
@@ -151,11 +152,12 @@ class Checkpoints:
                     # Where checkpoints(recent=True) found it, when it did.
                     conn = self._reader.after(self._link.active.base)
                     row = conn.execute(sql, (seq,)).fetchone()
-                    if row is None and conn is self._link.conn:
-                        conn = self._reader.connection()
-                        row = conn.execute(sql, (seq,)).fetchone()
+                    if row is None and not self._reader.spans(conn):
+                        row = self._reader.retrying(
+                            lambda conn: conn.execute(sql, (seq,)).fetchone())
                 else:
-                    row = self._reader.connection().execute(sql, (seq,)).fetchone()
+                    row = self._reader.retrying(
+                        lambda conn: conn.execute(sql, (seq,)).fetchone())
             except sqlite3.Error as e:
                 raise self._link.translate(e, "read") from e
         if row is None:

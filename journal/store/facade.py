@@ -300,8 +300,12 @@ class Store:
     def snapshot(self) -> contextlib.AbstractContextManager[None]:
         """Make every read inside the block see the journal at one moment.
 
-        A read transaction: under WAL it blocks no writer; their checkpoints
-        only stop short of it until the block ends.
+        A read transaction on every kept file at once, taken again while
+        another process's rollover or retirement moves the files under it
+        (``JournalBusy`` if they moved at each of ``reading.TRIES``
+        tries): under WAL it blocks no writer; their checkpoints only stop
+        short of it until the block ends.  A block inside another reads the
+        same moment.
         """
         return self._reader.snapshot()
 

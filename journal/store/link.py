@@ -339,11 +339,13 @@ class Link:
             try:
                 self._connect_newest(active)
                 break
-            except JournalCorrupt:
+            except JournalError:
                 # Another process may have rolled over past the segment listed
                 # as newest, and retired it, between the listing and the look
-                # inside it: the seal then names a file already gone.  A stale
-                # listing shows in a new one; the same one means it is damage.
+                # inside it: the seal then names a file already gone, or the
+                # file goes while SQLite opens it and its -wal (an I/O error).
+                # A stale listing shows in a new one; the same one means it
+                # is damage.
                 newest = self.resolve()[-1]
                 if newest.file == active.file:
                     raise

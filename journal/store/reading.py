@@ -7,6 +7,12 @@ view, so every query reads the kept history as if it were one table.  That
 spanning connection is built again whenever the segment directory, the head
 or the kept segments changed, and only when a read needs more than the
 active segment (see :meth:`Reader.after`).
+
+Another process may roll the journal over, retire segments or drop the
+head's tables between any two steps of a read: a snapshot
+(:meth:`Reader.snapshot`) pins every attached file at once and checks that
+nothing moved while it did, and a single read that fails while the kept
+segments moved is read again (see :data:`TRIES`).
 """
 
 from __future__ import annotations
@@ -14,18 +20,43 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Generator, Iterator
-from typing import Any
+from collections.abc import Callable, Generator, Iterator
+from typing import Any, Final, TypeAlias, TypeVar
 from urllib.parse import quote
 
 from journal import segments
-from journal.errors import JournalCorrupt, RuleViolation
+from journal.errors import (
+    JournalBusy,
+    JournalCorrupt,
+    JournalError,
+    RuleViolation,
+    SessionTempError,
+)
 from journal.events import Event, Record, Unreadable, decode
 from journal.segments import MAX_KEPT, Segment
 from journal.store import errors
 from journal.store.link import Link
 
-__all__ = ["Reader"]
+__all__ = ["TRIES", "Layout", "Reader"]
+
+T = TypeVar("T")
+
+# How often a read is tried while another process moves the kept segments
+# under it.  Each try that fails saw the segment files move (a rollover's
+# new file, a retirement's deletion, the head's tables dropped) between
+# its listing and its read: what it read is no evidence about the journal,
+# and a try takes milliseconds, so a neighbour would have to roll over or
+# retire more than once per try, twenty times running, to exhaust it.
+# Then the read is refused as busy (retry), never answered from a view
+# that mixes two layouts; a read that fails while nothing moved is the
+# journal's own error, at the first try.
+TRIES: Final = 20
+
+# (head, segment directory, the kept segments): what a span was built for.
+# Every file is named after the event it starts at, so a name never comes
+# back once retired; only a journal started afresh reuses names, and the
+# head's and the directory's inodes tell that.
+Layout: TypeAlias = tuple[tuple[int, int] | None, tuple[int, int] | None, tuple[str, ...]]
 
 
 class Reader:
@@ -37,8 +68,14 @@ class Reader:
         self._span: sqlite3.Connection | None = None
         self._span_key: object = None
         self._span_schema = 0
-        # The schema name each kept segment (by its file) is attached under there.
+        # The schema name each kept segment (by its file) is attached under there,
+        # the tables each schema had when the span's views were made over them,
+        # and the layout of the files it was built for.
         self._attached: dict[str, str] = {}
+        self._tables: tuple[frozenset[str], ...] = ()
+        self._layout: Layout | None = None
+        # The connection a snapshot reads through until it ends.
+        self._pinned: sqlite3.Connection | None = None
 
     @property
     def spanning(self) -> bool:
@@ -47,40 +84,136 @@ class Reader:
 
     @property
     def in_snapshot(self) -> bool:
-        """Whether a :meth:`snapshot` is open on the spanning connection."""
-        return self._span is not None and self._span.in_transaction
+        """Whether a :meth:`snapshot` is open."""
+        return self._pinned is not None
 
     def attached(self, conn: sqlite3.Connection) -> dict[str, str]:
         """The schema each kept segment is attached under in *conn*, if it is the span."""
         return self._attached if conn is self._span else {}
 
+    def spans(self, conn: sqlite3.Connection) -> bool:
+        """Whether *conn* is the connection over every kept segment (not one file's)."""
+        return conn is self._span
+
     def connection(self) -> sqlite3.Connection:
         """The connection every read goes through (the caller holds the link's lock)."""
+        if self._pinned is not None:
+            # Inside a snapshot: it reads the files as they were when it began,
+            # whatever has moved since (even the directory gone).
+            return self._pinned
         link = self._link
         folder = segments.folder(link.path)
         try:
-            stamps = (os.stat(folder).st_mtime_ns, os.stat(link.path).st_mtime_ns)
+            there, head = os.stat(folder), os.stat(link.path)
         except FileNotFoundError:
             if self._span is not None:
                 self.drop()
             return link.conn
-        if self._span is not None and self._span.in_transaction:
-            # Inside a snapshot: it reads the files as they were when it began.
-            return self._span
         # The kept segments are part of the key: a rollover renames its new
         # file into the directory before it seals the old one, so a span
         # built in between leaves the new file out (unsealed predecessor),
         # and nothing in the directory or the head changes when the seal
         # commits.  Cheap: a listing, and seals seen are remembered.
         kept = link.resolve(remove=False)[-MAX_KEPT:]
-        key: object = (stamps, tuple(segment.file for segment in kept))
+        key: object = ((there.st_mtime_ns, head.st_mtime_ns),
+                       tuple(segment.file for segment in kept))
         if self._span is None or key != self._span_key or self._stale():
-            old, self._span = self._span, None
-            if old is not None:
-                link.let_go(old)
+            self._leave_span()
             self._span = self.span(kept)
             self._span_key = key
+            self._layout = ((head.st_dev, head.st_ino), (there.st_dev, there.st_ino),
+                            tuple(segment.file for segment in kept))
         return self._span
+
+    def layout(self) -> Layout:
+        """The files a span would be built for now (the caller holds the link's lock)."""
+        link = self._link
+        try:
+            head: tuple[int, int] | None = _identity(os.stat(link.path))
+        except OSError:
+            head = None
+        try:
+            there: tuple[int, int] | None = _identity(os.stat(segments.folder(link.path)))
+        except OSError:
+            there = None
+        if there is None:
+            return head, None, ()
+        try:
+            kept = link.resolve(remove=False)[-MAX_KEPT:]
+        except OSError:
+            # Whatever refuses the listing now, the layout is not the one read.
+            return head, there, ("?",)
+        return head, there, tuple(segment.file for segment in kept)
+
+    def _moved(self, conn: sqlite3.Connection) -> bool:
+        """Whether the files *conn* reads are no longer what would be read now (holding lock)."""
+        if conn is self._span:
+            return self._layout != self.layout()
+        # The link's own connection: read while the journal had no segment
+        # directory; a rollover since has made one.
+        head, there, _ = self.layout()
+        return there is not None or head != self._link.identity
+
+    def _leave_span(self) -> None:
+        """Let go of the span for a newer one (holding lock); a read from it ends first."""
+        old, self._span = self._span, None
+        self._span_key = None
+        self._layout = None
+        if old is not None:
+            self._link.let_go(old)
+
+    def retrying(self, read: Callable[[sqlite3.Connection], T]) -> T:
+        """*read* on :meth:`connection`, tried again while the kept segments move under it.
+
+        The caller holds the link's lock.  Outside a snapshot each statement
+        pins the files it reads when it starts; a span made for a listing
+        another process has changed since (a file deleted, the head's tables
+        dropped) fails there, and is made again for the new listing.  A
+        failure is the journal's own once two tries in a row failed on the
+        same layout (a span that could not be made, the first time).
+        Inside a snapshot nothing is tried again: its files are pinned.
+        """
+        seen: Layout | None = None
+        for _ in range(TRIES):
+            conn = None
+            try:
+                conn = self.connection()
+                return read(conn)
+            except (sqlite3.Error, OSError) as e:
+                if self._pinned is not None:
+                    raise self._translated(e) from e
+                if seen is None and conn is not None:
+                    seen = self._layout if conn is self._span else self._bare()
+                now = self.layout()
+                if now == seen:
+                    raise self._translated(e) from e
+                seen = now
+                # Made for a listing that moved: made again at the next try.
+                self._leave_span()
+        raise self._busy()
+
+    def _bare(self) -> Layout:
+        """The layout the link's own connection reads: the head alone."""
+        return self._link.identity, None, ()
+
+    def _translated(self, e: sqlite3.Error | OSError) -> OSError:
+        """*e* as the journal's error: a SessionTempError as it is, the others named and fixed."""
+        if isinstance(e, sqlite3.Error):
+            return self._link.translate(e, "read")
+        if isinstance(e, SessionTempError):
+            return e
+        # A listing refused (no descriptor left): never a bare OSError.
+        return errors.unopenable(self._link.path, e)
+
+    def _replaced(self) -> JournalError:
+        return JournalError(self._link.path, "could not read it: it was moved aside and a new "
+                            "journal was started at its name while it was being read",
+                            "Read it again: the new journal is read then")
+
+    def _busy(self) -> JournalBusy:
+        return JournalBusy(self._link.path, f"could not read it: its segments were rolled over "
+                           f"or retired by another process at each of {TRIES} tries",
+                           "Retry; nothing already committed was lost")
 
     def after(self, after: int) -> sqlite3.Connection:
         """A connection that holds every event after *after* (the caller holds the link's lock).
@@ -121,16 +254,15 @@ class Reader:
             self._span = None
             # Nor what was attached to it: the paths of segments perhaps long gone.
             self._span_key = None
+            self._layout = None
             self._attached = {}
+            self._tables = ()
 
     def forget_files(self, files: set[str]) -> None:
         """Let go of the span if it has any of *files* (retired) attached (holding the lock)."""
         span = self._span
-        if span is not None and not span.in_transaction and (files & self._attached.keys()):
-            self._span = None
-            self._span_key = None
-            self._attached = {}
-            self._link.let_go(span)
+        if span is not None and span is not self._pinned and (files & self._attached.keys()):
+            self._leave_span()
 
     def span(self, kept: list[Segment], *, again: bool = True) -> sqlite3.Connection:
         """A new connection that attaches every segment of *kept* and shows them as one."""
@@ -140,6 +272,7 @@ class Reader:
         try:
             mode = "ro&immutable=1" if link.immutable else "ro"
             events, checkpoints, bases = [], [], []
+            made: list[frozenset[str]] = []
             for i, segment in enumerate(kept):
                 if not os.path.exists(segment.file) and again and segment is not kept[-1]:
                     # Retired by another process since the listing: list again.
@@ -151,8 +284,8 @@ class Reader:
                 link.check_files(segment.file)
                 uri = "file:" + quote(os.fsencode(os.path.abspath(segment.file))) + "?mode=" + mode
                 conn.execute(f"ATTACH DATABASE ? AS s{i}", (uri,))
-                tables = {name for (name,) in conn.execute(
-                    f"SELECT name FROM s{i}.sqlite_master WHERE type = 'table'")}  # noqa: S608
+                tables = _tables(conn, f"s{i}")
+                made.append(tables)
                 if "events" in tables:
                     # Only schema names made here go into the SQL, never input.
                     events.append(
@@ -174,6 +307,7 @@ class Reader:
                 " UNION ALL ".join(bases) or "SELECT NULL AS base, NULL AS digest WHERE 0"))
             (self._span_schema,) = conn.execute("PRAGMA s0.schema_version").fetchone()
             self._attached = {segment.file: f"s{i}" for i, segment in enumerate(kept)}
+            self._tables = tuple(made)
         except sqlite3.Error as e:
             conn.close()
             raise link.translate(e, "read") from e
@@ -192,8 +326,13 @@ class Reader:
         link = self._link
         with link.lock:
             try:
-                conn = self.connection() if after is None else self.after(after)
-                cursor = conn.execute(sql, params)
+                alone = None if after is None else self.after(after)
+                if alone is not None and not self.spans(alone):
+                    # The active segment alone: the link's own connection.
+                    conn, cursor = alone, alone.execute(sql, params)
+                else:
+                    # Across segments: as any read of them, tried again if they move.
+                    conn, cursor = self.retrying(lambda conn: (conn, conn.execute(sql, params)))
             except sqlite3.Error as e:
                 raise link.translate(e, "read") from e
             # Until the last row: a connection left for a newer one meanwhile
@@ -254,38 +393,109 @@ class Reader:
         """Rows of a read-only SQL query, errors translated and naming the file."""
         link = self._link
         with link.lock:
-            try:
-                return self.connection().execute(sql, params).fetchall()
-            except sqlite3.Error as e:
-                raise link.translate(e, "read") from e
+            return self.retrying(lambda conn: conn.execute(sql, params).fetchall())
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[None]:
         """Make every read inside the block see the journal at one moment.
 
-        See ``Store.snapshot``.
+        See ``Store.snapshot``.  Within one already open, a block of its own
+        reads the same moment.
         """
         link = self._link
         with link.lock:
-            conn = self.connection()
-            try:
-                conn.execute("BEGIN")
-            except sqlite3.Error as e:
-                raise link.translate(e, "read") from e
+            outer = self._pinned is None
+            if outer:
+                conn = self._pinned = self._pin()
+                # A connection left for a newer one meanwhile (a segment this
+                # process retired or moved on from) is closed only at the end.
+                link.stream_started(conn)
+        if not outer:
+            yield
+            return
         try:
             yield
         finally:
-            with link.lock, contextlib.suppress(sqlite3.Error):
-                conn.execute("COMMIT")
+            with link.lock:
+                self._pinned = None
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("COMMIT")
+                link.stream_ended(conn)
+
+    def _pin(self) -> sqlite3.Connection:
+        """A read transaction on every file a read needs, all of one layout (holding lock).
+
+        Why not pin and hope: SQLite starts a read transaction on each
+        attached file only when a statement first reads it, so a snapshot
+        whose reads came as they were asked would read the head as of one
+        moment and a later segment as of another, with another process's
+        rollover or retirement in between: a retirement recorded in the head
+        with the segment holding its checkpoint left out of the span, or
+        the head's tables gone under views made over them.  So every file
+        is read at once, inside one transaction, and then the layout is
+        listed again: if no file was renamed in or deleted, no seal
+        committed and no table of the views dropped from the first
+        listing to the last read, the files pinned are one layout, and
+        what it shows is the journal as it was at some moment of that
+        span (sealed segments never change; the head may have recorded a
+        retirement whose files are still kept, which a crash leaves too).
+        Otherwise the transaction ends and the next try lists anew.  Never
+        a lock: a reader makes no writer wait (a WAL read transaction only
+        keeps checkpoints from going past it), and retirement need not
+        know of it (a file deleted under a pinned read stays readable
+        through its open descriptors).
+        """
+        seen: Layout | None = None
+        for _ in range(TRIES):
+            conn = None
+            try:
+                conn = self.connection()
+                if conn is not self._span and not self._link.readonly:
+                    # A writer's own connection stays free for its appends:
+                    # the head alone, attached to a connection of its own.
+                    self._leave_span()
+                    conn = self._span = self.span([Segment(self._link.path, 0)])
+                    self._layout = self._bare()
+                spanning = conn is self._span
+                layout = self._layout if spanning else self._bare()
+                conn.execute("BEGIN")
+                if spanning:
+                    tables = tuple(_tables(conn, f"s{i}") for i in range(len(self._tables)))
+                else:
+                    tables = ()
+                    conn.execute("PRAGMA main.schema_version").fetchone()
+                if tables == (self._tables if spanning else ()) and self.layout() == layout:
+                    return conn
+                conn.execute("ROLLBACK")
+                seen = None
+            except (sqlite3.Error, OSError) as e:
+                if conn is not None and conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                if seen is None and conn is not None:
+                    seen = self._layout if conn is self._span else self._bare()
+                now = self.layout()
+                if now == seen:
+                    raise self._translated(e) from e
+                seen = now
+            if self.layout()[0] != self._link.identity:
+                # Not this store's journal any more: no try would pin it.
+                raise self._replaced()
+            # Made for a layout that moved: made again at the next try.
+            self._leave_span()
+        raise self._busy()
 
     def last_seq(self) -> int:
         """The newest committed event, 0 when empty (inside :meth:`snapshot`, as of it)."""
         link = self._link
         with link.lock:
-            span = self._span
-            if span is not None and span.in_transaction:
+            pinned = self._pinned
+            if pinned is not None:
                 try:
-                    return self._span_last(span)
+                    if self.spans(pinned):
+                        return self._span_last(pinned)
+                    # The head alone, as it was pinned (never moved on from here).
+                    return link.tail(pinned)[0]
                 except sqlite3.Error as e:
                     raise link.translate(e, "read") from e
             return self._active_tail()[0]
@@ -341,12 +551,23 @@ class Reader:
     def release(self) -> None:
         """Close the spanning connection unless a snapshot reads through it."""
         with self._link.lock:
-            if self._span is not None and not self._span.in_transaction:
+            if self._span is not None and self._span is not self._pinned:
                 self.drop()
 
     def parked(self) -> sqlite3.Connection | None:
         """In a forked child: the span, let go of without being closed (see Store.forget)."""
         span, self._span = self._span, None
+        self._pinned = None
         return span
 
 
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def _tables(conn: sqlite3.Connection, schema: str) -> frozenset[str]:
+    """The tables of *schema* in *conn* (a name made by :meth:`Reader.span`, never input)."""
+    return frozenset(name for (name,) in conn.execute(
+        f"SELECT name FROM {schema}.sqlite_master WHERE type = 'table'"))  # noqa: S608

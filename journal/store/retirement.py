@@ -14,6 +14,7 @@ import contextlib
 import os
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -199,18 +200,18 @@ class Retirement:
 
     def history(self) -> History:
         """Where the kept history starts, and up to which event and when older was retired."""
+        def read(conn: sqlite3.Connection) -> tuple[Any, Any, Any]:
+            first, first_time = conn.execute(
+                "SELECT seq, time FROM events ORDER BY seq LIMIT 1").fetchone() or (None, None)
+            retired = (None, None)
+            if self._reader.spans(conn):
+                with contextlib.suppress(sqlite3.OperationalError):
+                    retired = conn.execute(
+                        "SELECT max(seq), max(time) FROM s0.retired").fetchone()
+            return first, first_time, retired
+
         with self._link.lock:
-            try:
-                conn = self._reader.connection()
-                first, first_time = conn.execute(
-                    "SELECT seq, time FROM events ORDER BY seq LIMIT 1").fetchone() or (None, None)
-                retired = (None, None)
-                if conn is not self._link.conn:
-                    with contextlib.suppress(sqlite3.OperationalError):
-                        retired = conn.execute(
-                            "SELECT max(seq), max(time) FROM s0.retired").fetchone()
-            except sqlite3.Error as e:
-                raise self._link.translate(e, "read") from e
+            first, first_time, retired = self._reader.retrying(read)
         return History(None if first is None else int(first),
                        None if first_time is None else float(first_time),
                        int(retired[0] or 0), None if retired[1] is None else float(retired[1]))
@@ -352,6 +353,12 @@ class Retirement:
                     return
                 self._link.step(f"vacuum {self._link.path.name}")
                 conn.execute("VACUUM")
+                # Not waiting for readers: a TRUNCATE checkpoint waits (for the
+                # busy timeout, holding the recovery lock) until no reader
+                # reads an older snapshot, and a journal-inspect run pins one
+                # for as long as it reads.  What it cannot copy back now stays
+                # readable in the -wal, for a later checkpoint.
+                conn.execute("PRAGMA busy_timeout = 0")
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except sqlite3.Error as e:
             raise self._link.translate(e, "retire history in") from e

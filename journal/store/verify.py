@@ -7,9 +7,9 @@ and where damage stops the reading, that too, after what was found.
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 from journal.errors import JournalCorrupt
-from journal.segments import MAX_KEPT
 from journal.store.digests import GENESIS, check
 from journal.store.link import Link
 from journal.store.reading import Reader
@@ -18,23 +18,36 @@ __all__ = ["verify"]
 
 
 def verify(link: Link, reader: Reader) -> list[str]:
-    """Check SQLite's integrity, the sequence and the digest chain; return the problems."""
+    """Check SQLite's integrity, the sequence and the digest chain; return the problems.
+
+    All of it in one snapshot (the caller's, if one is open): every file
+    it checks is the one whose events it then reads, whatever another
+    process rolls over or retires meanwhile.
+    """
+    with reader.snapshot():
+        return _verify(link, reader)
+
+
+def _verify(link: Link, reader: Reader) -> list[str]:
     problems: list[str] = []
     with link.lock:
         try:
             conn = reader.connection()
-            if conn is link.conn:
+            if not reader.spans(conn):
                 files = [("main", link.path)]
             else:
-                files = [(f"s{i}", segment.path) for i, segment in
-                         enumerate(link.resolve(remove=False)[-MAX_KEPT:])]
+                # The files the span has attached, by the names it gave them:
+                # never a listing of its own, which another process's
+                # rollover or retirement may have changed since.
+                files = sorted(((schema, Path(file)) for file, schema in
+                                reader.attached(conn).items()), key=lambda f: int(f[0][1:]))
             for schema, path in files:
                 for (line,) in conn.execute(f"PRAGMA {schema}.integrity_check"):
                     if line != "ok":
                         problems.append(f"integrity: {line}" if schema == "main"
                                         else f"integrity of {path}: {line}")
             bases: dict[int, bytes] = {}
-            if conn is not link.conn:
+            if reader.spans(conn):
                 bases = {int(b): bytes(d) for b, d in conn.execute(
                     "SELECT base, digest FROM bases")}
                 for b, d in conn.execute("SELECT e.seq, e.digest FROM events e "

@@ -18,7 +18,7 @@ from typing import Final, Literal, TypeAlias
 import attrs
 
 from journal import checkpoint
-from journal.errors import BadInput, JournalCorrupt, RuleViolation
+from journal.errors import BadInput, JournalCorrupt, JournalError, RuleViolation
 from journal.events import Event, Record, Unreadable, decode
 from journal.reducer import EMPTY, Fold, Forgotten, State
 from journal.store import Store
@@ -63,6 +63,8 @@ Hold: TypeAlias = Literal["held", "free", "absent", "unknown"]
 # Entries of a root that are neither generations nor trash.
 ROOT_FILES: Final = ENTRIES
 PROGRESS_EVERY: Final = 50_000
+# Opens of a journal replaced while it was being opened, before its answer is an error.
+_REOPENS: Final = 3
 _ROOT_FIX: Final = "Pass the root directory that holds journal.sqlite3 as --root DIR"
 _NOT_A_JOURNAL_FIX: Final = ("Check the path: name a sessiontemp journal (a root's "
                              f"{JOURNAL_NAME}, or a copy of one), or pass its root as --root DIR")
@@ -118,20 +120,35 @@ def opened(journal: Path, *, snapshot: bool = False) -> Iterator[Store]:
     where a root's journal belongs, the fix is to name the right file, never
     to move this one (a README given by mistake is the user's own).
     """
-    try:
-        store = Store(journal, readonly=True)
-    except JournalCorrupt as e:
-        if journal.name == JOURNAL_NAME or Path(e.path) != journal:
-            raise
-        raise JournalCorrupt(e.path, e.reason, _NOT_A_JOURNAL_FIX) from None
-    try:
-        if snapshot:
-            with store.snapshot():
-                yield store
-        else:
+    for attempt in range(_REOPENS):
+        before = _identity(journal)
+        try:
+            store = Store(journal, readonly=True)
+        except JournalCorrupt as e:
+            if journal.name == JOURNAL_NAME or Path(e.path) != journal:
+                raise
+            raise JournalCorrupt(e.path, e.reason, _NOT_A_JOURNAL_FIX) from None
+        with contextlib.ExitStack() as stack:
+            stack.callback(store.close)
+            if snapshot:
+                try:
+                    stack.enter_context(store.snapshot())
+                except JournalError:
+                    # Moved aside and started afresh (the way out of a refused
+                    # record) since the store opened it: the new one is read.
+                    if attempt + 1 < _REOPENS and _identity(journal) != before:
+                        continue
+                    raise
             yield store
-    finally:
-        store.close()
+            return
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def probe_liveness(root: Path, manager_id: str) -> Liveness:
