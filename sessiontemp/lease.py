@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -31,7 +32,6 @@ from sessiontemp import forks
 
 if TYPE_CHECKING:
     import asyncio.subprocess
-    import subprocess
 
     from sessiontemp.artifacts import Artifact
 
@@ -179,10 +179,6 @@ class Lease:
         tracked (:meth:`track`), so its directory stays while it runs even
         if it closes the descriptors it inherited.
         """
-        # Here, not at the module's import: `sessiontemp run` starts its
-        # command with posix_spawn and never loads subprocess.
-        import subprocess
-
         given: Mapping[str, str] | None = kwargs.pop("env", None)
         base = os.environ if given is None else given
         env = {**base, **self.env()}

@@ -116,23 +116,47 @@ class BoundLogger:
                 _stdlib(), wrapper_class=structlog.stdlib.BoundLogger, **self._context)
         return real
 
+    def _emit(self, method: str, level: int, event: str, args: tuple[Any, ...],
+              kw: dict[str, Any]) -> Any:
+        if _unseen(level):
+            return None
+        try:
+            real = self._real()
+        except ImportError:
+            # A process that can no longer import it (it gave up its
+            # privileges or changed its root since it started): logging an
+            # event must never fail the operation that logs it.
+            return _plain(level, event, {**self._context, **kw})
+        return getattr(real, method)(event, *args, **kw)
+
     def debug(self, event: str, *args: Any, **kw: Any) -> Any:
-        return None if _unseen(_DEBUG) else self._real().debug(event, *args, **kw)
+        return self._emit("debug", _DEBUG, event, args, kw)
 
     def info(self, event: str, *args: Any, **kw: Any) -> Any:
-        return None if _unseen(_INFO) else self._real().info(event, *args, **kw)
+        return self._emit("info", _INFO, event, args, kw)
 
     def warning(self, event: str, *args: Any, **kw: Any) -> Any:
-        return None if _unseen(_WARNING) else self._real().warning(event, *args, **kw)
+        return self._emit("warning", _WARNING, event, args, kw)
 
     def error(self, event: str, *args: Any, **kw: Any) -> Any:
-        return None if _unseen(_ERROR) else self._real().error(event, *args, **kw)
+        return self._emit("error", _ERROR, event, args, kw)
 
     def exception(self, event: str, *args: Any, **kw: Any) -> Any:
-        return None if _unseen(_ERROR) else self._real().exception(event, *args, **kw)
+        return self._emit("exception", _ERROR, event, args, kw)
 
     def critical(self, event: str, *args: Any, **kw: Any) -> Any:
-        return None if _unseen(_CRITICAL) else self._real().critical(event, *args, **kw)
+        return self._emit("critical", _CRITICAL, event, args, kw)
+
+
+def _plain(level: int, event: str, fields: dict[str, Any]) -> None:
+    """*event* as one ``key=value`` line to the stdlib logger, without structlog.
+
+    Only where logging is imported already: where it is not, nothing can
+    have given it a handler, and the event would reach nobody.
+    """
+    if "logging" in sys.modules:
+        line = " ".join([event, *(f"{k}={v!r}" for k, v in sorted(fields.items()))])
+        _stdlib().log(level, "%s", line)
 
 
 logger: BoundLogger = BoundLogger({})

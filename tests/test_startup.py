@@ -78,6 +78,34 @@ def test_a_warning_in_a_process_without_logging_set_up_still_reaches_nobody(
     assert (done.stdout, done.stderr) == ("", "")
 
 
+def test_a_warning_where_structlog_can_no_longer_be_imported_goes_to_logging_as_one_line(
+    tmp_path: Path,
+) -> None:
+    # As in a process that gave up its privileges after it started: the
+    # import fails (sys.modules[name] = None makes it raise ImportError).
+    dying = ("import os, sys\nfrom sessiontemp import Manager\nm = Manager(sys.argv[1])\n"
+             "m.retain()\nm.acquire()\nos._exit(0)\n")
+    subprocess.run([sys.executable, "-c", dying, str(tmp_path)], check=True, timeout=120)
+    recovering = """
+import logging, sys
+sys.modules["structlog"] = None
+lines = []
+handler = logging.Handler()
+handler.emit = lambda record: lines.append((record.levelname, record.getMessage()))
+logging.getLogger().addHandler(handler)
+from sessiontemp import recover
+report = recover(sys.argv[1])
+print(__import__("json").dumps({"dead": list(report.dead), "lines": lines}))
+"""
+    done = subprocess.run([sys.executable, "-c", recovering, str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, check=True)
+    seen = json.loads(done.stdout)
+    [dead] = seen["dead"]
+    warned = [line for level, line in seen["lines"] if level == "WARNING"]
+    assert any(line.startswith("manager.dead ") and f"manager='{dead}'" in line
+               for line in warned), seen
+
+
 def run_imports(*words: str) -> list[str]:
     """What the ``sessiontemp`` console script imported, of LAZY and PARSER, running *words*."""
     console = Path(sys.executable).parent / "sessiontemp"
@@ -113,7 +141,9 @@ def parsed(words: list[str]) -> tuple[str, Path | None, object, list[str]]:
     args, extras = script.build_parser().parse_known_args(words)
     assert extras == []
     command = list(args.command)
-    return args.subcommand, args.root, args.session, command[1:] if command[:1] == ["--"] else command
+    if command[:1] == ["--"]:
+        command = command[1:]
+    return args.subcommand, args.root, args.session, command
 
 
 def test_a_plain_run_is_read_as_the_parser_reads_it() -> None:

@@ -13,13 +13,21 @@ cannot start without: its events and state are attrs classes), and
 importing sessiontemp alone.  Every command runs with the interpreter this
 script runs with, and the console script beside it: ``python3`` on PATH
 may be a shim (pyenv's is a shell script) that adds its own time.  The run
-uses a root in the scratch directory, not the per-user default.
+is the goal's command as it stands, on its default root; TMPDIR points at
+the scratch directory, so that root is a fresh one there (made by the
+warm-up run), not the user's.
 
 Bytecode: every command is run once first with writing bytecode allowed,
 so the figures are those of an installed package (whose modules are
 byte-compiled when installed), even where PYTHONDONTWRITEBYTECODE is set,
 which would otherwise compile every module of the library from source on
 every start (about 170 ms more here).
+
+``--instructions``: then counts, with valgrind's callgrind where it is
+installed, the instructions each of a ladder of starts executes, one run
+each (deterministic, whatever the load): the interpreter, sqlite3, attrs,
+the standard modules the library uses, every module a run imports, and the
+whole run; each step's difference is what that layer costs.
 
 ``--importtime N``: then runs ``python -X importtime`` on the console
 script N times and prints the median time each module's own body took
@@ -50,6 +58,8 @@ BARE = 'python -c "pass"'
 
 def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=int, default=30, help="interleaved runs of each command")
+    parser.add_argument("--instructions", action="store_true",
+                        help="then count each start's instructions with valgrind (callgrind)")
     parser.add_argument("--importtime", type=int, default=0, metavar="N",
                         help="then N runs under -X importtime: each module's median own time")
 
@@ -60,8 +70,8 @@ def console_script() -> list[str]:
     return [str(script)] if script.is_file() else [sys.executable, "-m", "sessiontemp"]
 
 
-def environ(*, write_bytecode: bool) -> dict[str, str]:
-    env = dict(os.environ)
+def environ(tmpdir: Path, *, write_bytecode: bool = False) -> dict[str, str]:
+    env = {**os.environ, "TMPDIR": str(tmpdir)}
     if write_bytecode:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
@@ -82,10 +92,10 @@ def spawn(argv: Sequence[str], env: dict[str, str], stderr: int | None = None) -
     return usage.ru_utime + usage.ru_stime
 
 
-def commands(root: Path) -> dict[str, list[str]]:
+def commands() -> dict[str, list[str]]:
     python = sys.executable
     return {
-        RUN: [*console_script(), "run", "--root", str(root), "--", "true"],
+        RUN: [*console_script(), "run", "--", "true"],
         SQLITE: [python, "-c", "import sqlite3"],
         ATTRS: [python, "-c", "import attrs, sqlite3"],
         IMPORT: [python, "-c", "import sessiontemp"],
@@ -93,10 +103,10 @@ def commands(root: Path) -> dict[str, list[str]]:
     }
 
 
-def timing(argvs: dict[str, list[str]], runs: int
+def timing(argvs: dict[str, list[str]], runs: int, scratch: Path
            ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Wall and CPU seconds of each command, *runs* times, interleaved round by round."""
-    env = environ(write_bytecode=False)
+    env = environ(scratch)
     cpu: dict[str, list[float]] = {name: [] for name in argvs}
 
     def variant(name: str) -> Callable[[], None]:
@@ -106,7 +116,7 @@ def timing(argvs: dict[str, list[str]], runs: int
 
     # Written once, as an installed package has it (see the module's docstring).
     for argv in argvs.values():
-        spawn(argv, environ(write_bytecode=True))
+        spawn(argv, environ(scratch, write_bytecode=True))
     wall = benchlib.interleave({name: variant(name) for name in argvs}, runs, warmup=1)
     for times in cpu.values():
         del times[:len(times) - runs]  # the warm-up's
@@ -115,7 +125,7 @@ def timing(argvs: dict[str, list[str]], runs: int
 
 def importtimes(argv: Sequence[str], runs: int, scratch: Path) -> dict[str, float]:
     """Each module's median own import time in ms over *runs* runs of *argv* (0 where absent)."""
-    env = environ(write_bytecode=False)
+    env = environ(scratch)
     own: dict[str, list[float]] = collections.defaultdict(list)
     for i in range(runs):
         log = scratch / f"importtime-{i}.txt"
@@ -151,7 +161,7 @@ def group_of(module: str) -> str:
 
 def report_importtime(own: dict[str, float], runs: int, top: int = 25) -> None:
     print(f"Own import time of each module, median of {runs} runs of `python -X importtime "
-          f"sessiontemp run --root DIR -- true` (ms; -X importtime's own cost included):\n")
+          f"sessiontemp run -- true` (ms; -X importtime's own cost included):\n")
     groups: dict[str, float] = collections.defaultdict(float)
     counts: dict[str, int] = collections.Counter()
     for module, ms in own.items():
@@ -168,6 +178,51 @@ def report_importtime(own: dict[str, float], runs: int, top: int = 25) -> None:
                     sorted(own.items(), key=lambda kv: -kv[1])[:top]], numeric=(1,))
 
 
+# The standard modules a run imports beyond attrs and sqlite3 (and what they import).
+STANDARD = ("base64 ctypes errno fcntl gc hashlib json pathlib resource shlex signal struct "
+            "tempfile threading")
+
+
+def ladder(run: list[str]) -> list[tuple[str, list[str]]]:
+    python = sys.executable
+    return [
+        ("the interpreter: `python -c pass`", [python, "-c", "pass"]),
+        ("+ sqlite3: `python -c 'import sqlite3'`", [python, "-c", "import sqlite3"]),
+        ("+ attrs", [python, "-c", "import sqlite3, attrs"]),
+        ("+ the standard modules a run uses", [
+            python, "-c", f"import sqlite3, attrs, {', '.join(STANDARD.split())}"]),
+        ("+ every module of a run: `import sessiontemp.__main__`",
+         [python, "-c", "import sessiontemp.__main__"]),
+        (f"+ the run itself: `{RUN}`", run),
+    ]
+
+
+def instructions(argv: Sequence[str], env: dict[str, str]) -> int:
+    """Instructions *argv* executes (its own process, not its children), by callgrind."""
+    import subprocess
+
+    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                           *argv], env=env, capture_output=True, text=True, check=True)
+    for line in done.stderr.splitlines():
+        if "Collected :" in line:
+            return int(line.split(":")[-1])
+    raise SystemExit(f"no instruction count from valgrind for {' '.join(argv)}")
+
+
+def report_instructions(run: list[str], env: dict[str, str]) -> None:
+    steps = [(name, instructions(argv, env)) for name, argv in ladder(run)]
+    base = steps[1][1]
+    rows, before = [], 0
+    for name, count in steps:
+        rows.append((name, f"{count / 1e6:.1f} M", f"{(count - before) / 1e6:+.1f} M",
+                     f"{count / base:.2f}x"))
+        before = count
+    print("Instructions executed (valgrind --tool=callgrind, one run each; the step's "
+          "difference is that layer's cost):\n")
+    benchlib.table(["start", "instructions", "this step", "x import sqlite3"], rows,
+                   numeric=(1, 2, 3))
+
+
 def main() -> None:
     args = benchlib.arguments(__doc__, options)
     runs = 3 if args.quick else args.runs
@@ -175,8 +230,8 @@ def main() -> None:
     if shutil.which("true") is None:
         raise SystemExit("no `true` command on PATH")
     with benchlib.scratch(args.root, prefix="bench-startup-") as scratch:
-        argvs = commands(scratch / "root")
-        wall, cpu = timing(argvs, runs)
+        argvs = commands()
+        wall, cpu = timing(argvs, runs, scratch)
         own = importtimes(argvs[RUN], importtime_runs, scratch) if importtime_runs else {}
     print(f"Command: python tools/bench_startup.py --runs {runs}"
           f"{f' --importtime {importtime_runs}' if importtime_runs else ''}"
@@ -199,6 +254,15 @@ def main() -> None:
         (f"`{RUN}` median <= {GOAL:g}x `{SQLITE}`",
          f"{ratio:.2f}x (round by round {rounds:.2f}x; `import attrs, sqlite3` alone "
          f"{floor:.2f}x)", f"{GOAL:g}x", benchlib.verdict(ratio, GOAL))], numeric=(2,))
+    if args.instructions:
+        if shutil.which("valgrind") is None:
+            print("(--instructions: valgrind is not installed; skipped)")
+        else:
+            with benchlib.scratch(args.root, prefix="bench-startup-") as scratch:
+                env = environ(scratch)
+                run = commands()[RUN]
+                spawn(run, env)  # makes the root, which a start usually finds
+                report_instructions(run, env)
     if own:
         report_importtime(own, importtime_runs)
 
