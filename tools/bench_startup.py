@@ -235,6 +235,7 @@ def main() -> None:
         own = importtimes(argvs[RUN], importtime_runs, scratch) if importtime_runs else {}
     print(f"Command: python tools/bench_startup.py --runs {runs}"
           f"{f' --importtime {importtime_runs}' if importtime_runs else ''}"
+          f"{' --instructions' if args.instructions else ''}"
           f"{' --quick' if args.quick else ''}\n{benchlib.environment(args.root)}; "
           f"interpreter {sys.executable}\n")
     base_wall = benchlib.median_ms(wall[SQLITE])
