@@ -21,7 +21,9 @@ Bytecode: every command is run once first with writing bytecode allowed,
 so the figures are those of an installed package (whose modules are
 byte-compiled when installed), even where PYTHONDONTWRITEBYTECODE is set,
 which would otherwise compile every module of the library from source on
-every start (about 170 ms more here).
+every start (about twice the instructions here).  That cache goes where
+Python puts it (``__pycache__`` beside the sources, ignored by git), the
+one thing this benchmark writes outside its scratch directory.
 
 ``--instructions``: then counts, with valgrind's callgrind where it is
 installed, the instructions each of a ladder of starts executes, one run
