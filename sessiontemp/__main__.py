@@ -18,24 +18,24 @@ if __name__ == "__main__":
     # exit status 2, before an import below fails with a traceback.
     _platform.exit_if_unsupported("sessiontemp")
 
-import argparse
 import contextlib
 import errno
-import json
 import os
 import signal
 import sys
 from collections.abc import Sequence
-from importlib import metadata
 from pathlib import Path
-from typing import Final, TextIO
+from typing import TYPE_CHECKING, Final, TextIO
 
 from journal.errors import BadInput, CommandNotStarted, SessionTempError
 from sessiontemp import console
-from sessiontemp.arguments import Parser, nearest_option, not_a_subcommand
-from sessiontemp.cleanup import recover
 from sessiontemp.root import default_root
 from sessiontemp.run import run_command
+
+if TYPE_CHECKING:
+    import argparse
+
+    from sessiontemp.arguments import Parser
 
 __all__ = ["main"]
 
@@ -73,6 +73,13 @@ _VALUED: Final = frozenset({"--root", "--session"})
 
 
 def build_parser() -> Parser:
+    # Here, not at the top: a plain `run` (see _plain_run) needs no parser,
+    # and these take longer to import than the rest of such a run's start.
+    import argparse
+    from importlib import metadata
+
+    from sessiontemp.arguments import Parser
+
     parser = Parser(
         prefix=PROG, prog=PROG, epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -108,7 +115,7 @@ def _fail(where: str, message: str, status: int = 2) -> int:
     return status
 
 
-def cmd_run(args: argparse.Namespace, out: console.Out) -> int:
+def cmd_run(args: argparse.Namespace | Plain, out: console.Out) -> int:
     command = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
@@ -132,6 +139,10 @@ def cmd_run(args: argparse.Namespace, out: console.Out) -> int:
 
 
 def cmd_recover(args: argparse.Namespace, out: console.Out) -> int:
+    import json
+
+    from sessiontemp.cleanup import recover
+
     root = default_root() if args.root is None else args.root
     # On a terminal only: a pass over thousands of directories takes a while.
     report = recover(root, progress=console.progress("recovering", unit="directories"))
@@ -171,6 +182,8 @@ def _arrange(words: list[str], parser: Parser) -> list[str]:
     or, after an option no subcommand has (``--rot DIR run``), that option's
     nearest: the word is its value.
     """
+    from sessiontemp.arguments import nearest_option, not_a_subcommand
+
     known = {o for p in (parser, *parser.subcommands.values()) for o in p.options}
     i = 0
     while i < len(words) and words[i] != "--":
@@ -189,20 +202,56 @@ def _arrange(words: list[str], parser: Parser) -> list[str]:
     return words
 
 
+class Plain:
+    """A plain ``run [--root DIR] -- CMD ARGS...``, the form a harness starts every command with.
+
+    Read without the parser: building it (and importing argparse and
+    importlib.metadata for ``--version``) took longer than the rest of a
+    short command's start.  Any other command line, help and errors
+    included, goes to the parser.
+    """
+
+    subcommand: Final = "run"
+    session: Final = None
+
+    def __init__(self, root: Path | None, command: list[str]) -> None:
+        self.root = root
+        self.command = command
+
+    @classmethod
+    def of(cls, words: Sequence[str]) -> Plain | None:
+        """*words* as a plain run, or None for anything the parser must read."""
+        if words[:1] != ["run"]:
+            return None
+        rest, root = list(words[1:]), None
+        if rest[:1] == ["--root"] and len(rest) > 1 and rest[1][:1] not in ("", "-"):
+            root, rest = Path(rest[1]), rest[2:]
+        elif rest[:1] and rest[0].startswith("--root=") and len(rest[0]) > len("--root="):
+            root, rest = Path(rest[0][len("--root="):]), rest[1:]
+        # The command must not start with "--" itself: the parser decides how
+        # many of those belong to it.
+        if rest[:1] != ["--"] or len(rest) < 2 or rest[1] == "--":
+            return None
+        return cls(root, rest[1:])
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Parse *argv* (default: the process's), run the subcommand, return the exit status."""
-    parser = build_parser()
-    try:
-        words = _arrange(list(sys.argv[1:] if argv is None else argv), parser)
-    except BadInput as e:
-        console.say(f"{PROG}: {console.shown(e)}\n")
-        return 2
-    args, extras = parser.parse_known_args(words)
-    parser.subcommand(args.subcommand).refuse_extras(extras, others=parser.subcommands)
+    given = list(sys.argv[1:] if argv is None else argv)
+    args: argparse.Namespace | Plain | None = Plain.of(given)
+    if args is None:
+        parser = build_parser()
+        try:
+            words = _arrange(given, parser)
+        except BadInput as e:
+            console.say(f"{PROG}: {console.shown(e)}\n")
+            return 2
+        args, extras = parser.parse_known_args(words)
+        parser.subcommand(args.subcommand).refuse_extras(extras, others=parser.subcommands)
     stream = console.Terminal(sys.stdout if out is None else out)
     try:
-        status: int = cmd_run(args, stream) if args.subcommand == "run" else cmd_recover(
-            args, stream)
+        status: int = (cmd_run(args, stream) if isinstance(args, Plain) or args.subcommand == "run"
+                       else cmd_recover(args, stream))
     except SessionTempError as e:
         # Each names the path, what is wrong and the fix.
         return _fail(args.subcommand, str(e))

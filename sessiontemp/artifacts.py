@@ -51,7 +51,7 @@ from sessiontemp.steps import Steps
 from sessiontemp.writepath import WritePath
 
 if TYPE_CHECKING:
-    from structlog.stdlib import BoundLogger
+    from sessiontemp.log import BoundLogger
 
 __all__ = [
     "ARTIFACTS_DIR",

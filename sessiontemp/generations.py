@@ -35,7 +35,7 @@ from sessiontemp.steps import Steps
 from sessiontemp.writepath import Owner
 
 if TYPE_CHECKING:
-    from structlog.stdlib import BoundLogger
+    from sessiontemp.log import BoundLogger
 
 __all__ = ["Generations", "Leased", "Made"]
 

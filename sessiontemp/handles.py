@@ -31,9 +31,8 @@ from sessiontemp.root import Root
 from sessiontemp.sessions import SessionLock
 
 if TYPE_CHECKING:
-    from structlog.stdlib import BoundLogger
-
     from sessiontemp.lease import Hold
+    from sessiontemp.log import BoundLogger
 
 __all__ = ["Handles", "of", "register"]
 

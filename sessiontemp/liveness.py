@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import stat
 from time import monotonic, sleep
 from typing import Final
@@ -121,7 +120,7 @@ class LivenessLock:
             pass
         # Made and locked under another name, then renamed into place: a
         # recovery that probes the name must never find it unlocked.
-        spare = f".{self.name}.{secrets.token_hex(4)}"
+        spare = f".{self.name}.{os.urandom(4).hex()}"
         fd = os.open(spare, _FILE_FLAGS | os.O_CREAT | os.O_EXCL, FILE_MODE, dir_fd=self._dir)
         try:
             os.fchmod(fd, FILE_MODE)

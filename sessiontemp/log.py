@@ -1,4 +1,4 @@
-"""The library's logger: structlog, bound to the standard ``logging`` module.
+"""The library's logger: structlog, bound to the standard ``logging`` module, imported when needed.
 
 Events go to ``logging.getLogger("sessiontemp")``, which carries a
 NullHandler: an application that configures nothing sees nothing, on stdout
@@ -7,78 +7,161 @@ corrupt the output of every program embedding this library.)  The library
 never configures logging; processors come from the application's structlog
 configuration, and ``structlog.testing.capture_logs`` sees every event.
 
+structlog is imported only when an event would be seen: importing it
+(with the ``asyncio`` its stdlib module imports) costs more than a whole
+``sessiontemp run`` of a short command does otherwise.  An application
+that has configured structlog has imported it, so when ``structlog`` is
+not in :data:`sys.modules` nothing can be configured, and an event below
+the standard logger's level reaches nobody.
+
 Stable keys: ``manager``, ``generation``, ``lease``, ``seq``, ``recovery``,
 ``path``, ``reason``.  Event names are dotted, e.g. ``generation.removed``.
 """
 
 from __future__ import annotations
 
-import logging
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any, Final
 
-import structlog
+if TYPE_CHECKING:
+    import logging
 
-__all__ = ["bound", "debugging", "logger"]
+    import structlog
 
-_stdlib = logging.getLogger("sessiontemp")
-# Without a handler of its own, logging's last-resort handler would print
-# warnings to stderr of applications that never asked for them.
-_stdlib.addHandler(logging.NullHandler())
+__all__ = ["BoundLogger", "bound", "debugging", "logger"]
 
-class _BoundLogger(structlog.stdlib.BoundLogger):
-    """Drops at once an event that nothing would see.
+# logging's own numbers, so that asking for a level imports nothing.
+_DEBUG: Final = 10
+_INFO: Final = 20
+_WARNING: Final = 30
+_ERROR: Final = 40
+_CRITICAL: Final = 50
+_NAME: Final = "sessiontemp"
 
-    When the application has not configured structlog, an event goes
-    through structlog's default processors (a timestamp, a rendered line)
-    only for the stdlib logger to drop it below its level: about a tenth
-    of a millisecond, on every lease.  Configured structlog (and
-    ``capture_logs``) sees every event as before.  Each public method the
-    library calls asks first and hands on to structlog's own; nothing
-    private of structlog's is replaced.
+
+_logger: list[logging.Logger] = []
+
+
+def _stdlib() -> logging.Logger:
+    """``logging.getLogger("sessiontemp")``, given its NullHandler the first time."""
+    if not _logger:
+        import logging
+
+        stdlib = logging.getLogger(_NAME)
+        # Without a handler of its own, logging's last-resort handler would
+        # print warnings to stderr of applications that never asked for them.
+        stdlib.addHandler(logging.NullHandler())
+        _logger.append(stdlib)
+    return _logger[0]
+
+
+def _configured() -> bool:
+    """Whether structlog is configured; False while it is not even imported."""
+    structlog = sys.modules.get("structlog")
+    return structlog is not None and bool(structlog.is_configured())
+
+
+def _enabled(level: int) -> bool:
+    """Whether the standard logger takes *level*: logging's defaults (WARNING) until it is imported.
+
+    Nothing can have configured logging without importing it, and a
+    process that never does is spared importing it for events nobody sees.
     """
-
-    def debug(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
-        return None if _unseen(logging.DEBUG) else super().debug(event, *args, **kw)
-
-    def info(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
-        return None if _unseen(logging.INFO) else super().info(event, *args, **kw)
-
-    def warning(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
-        return None if _unseen(logging.WARNING) else super().warning(event, *args, **kw)
-
-    def error(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
-        return None if _unseen(logging.ERROR) else super().error(event, *args, **kw)
-
-    def exception(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
-        return None if _unseen(logging.ERROR) else super().exception(event, *args, **kw)
-
-    def critical(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
-        return None if _unseen(logging.CRITICAL) else super().critical(event, *args, **kw)
+    if "logging" not in sys.modules:
+        return level >= _WARNING
+    return _stdlib().isEnabledFor(level)
 
 
 def _unseen(level: int) -> bool:
     """Whether an event at *level* would reach nobody: structlog unconfigured, stdlib below it."""
-    return not structlog.is_configured() and not _stdlib.isEnabledFor(level)
+    return not _configured() and not _enabled(level)
 
 
 def debugging() -> bool:
-    """Whether a debug event would be seen: cheaper than the bound logger's own test."""
-    return structlog.is_configured() or _stdlib.isEnabledFor(logging.DEBUG)
+    """Whether a debug event would be seen: cheaper than the logger's own test."""
+    return _configured() or _enabled(_DEBUG)
 
 
-logger: structlog.stdlib.BoundLogger = structlog.wrap_logger(
-    _stdlib, wrapper_class=_BoundLogger
-)
+class BoundLogger:
+    """The library's logger with its bound context: a structlog ``BoundLogger`` made when needed.
 
-
-def bound(**context: Any) -> structlog.stdlib.BoundLogger:
-    """The library's logger with *context* bound once, for every event of one owner.
-
-    Lazy, as :data:`logger` is: each event is built with the structlog
-    configuration of its moment, so an application that configures
-    structlog after opening a manager (or a test's ``capture_logs``) still
-    sees it.
+    When the application has not configured structlog, an event goes
+    through structlog's default processors (a timestamp, a rendered line)
+    only for the stdlib logger to drop it below its level: about a tenth
+    of a millisecond, on every lease.  So each method asks first and drops
+    at once an event that nothing would see; any other event goes to
+    structlog's own ``BoundLogger``, made on the first such event and
+    lazy as structlog's are, so each event is built with the structlog
+    configuration of its moment (an application that configures structlog
+    after opening a manager, or a test's ``capture_logs``, still sees it).
+    Nothing private of structlog's is replaced.
     """
-    bound_logger: structlog.stdlib.BoundLogger = structlog.wrap_logger(
-        _stdlib, wrapper_class=_BoundLogger, **context)
-    return bound_logger
+
+    __slots__ = ("_context", "_structlog")
+
+    def __init__(self, context: dict[str, Any]) -> None:
+        self._context = context
+        self._structlog: structlog.stdlib.BoundLogger | None = None
+
+    def bind(self, **context: Any) -> BoundLogger:
+        """This logger with *context* bound as well."""
+        return BoundLogger({**self._context, **context})
+
+    def _real(self) -> structlog.stdlib.BoundLogger:
+        real = self._structlog
+        if real is None:
+            import structlog
+
+            real = self._structlog = structlog.wrap_logger(
+                _stdlib(), wrapper_class=structlog.stdlib.BoundLogger, **self._context)
+        return real
+
+    def _emit(self, method: str, level: int, event: str, args: tuple[Any, ...],
+              kw: dict[str, Any]) -> Any:
+        if _unseen(level):
+            return None
+        try:
+            real = self._real()
+        except ImportError:
+            # A process that can no longer import it (it gave up its
+            # privileges or changed its root since it started): logging an
+            # event must never fail the operation that logs it.
+            return _plain(level, event, {**self._context, **kw})
+        return getattr(real, method)(event, *args, **kw)
+
+    def debug(self, event: str, *args: Any, **kw: Any) -> Any:
+        return self._emit("debug", _DEBUG, event, args, kw)
+
+    def info(self, event: str, *args: Any, **kw: Any) -> Any:
+        return self._emit("info", _INFO, event, args, kw)
+
+    def warning(self, event: str, *args: Any, **kw: Any) -> Any:
+        return self._emit("warning", _WARNING, event, args, kw)
+
+    def error(self, event: str, *args: Any, **kw: Any) -> Any:
+        return self._emit("error", _ERROR, event, args, kw)
+
+    def exception(self, event: str, *args: Any, **kw: Any) -> Any:
+        return self._emit("exception", _ERROR, event, args, kw)
+
+    def critical(self, event: str, *args: Any, **kw: Any) -> Any:
+        return self._emit("critical", _CRITICAL, event, args, kw)
+
+
+def _plain(level: int, event: str, fields: dict[str, Any]) -> None:
+    """*event* as one ``key=value`` line to the stdlib logger, without structlog.
+
+    Only where logging is imported already: where it is not, nothing can
+    have given it a handler, and the event would reach nobody.
+    """
+    if "logging" in sys.modules:
+        line = " ".join([event, *(f"{k}={v!r}" for k, v in sorted(fields.items()))])
+        _stdlib().log(level, "%s", line)
+
+
+logger: BoundLogger = BoundLogger({})
+
+
+def bound(**context: Any) -> BoundLogger:
+    """The library's logger with *context* bound once, for every event of one owner."""
+    return BoundLogger(context)

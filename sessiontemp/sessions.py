@@ -58,7 +58,7 @@ from sessiontemp.steps import Steps
 from sessiontemp.writepath import WritePath
 
 if TYPE_CHECKING:
-    from structlog.stdlib import BoundLogger
+    from sessiontemp.log import BoundLogger
 
 
 __all__ = [

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Protocol
 
 import attrs
-import structlog
 
 from journal.errors import JournalError
 from journal.events import Event, Reappeared, RemovalStarted
@@ -40,6 +39,7 @@ from journal.reducer import GenerationState, State, held_by
 from journal.store import Store
 from sessiontemp.liveness import take_liveness
 from sessiontemp.locks import try_exclusive
+from sessiontemp.log import BoundLogger
 from sessiontemp.removal import Target, remove
 from sessiontemp.root import (
     MANAGERS_DIR,
@@ -85,7 +85,7 @@ class Pass(Protocol):
     clock: Callable[[], float]
     removed: list[Removed]
     # Bound once per pass with its id: every event a sweep logs carries it.
-    log: structlog.stdlib.BoundLogger
+    log: BoundLogger
 
     @property
     def id(self) -> str: ...

@@ -26,7 +26,7 @@ from sessiontemp.handles import Handles
 from sessiontemp.steps import Steps
 
 if TYPE_CHECKING:
-    from structlog.stdlib import BoundLogger
+    from sessiontemp.log import BoundLogger
 
 __all__ = ["Writer"]
 
