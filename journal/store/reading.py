@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -188,17 +188,41 @@ class Reader:
         """Rows of *sql*, fetched *batch* at a time from one read snapshot, errors translated.
 
         *after*: *sql* reads only events after this one (see :meth:`after`).
+
+        On the connection this store's appends go through, no read is left
+        open once the lock is let go: the snapshot it held would fail the
+        next append there at once after another process's commit
+        (SQLITE_BUSY_SNAPSHOT).  A read that ends within its first *batch*
+        rows is read whole under the lock; a longer one starts again on a
+        read-only connection of its own (:meth:`Link.connect_reader`), or,
+        when none can be had (a process short of descriptors), is read whole
+        under the lock.
         """
         link = self._link
+        whole: Iterable[Any] | None = None
         with link.lock:
             try:
                 conn = self.connection() if after is None else self.after(after)
                 cursor = conn.execute(sql, params)
+                if conn is link.conn and not link.readonly:
+                    chunk = cursor.fetchmany(batch)
+                    if len(chunk) == batch:
+                        whole = self._alone(sql, params, batch)
+                        if whole is None:
+                            # No connection of its own: the rest under the lock too.
+                            chunk += cursor.fetchall()
+                    cursor.close()
+                    if whole is None:
+                        whole = chunk
+                else:
+                    # Until the last row: a connection left for a newer one
+                    # meanwhile (a rollover, a retirement) is closed only then.
+                    link.stream_started(conn)
             except sqlite3.Error as e:
                 raise link.translate(e, "read") from e
-            # Until the last row: a connection left for a newer one meanwhile
-            # (a rollover, a retirement) is closed only then.
-            link.stream_started(conn)
+        if whole is not None:
+            yield from whole
+            return
         try:
             while True:
                 with link.lock:
@@ -216,6 +240,41 @@ class Reader:
                 cursor.close()
             with link.lock:
                 link.stream_ended(conn)
+
+    def _alone(self, sql: str, params: tuple[object, ...], batch: int
+               ) -> Generator[Any, None, None] | None:
+        """*sql*'s rows streamed from a read-only connection of its own; None if none opens.
+
+        Its first rows are read here (the caller holds the lock), so that a
+        connection that opens but cannot read (its -wal, -shm or a page
+        refused for want of a descriptor) gives None too.
+        """
+        own = self._link.connect_reader()
+        if own is None:
+            return None
+        try:
+            cursor = own.execute(sql, params)
+            first = cursor.fetchmany(batch)
+        except sqlite3.Error:
+            own.close()
+            return None
+        return self._drain_own(own, cursor, first, batch)
+
+    def _drain_own(self, own: sqlite3.Connection, cursor: sqlite3.Cursor, first: list[Any],
+                   batch: int) -> Generator[Any, None, None]:
+        """The rows of a read on a connection of its own, closed once they are all read."""
+        try:
+            chunk = first
+            while chunk:
+                yield from chunk
+                try:
+                    chunk = cursor.fetchmany(batch)
+                except sqlite3.Error as e:
+                    raise self._link.translate(e, "read") from e
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                cursor.close()
+                own.close()
 
     def rows(
         self, *, after: int = 0, until: int | None = None, batch: int = 20_000
