@@ -172,9 +172,10 @@ def main() -> None:
                         finally:
                             commit.GATHER_SECONDS = gather
                     for name, count in ((ONE_PROCESS, 1), (MANY_PROCESSES, PROCESSES)):
-                        rate, failed, *counts, some = processes(
+                        rate, failed, commits, synced, synced_events, some = processes(
                             scratch / f"{mode}-processes", kwargs, seconds, count)
-                        runs[mode].setdefault(name, []).append((rate, *counts))
+                        runs[mode].setdefault(name, []).append(
+                            (rate, commits, synced, synced_events))
                         errors[mode] += failed
                         first_errors += some
         finally:

@@ -316,7 +316,7 @@ class CommitTally:
                     tally.synced_events += sum(len(p.events) for p in batch
                                                if p.error is None)
 
-        commit.GroupCommit.commit_batch = counted  # type: ignore[method-assign]
+        commit.GroupCommit.commit_batch = counted  # type: ignore[method-assign,assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:
