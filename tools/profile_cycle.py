@@ -2,9 +2,10 @@
 
     python tools/profile_cycle.py [--cycles N] [--root DIR] [--quick]
 
-Times N warm cycles (``acquire().release()`` on a live generation, called
+Times N warm cycles (``acquire().release()`` on a live generation, in the
+relaxed durability unless ``--durability full``, called
 from a non-main thread so that they run inline, in the thread the profiler
-watches) against N pairs of bare single-row commits (the floor), alternating,
+watches) against N pairs of bare single-row commits (the floor: NORMAL, or FULL), alternating,
 without the profiler; then runs N more cycles under ``cProfile`` and prints
 the functions with the most time of their own, per cycle, and the same time
 grouped by where the code lives.  The profiler roughly doubles the cost of
@@ -32,6 +33,9 @@ from sessiontemp import Manager
 def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cycles", type=int, default=2000)
     parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--durability", choices=("relaxed", "full"), default="relaxed",
+                        help="the manager's durability; relaxed (default) leaves the CPU "
+                             "alone, full adds each commit's fdatasync to SQLite's share")
 
 
 def where(filename: str, function: str) -> str:
@@ -65,9 +69,11 @@ def main() -> None:
     profile = cProfile.Profile()
     main_thread = cProfile.Profile()
     with benchlib.scratch(args.root) as scratch:
-        floor = benchlib.BareCommits(scratch / "floor.sqlite3", benchlib.lease_cycle_rows())
+        floor = benchlib.BareCommits(scratch / "floor.sqlite3", benchlib.lease_cycle_rows(),
+                                     synchronous="NORMAL" if args.durability == "relaxed"
+                                     else "FULL")
         worker = benchlib.Worker()
-        manager = Manager(scratch / "root")
+        manager = Manager(scratch / "root", durability=args.durability)
         try:
             manager.retain()
             manager.acquire().release()
@@ -99,8 +105,8 @@ def main() -> None:
     main_stats: dict[tuple[str, int, str], Any] = pstats.Stats(  # type: ignore[attr-defined]
         main_thread).stats
     total = sum(own for _, _, own, _, _ in stats.values())
-    print(f"Command: python tools/profile_cycle.py --cycles {cycles}"
-          f"{' --quick' if args.quick else ''}\n{benchlib.environment(args.root)}\n")
+    print(f"Command: python tools/profile_cycle.py --cycles {cycles} --durability "
+          f"{args.durability}{' --quick' if args.quick else ''}\n{benchlib.environment(args.root)}\n")
     benchlib.table(("without the profiler (medians, alternating)", "per cycle"),
                    [("warm cycle, inline", f"{cycle_ms * 1e3:.0f} us"),
                     ("two bare commits (the floor)", f"{floor_ms * 1e3:.0f} us"),
