@@ -106,7 +106,8 @@ def main() -> None:
         main_thread).stats
     total = sum(own for _, _, own, _, _ in stats.values())
     print(f"Command: python tools/profile_cycle.py --cycles {cycles} --durability "
-          f"{args.durability}{' --quick' if args.quick else ''}\n{benchlib.environment(args.root)}\n")
+          f"{args.durability}{' --quick' if args.quick else ''}\n"
+          f"{benchlib.environment(args.root)}\n")
     benchlib.table(("without the profiler (medians, alternating)", "per cycle"),
                    [("warm cycle, inline", f"{cycle_ms * 1e3:.0f} us"),
                     ("two bare commits (the floor)", f"{floor_ms * 1e3:.0f} us"),
