@@ -22,6 +22,7 @@ import cProfile
 import os
 import pstats
 import sqlite3
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -33,6 +34,13 @@ from sessiontemp import Manager
 def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cycles", type=int, default=2000)
     parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--spin", type=int, default=0, metavar="N",
+                        help="only run N warm cycles (from the main thread, or with "
+                             "--inline from another) and exit, for a sampling profiler "
+                             "outside: py-spy record --native -- python "
+                             "tools/profile_cycle.py --spin 30000")
+    parser.add_argument("--inline", action="store_true",
+                        help="with --spin: from another thread")
     parser.add_argument("--durability", choices=("relaxed", "full"), default="relaxed",
                         help="the manager's durability; relaxed (default) leaves the CPU "
                              "alone, full adds each commit's fdatasync to SQLite's share")
@@ -63,8 +71,38 @@ def short(key: tuple[str, int, str]) -> str:
     return f"{'/'.join(parts[-2:])}:{line} {function}"
 
 
+def spin(args: argparse.Namespace) -> None:
+    """Run warm cycles and nothing else, for a profiler that samples from outside."""
+    with benchlib.scratch(args.root) as scratch:
+        manager = Manager(scratch / "root", durability=args.durability)
+        try:
+            manager.retain()
+
+            def cycles() -> None:
+                for _ in range(args.spin):
+                    manager.acquire().release()
+
+            if args.inline:
+                worker = benchlib.Worker()
+                took = worker.run(cycles, clock=time.thread_time)
+                worker.close()
+            else:
+                start = time.thread_time()
+                cycles()
+                took = time.thread_time() - start
+        finally:
+            manager.release()
+            manager.close()
+    print(f"{args.spin} warm cycles ({args.durability}, "
+          f"{'another thread' if args.inline else 'main thread'}): "
+          f"{took / args.spin / 2 * 1e6:.1f} us of the thread's CPU per event")
+
+
 def main() -> None:
     args = benchlib.arguments(__doc__, options)
+    if args.spin:
+        spin(args)
+        return
     cycles = 50 if args.quick else args.cycles
     profile = cProfile.Profile()
     main_thread = cProfile.Profile()
