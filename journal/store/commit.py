@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias
 
@@ -36,9 +35,8 @@ FoldAhead: TypeAlias = Callable[[list[Record], Any], Any]
 
 
 # How long a leader of a synced commit waits at most for the threads the last
-# commits held to queue again, and how often it looks (see GroupCommit._gather).
+# commit held to queue again (see GroupCommit._gather).
 GATHER_SECONDS = 400e-6
-GATHER_POLL = 40e-6
 
 
 class _StaleTail(Exception):
@@ -108,6 +106,9 @@ class GroupCommit:
         # Appends the last commit held plus those queued while it ran: about
         # how many threads append at once (1 for a lone thread).
         self._width = 1
+        # Released by submit once the queue holds _width appends, while a
+        # leader waits for that (see _gather).
+        self._gathering: threading.Lock | None = None
         self._next_seq: int | None = None
         self.tip: object = None
         self.durable_tip: object = None
@@ -127,6 +128,7 @@ class GroupCommit:
         self._leading = False
         self._idle = []
         self._width = 1
+        self._gathering = None
 
     def submit(
         self,
@@ -162,6 +164,10 @@ class GroupCommit:
             self._queue.append(pending)
             if self._next_seq is not None:
                 self._next_seq += len(events)
+            full = self._gathering
+            if full is not None and len(self._queue) >= self._width:
+                self._gathering = None
+                full.release()
         return pending
 
     def wait(self, pending: Pending) -> list[Record]:
@@ -229,29 +235,29 @@ class GroupCommit:
         return pending.records
 
     def _gather(self) -> None:
-        """Before a synced commit, give the threads the last commits held time to queue again.
+        """Before a synced commit, give the threads the last commit held time to queue again.
 
         A leader that commits at once gets only the appends queued while
         the commit before ran, about half the threads: the others were in
         that commit, and are still on their way back with its records.
         Waiting until the queue holds as many appends as the last commit
-        and its queue did, or has not grown over two looks, or at most
+        and its queue did (:meth:`submit` wakes the leader then), or at most
         :data:`GATHER_SECONDS` (a fraction of a sync), shares one sync among
         nearly all of them.  The leader sleeps meanwhile, leaving the CPU to
         the threads on their way.  Only when more than one thread appended
         lately: a lone thread never waits.
         """
-        queued = self._queued
-        deadline = time.perf_counter() + GATHER_SECONDS
-        with queued:
-            seen = len(self._queue)
-        still = 0
-        while seen < self._width and still < 2 and time.perf_counter() < deadline:
-            time.sleep(GATHER_POLL)
-            with queued:
-                now = len(self._queue)
-            still = still + 1 if now == seen else 0
-            seen = now
+        full = threading.Lock()
+        full.acquire()
+        with self._queued:
+            if len(self._queue) >= self._width:
+                return
+            self._gathering = full
+        try:
+            full.acquire(timeout=GATHER_SECONDS)
+        finally:
+            with self._queued:
+                self._gathering = None
 
     def _hand_over(self, batch: list[Pending]) -> None:
         """End a leader's turn: settle *batch*'s followers, and wake the next leader."""
