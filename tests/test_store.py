@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
+import resource
 import sqlite3
 import subprocess
 import sys
@@ -930,6 +932,46 @@ def test_stores_appending_in_turn_each_continue_after_the_others_last_event(
         assert [cast(Retained, r.event).manager for r in first.records()] == [
             manager_id(str(n)) for n in range(len(turns))]
     finally:
+        first.close()
+        second.close()
+
+
+@pytest.mark.parametrize("descriptors", ["to spare", "used up"])
+def test_a_store_appends_while_its_read_of_more_than_a_batch_is_half_done_and_another_wrote(
+    path: Path, descriptors: str
+) -> None:
+    """A read streamed a batch at a time holds a read snapshot until its end; were that on the
+    connection appends go through, the next append after another writer's commit would fail
+    at once (SQLITE_BUSY_SNAPSHOT). It reads on a connection of its own, or, out of
+    descriptors, whole at once; either way the append commits and the read sees its one
+    snapshot."""
+    first, second = Store(path), Store(path)
+    held: list[int] = []
+    limits = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        fill(first, 10)
+        rows = first.rows(batch=3)
+        if descriptors == "used up":
+            resource.setrlimit(resource.RLIMIT_NOFILE,
+                               (max(map(int, os.listdir("/proc/self/fd"))) + 8, limits[1]))
+            with contextlib.suppress(OSError):
+                while True:
+                    held.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+        seen = [next(rows)[0]]
+        for fd in held:
+            os.close(fd)
+        held = []
+        resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+        second.append([Retained(manager_id("other"))], time=1.0)
+        [record] = first.append([Retained(manager_id("mine"))], time=2.0)
+        assert record.seq == 12
+        seen += [seq for seq, *_ in rows]
+        assert seen == list(range(1, 11))
+        assert first.verify() == []
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, limits)
         first.close()
         second.close()
 

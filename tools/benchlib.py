@@ -144,6 +144,7 @@ class Worker:
         self._ready = threading.Semaphore(0)
         self._done = threading.Semaphore(0)
         self._took = 0.0
+        self._clock: Callable[[], float] = time.perf_counter
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -155,14 +156,21 @@ class Worker:
             if job is None:
                 return
             try:
-                self._took = timed(job)
+                start = self._clock()
+                job()
+                self._took = self._clock() - start
             except BaseException as e:  # handed back to the caller
                 self._error = e
             self._done.release()
 
-    def run(self, job: Callable[[], object]) -> float:
-        """Run *job* in the thread; return the seconds it took there."""
+    def run(self, job: Callable[[], object],
+            clock: Callable[[], float] = time.perf_counter) -> float:
+        """Run *job* in the thread; return the seconds it took there, by *clock*.
+
+        ``clock=time.thread_time``: the CPU time the thread spent on it.
+        """
         with self._lock:
+            self._clock = clock
             self._job = job
             self._ready.release()
             self._done.acquire()
@@ -187,13 +195,16 @@ class BareCommits:
     The rows have the journal's columns and sizes (seq, time, kind, payload,
     a 32-byte digest) and nothing else: no trigger, no read of the previous
     row, no reducer.  Two of its commits are the floor of a warm lease cycle,
-    whose acquire and release must each be durable before it returns.
+    whose acquire and release must each be durable before it returns.  With
+    *synchronous* ``"NORMAL"`` a commit makes no sync (the relaxed mode's
+    floor: what SQLite and the kernel cost an event in CPU).
     """
 
-    def __init__(self, path: Path, rows: Sequence[tuple[str, str]]) -> None:
+    def __init__(self, path: Path, rows: Sequence[tuple[str, str]],
+                 synchronous: str = "FULL") -> None:
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=FULL")
+        self._conn.execute(f"PRAGMA synchronous={synchronous}")
         self._conn.execute("CREATE TABLE events (seq INTEGER PRIMARY KEY, time REAL NOT NULL, "
                            "kind TEXT NOT NULL, payload TEXT NOT NULL, digest BLOB NOT NULL)")
         self._rows = list(rows)
@@ -281,6 +292,54 @@ class CommitCounter:
     def counts(self) -> tuple[int, int]:
         with self._lock:
             return self.durable, self.relaxed
+
+
+class CommitTally:
+    """Counts the group commits of this process while active, and those that carried a sync.
+
+    It wraps :meth:`journal.store.commit.GroupCommit.commit_batch`, the one
+    place events are written (one transaction, one sync at most), with a
+    few integer additions per commit: cheap enough to stay on while timing,
+    unlike :class:`CommitCounter`'s statement trace.  A commit carried a
+    sync when any append it held was durable.
+    """
+
+    def __init__(self) -> None:
+        self.commits = 0
+        self.synced = 0
+        self.synced_events = 0
+        self._lock = threading.Lock()
+        self._real: Callable[..., None] | None = None
+
+    def __enter__(self) -> CommitTally:
+        from journal.store import commit
+
+        self._real = real = commit.GroupCommit.commit_batch
+        tally = self
+
+        def counted(group: commit.GroupCommit, batch: list[commit.Pending],
+                    own: commit.Pending) -> None:
+            real(group, batch, own)
+            with tally._lock:
+                tally.commits += 1
+                if any(p.durable for p in batch):
+                    tally.synced += 1
+                    tally.synced_events += sum(len(p.events) for p in batch
+                                               if p.error is None)
+
+        commit.GroupCommit.commit_batch = counted  # type: ignore[method-assign,assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from journal.store import commit
+
+        assert self._real is not None
+        commit.GroupCommit.commit_batch = self._real  # type: ignore[method-assign]
+
+    def counts(self) -> tuple[int, int, int]:
+        """(commits, commits that carried a sync, events those held)."""
+        with self._lock:
+            return self.commits, self.synced, self.synced_events
 
 
 def lease_cycle(manager: Manager) -> None:

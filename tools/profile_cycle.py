@@ -2,9 +2,10 @@
 
     python tools/profile_cycle.py [--cycles N] [--root DIR] [--quick]
 
-Times N warm cycles (``acquire().release()`` on a live generation, called
+Times N warm cycles (``acquire().release()`` on a live generation, in the
+relaxed durability unless ``--durability full``, called
 from a non-main thread so that they run inline, in the thread the profiler
-watches) against N pairs of bare single-row commits (the floor), alternating,
+watches) against N pairs of bare single-row commits (the floor: NORMAL, or FULL), alternating,
 without the profiler; then runs N more cycles under ``cProfile`` and prints
 the functions with the most time of their own, per cycle, and the same time
 grouped by where the code lives.  The profiler roughly doubles the cost of
@@ -21,6 +22,7 @@ import cProfile
 import os
 import pstats
 import sqlite3
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -32,6 +34,16 @@ from sessiontemp import Manager
 def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cycles", type=int, default=2000)
     parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--spin", type=int, default=0, metavar="N",
+                        help="only run N warm cycles (from the main thread, or with "
+                             "--inline from another) and exit, for a sampling profiler "
+                             "outside: py-spy record --native -- python "
+                             "tools/profile_cycle.py --spin 30000")
+    parser.add_argument("--inline", action="store_true",
+                        help="with --spin: from another thread")
+    parser.add_argument("--durability", choices=("relaxed", "full"), default="relaxed",
+                        help="the manager's durability; relaxed (default) leaves the CPU "
+                             "alone, full adds each commit's fdatasync to SQLite's share")
 
 
 def where(filename: str, function: str) -> str:
@@ -59,15 +71,47 @@ def short(key: tuple[str, int, str]) -> str:
     return f"{'/'.join(parts[-2:])}:{line} {function}"
 
 
+def spin(args: argparse.Namespace) -> None:
+    """Run warm cycles and nothing else, for a profiler that samples from outside."""
+    with benchlib.scratch(args.root) as scratch:
+        manager = Manager(scratch / "root", durability=args.durability)
+        try:
+            manager.retain()
+
+            def cycles() -> None:
+                for _ in range(args.spin):
+                    manager.acquire().release()
+
+            if args.inline:
+                worker = benchlib.Worker()
+                took = worker.run(cycles, clock=time.thread_time)
+                worker.close()
+            else:
+                start = time.thread_time()
+                cycles()
+                took = time.thread_time() - start
+        finally:
+            manager.release()
+            manager.close()
+    print(f"{args.spin} warm cycles ({args.durability}, "
+          f"{'another thread' if args.inline else 'main thread'}): "
+          f"{took / args.spin / 2 * 1e6:.1f} us of the thread's CPU per event")
+
+
 def main() -> None:
     args = benchlib.arguments(__doc__, options)
+    if args.spin:
+        spin(args)
+        return
     cycles = 50 if args.quick else args.cycles
     profile = cProfile.Profile()
     main_thread = cProfile.Profile()
     with benchlib.scratch(args.root) as scratch:
-        floor = benchlib.BareCommits(scratch / "floor.sqlite3", benchlib.lease_cycle_rows())
+        floor = benchlib.BareCommits(scratch / "floor.sqlite3", benchlib.lease_cycle_rows(),
+                                     synchronous="NORMAL" if args.durability == "relaxed"
+                                     else "FULL")
         worker = benchlib.Worker()
-        manager = Manager(scratch / "root")
+        manager = Manager(scratch / "root", durability=args.durability)
         try:
             manager.retain()
             manager.acquire().release()
@@ -99,8 +143,9 @@ def main() -> None:
     main_stats: dict[tuple[str, int, str], Any] = pstats.Stats(  # type: ignore[attr-defined]
         main_thread).stats
     total = sum(own for _, _, own, _, _ in stats.values())
-    print(f"Command: python tools/profile_cycle.py --cycles {cycles}"
-          f"{' --quick' if args.quick else ''}\n{benchlib.environment(args.root)}\n")
+    print(f"Command: python tools/profile_cycle.py --cycles {cycles} --durability "
+          f"{args.durability}{' --quick' if args.quick else ''}\n"
+          f"{benchlib.environment(args.root)}\n")
     benchlib.table(("without the profiler (medians, alternating)", "per cycle"),
                    [("warm cycle, inline", f"{cycle_ms * 1e3:.0f} us"),
                     ("two bare commits (the floor)", f"{floor_ms * 1e3:.0f} us"),

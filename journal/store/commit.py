@@ -34,6 +34,11 @@ __all__ = ["FoldAhead", "GroupCommit", "Pending"]
 FoldAhead: TypeAlias = Callable[[list[Record], Any], Any]
 
 
+# How long a leader of a synced commit waits at most for the threads the last
+# commit held to queue again (see GroupCommit._gather).
+GATHER_SECONDS = 400e-6
+
+
 class _StaleTail(Exception):
     """Another writer appended after the last event this store knew of."""
 
@@ -98,6 +103,12 @@ class GroupCommit:
         self._leading = False
         # Threads in drain(), waiting for the running commit to end.
         self._idle: list[threading.Lock] = []
+        # Appends the last commit held plus those queued while it ran: about
+        # how many threads append at once (1 for a lone thread).
+        self._width = 1
+        # Released by submit once the queue holds _width appends, while a
+        # leader waits for that (see _gather).
+        self._gathering: threading.Lock | None = None
         self._next_seq: int | None = None
         self.tip: object = None
         self.durable_tip: object = None
@@ -116,6 +127,8 @@ class GroupCommit:
         self._queue = []
         self._leading = False
         self._idle = []
+        self._width = 1
+        self._gathering = None
 
     def submit(
         self,
@@ -151,6 +164,10 @@ class GroupCommit:
             self._queue.append(pending)
             if self._next_seq is not None:
                 self._next_seq += len(events)
+            full = self._gathering
+            if full is not None and len(self._queue) >= self._width:
+                self._gathering = None
+                full.release()
         return pending
 
     def wait(self, pending: Pending) -> list[Record]:
@@ -187,12 +204,24 @@ class GroupCommit:
                     lead = False
                 else:
                     self._leading = lead = True
-                    batch, self._queue = self._queue, []
+                    gather = self._width > 1 and pending.durable
+                    if not gather:
+                        batch, self._queue = self._queue, []
             if not lead:
                 # Released by a leader (see _wake); a wake-up that finds
                 # nothing to do just goes round again.
                 waiter.acquire()
                 continue
+            if gather:
+                try:
+                    self._gather()
+                except BaseException:
+                    # Interrupted before it took anything: what is queued
+                    # (its own append too) goes to the next leader.
+                    self._hand_over([])
+                    raise
+                with queued:
+                    batch, self._queue = self._queue, []
             try:
                 self.commit_batch(batch, pending)
             finally:
@@ -205,10 +234,37 @@ class GroupCommit:
         assert pending.records is not None
         return pending.records
 
+    def _gather(self) -> None:
+        """Before a synced commit, give the threads the last commit held time to queue again.
+
+        A leader that commits at once gets only the appends queued while
+        the commit before ran, about half the threads: the others were in
+        that commit, and are still on their way back with its records.
+        Waiting until the queue holds as many appends as the last commit
+        and its queue did (:meth:`submit` wakes the leader then), or at most
+        :data:`GATHER_SECONDS` (a fraction of a sync), shares one sync among
+        nearly all of them.  The leader sleeps meanwhile, leaving the CPU to
+        the threads on their way.  Only when more than one thread appended
+        lately: a lone thread never waits.
+        """
+        full = threading.Lock()
+        full.acquire()
+        with self._queued:
+            if len(self._queue) >= self._width:
+                return
+            self._gathering = full
+        try:
+            full.acquire(timeout=GATHER_SECONDS)
+        finally:
+            with self._queued:
+                self._gathering = None
+
     def _hand_over(self, batch: list[Pending]) -> None:
         """End a leader's turn: settle *batch*'s followers, and wake the next leader."""
         with self._queued:
             self._leading = False
+            if batch:
+                self._width = len(batch) + len(self._queue)
             for p in batch:
                 p.done = True
                 if p.waiting:

@@ -183,6 +183,26 @@ class Link:
             raise
         return conn
 
+    def connect_reader(self) -> sqlite3.Connection | None:
+        """A read-only connection of its own to the active segment; None when none can be had.
+
+        For a read too long to finish under :attr:`lock`: a read left open on
+        :attr:`conn` would hold a WAL snapshot there, and an append through
+        :attr:`conn` once another process committed fails at once
+        (SQLITE_BUSY_SNAPSHOT, or SQLITE_BUSY without its busy handler).
+        None when the process is short of descriptors (or anything else
+        keeps the file from opening): the caller then reads on :attr:`conn`.
+        """
+        file = self.active.file
+        try:
+            self.check_files(file)
+            uri = "file:" + quote(os.fsencode(os.path.abspath(file))) + "?mode=ro"
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None,
+                                   check_same_thread=False, timeout=self.busy_timeout)
+        except (sqlite3.Error, JournalError, OSError):
+            return None
+        return conn
+
     def quick_check(self, conn: sqlite3.Connection, path: os.PathLike[str] | str) -> None:
         """Refuse to write to a damaged file, before the first write.
 

@@ -20,14 +20,12 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any, Final, TypeAlias, TypeVar
-from urllib.parse import quote
 
 from journal import segments
 from journal.errors import (
     JournalBusy,
-    JournalCorrupt,
     JournalError,
     RuleViolation,
     SessionTempError,
@@ -36,6 +34,7 @@ from journal.events import Event, Record, Unreadable, decode
 from journal.segments import MAX_KEPT, Segment
 from journal.store import errors
 from journal.store.link import Link
+from journal.store.spanning import attach, table_names
 
 __all__ = ["TRIES", "Layout", "Reader"]
 
@@ -266,55 +265,9 @@ class Reader:
 
     def span(self, kept: list[Segment], *, again: bool = True) -> sqlite3.Connection:
         """A new connection that attaches every segment of *kept* and shows them as one."""
-        link = self._link
-        conn = sqlite3.connect("file::memory:", uri=True, isolation_level=None,
-                               check_same_thread=False, timeout=link.busy_timeout)
-        try:
-            mode = "ro&immutable=1" if link.immutable else "ro"
-            events, checkpoints, bases = [], [], []
-            made: list[frozenset[str]] = []
-            for i, segment in enumerate(kept):
-                if not os.path.exists(segment.file) and again and segment is not kept[-1]:
-                    # Retired by another process since the listing: list again.
-                    conn.close()
-                    return self.span(link.resolve(remove=False)[-MAX_KEPT:], again=False)
-                if not os.path.exists(segment.file):
-                    raise JournalCorrupt(segment.path, "is missing", link.segment_fix(
-                        segment.path))
-                link.check_files(segment.file)
-                uri = "file:" + quote(os.fsencode(os.path.abspath(segment.file))) + "?mode=" + mode
-                conn.execute(f"ATTACH DATABASE ? AS s{i}", (uri,))
-                tables = _tables(conn, f"s{i}")
-                made.append(tables)
-                if "events" in tables:
-                    # Only schema names made here go into the SQL, never input.
-                    events.append(
-                        f"SELECT seq, time, kind, payload, digest FROM s{i}.events")  # noqa: S608
-                if "checkpoints" in tables:
-                    checkpoints.append(
-                        f"SELECT seq, digest, format, state FROM s{i}.checkpoints")  # noqa: S608
-                if "segment" in tables:
-                    bases.append(f"SELECT base, digest FROM s{i}.segment")  # noqa: S608
-            # Empty views keep their column names: a retired head has no
-            # events, and a journal that never rolled over no bases.
-            conn.execute("CREATE TEMP VIEW events AS " + (
-                " UNION ALL ".join(events) or "SELECT NULL AS seq, NULL AS time, NULL AS kind, "
-                "NULL AS payload, NULL AS digest WHERE 0"))
-            conn.execute("CREATE TEMP VIEW checkpoints AS " + (
-                " UNION ALL ".join(checkpoints) or "SELECT NULL AS seq, NULL AS digest, "
-                "NULL AS format, NULL AS state WHERE 0"))
-            conn.execute("CREATE TEMP VIEW bases AS " + (
-                " UNION ALL ".join(bases) or "SELECT NULL AS base, NULL AS digest WHERE 0"))
-            (self._span_schema,) = conn.execute("PRAGMA s0.schema_version").fetchone()
-            self._attached = {segment.file: f"s{i}" for i, segment in enumerate(kept)}
-            self._tables = tuple(made)
-        except sqlite3.Error as e:
-            conn.close()
-            raise link.translate(e, "read") from e
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+        made = attach(self._link, kept, again=again)
+        self._span_schema, self._attached, self._tables = made.schema, made.attached, made.tables
+        return made.conn
 
     def stream(
         self, sql: str, params: tuple[object, ...], batch: int, *, after: int | None = None
@@ -322,8 +275,18 @@ class Reader:
         """Rows of *sql*, fetched *batch* at a time from one read snapshot, errors translated.
 
         *after*: *sql* reads only events after this one (see :meth:`after`).
+
+        On the connection this store's appends go through, no read is left
+        open once the lock is let go: the snapshot it held would fail the
+        next append there at once after another process's commit
+        (SQLITE_BUSY_SNAPSHOT).  A read that ends within its first *batch*
+        rows is read whole under the lock; a longer one starts again on a
+        read-only connection of its own (:meth:`Link.connect_reader`), or,
+        when none can be had (a process short of descriptors), is read whole
+        under the lock.
         """
         link = self._link
+        whole: Iterable[Any] | None = None
         with link.lock:
             try:
                 alone = None if after is None else self.after(after)
@@ -333,11 +296,25 @@ class Reader:
                 else:
                     # Across segments: as any read of them, tried again if they move.
                     conn, cursor = self.retrying(lambda conn: (conn, conn.execute(sql, params)))
+                if conn is link.conn and not link.readonly:
+                    chunk = cursor.fetchmany(batch)
+                    if len(chunk) == batch:
+                        whole = self._alone(sql, params, batch)
+                        if whole is None:
+                            # No connection of its own: the rest under the lock too.
+                            chunk += cursor.fetchall()
+                    cursor.close()
+                    if whole is None:
+                        whole = chunk
+                else:
+                    # Until the last row: a connection left for a newer one
+                    # meanwhile (a rollover, a retirement) is closed only then.
+                    link.stream_started(conn)
             except sqlite3.Error as e:
                 raise link.translate(e, "read") from e
-            # Until the last row: a connection left for a newer one meanwhile
-            # (a rollover, a retirement) is closed only then.
-            link.stream_started(conn)
+        if whole is not None:
+            yield from whole
+            return
         try:
             while True:
                 with link.lock:
@@ -355,6 +332,41 @@ class Reader:
                 cursor.close()
             with link.lock:
                 link.stream_ended(conn)
+
+    def _alone(self, sql: str, params: tuple[object, ...], batch: int
+               ) -> Generator[Any, None, None] | None:
+        """*sql*'s rows streamed from a read-only connection of its own; None if none opens.
+
+        Its first rows are read here (the caller holds the lock), so that a
+        connection that opens but cannot read (its -wal, -shm or a page
+        refused for want of a descriptor) gives None too.
+        """
+        own = self._link.connect_reader()
+        if own is None:
+            return None
+        try:
+            cursor = own.execute(sql, params)
+            first = cursor.fetchmany(batch)
+        except sqlite3.Error:
+            own.close()
+            return None
+        return self._drain_own(own, cursor, first, batch)
+
+    def _drain_own(self, own: sqlite3.Connection, cursor: sqlite3.Cursor, first: list[Any],
+                   batch: int) -> Generator[Any, None, None]:
+        """The rows of a read on a connection of its own, closed once they are all read."""
+        try:
+            chunk = first
+            while chunk:
+                yield from chunk
+                try:
+                    chunk = cursor.fetchmany(batch)
+                except sqlite3.Error as e:
+                    raise self._link.translate(e, "read") from e
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                cursor.close()
+                own.close()
 
     def rows(
         self, *, after: int = 0, until: int | None = None, batch: int = 20_000
@@ -460,7 +472,7 @@ class Reader:
                 layout = self._layout if spanning else self._bare()
                 conn.execute("BEGIN")
                 if spanning:
-                    tables = tuple(_tables(conn, f"s{i}") for i in range(len(self._tables)))
+                    tables = tuple(table_names(conn, f"s{i}") for i in range(len(self._tables)))
                 else:
                     tables = ()
                     conn.execute("PRAGMA main.schema_version").fetchone()
@@ -561,13 +573,5 @@ class Reader:
         return span
 
 
-
-
 def _identity(st: os.stat_result) -> tuple[int, int]:
     return st.st_dev, st.st_ino
-
-
-def _tables(conn: sqlite3.Connection, schema: str) -> frozenset[str]:
-    """The tables of *schema* in *conn* (a name made by :meth:`Reader.span`, never input)."""
-    return frozenset(name for (name,) in conn.execute(
-        f"SELECT name FROM {schema}.sqlite_master WHERE type = 'table'"))  # noqa: S608
