@@ -197,11 +197,10 @@ class Link:
         try:
             self.check_files(file)
             uri = "file:" + quote(os.fsencode(os.path.abspath(file))) + "?mode=ro"
-            conn = sqlite3.connect(uri, uri=True, isolation_level=None,
+            return sqlite3.connect(uri, uri=True, isolation_level=None,
                                    check_same_thread=False, timeout=self.busy_timeout)
         except (sqlite3.Error, JournalError, OSError):
             return None
-        return conn
 
     def quick_check(self, conn: sqlite3.Connection, path: os.PathLike[str] | str) -> None:
         """Refuse to write to a damaged file, before the first write.
