@@ -49,8 +49,8 @@ from journal.reducer import (
 )
 from journal.store import Store
 
-__all__ = ["EVERY", "FORMAT", "KEEP", "ON_OPEN", "Restored", "decode", "due", "encode", "origin",
-           "restore", "save"]
+__all__ = ["EVERY", "FORMAT", "KEEP", "ON_OPEN", "Restored", "decode", "due", "encode", "newest",
+           "origin", "restore", "save"]
 
 # Bump whenever the reducer's rules or the fields of its states change: a
 # checkpoint of another format is skipped, and the next replay writes a new one.
@@ -183,6 +183,17 @@ def restore(store: Store, *, until: int | None = None) -> Restored:
     if found.checkpoint is not None or not store.rolled_over:
         return found
     return _newest(store, until, recent=False)
+
+
+def newest(store: Store) -> int:
+    """The seq of the newest checkpoint a replay could start from (0: none), not decoded."""
+    for recent in (True, False):
+        for seq, format, chained in store.checkpoints(recent=recent):
+            if format == FORMAT and chained:
+                return seq
+        if not store.rolled_over:
+            break
+    return 0
 
 
 def _newest(store: Store, until: int | None, *, recent: bool) -> Restored:
