@@ -89,23 +89,24 @@ class _Column:
     is_set: bool = False
 
 
-# The annotation of each field (a string: postponed annotations), as columns.
-_TYPES: Final[dict[str, tuple[tuple[type, ...], bool]]] = {
-    "str": ((str,), False),
-    "int": ((int,), False),
-    "float": ((float,), False),
-    "bool": ((bool,), False),
-    "str | None": ((str, _NONE_TYPE), False),
-    "int | None": ((int, _NONE_TYPE), False),
-    "float | None": ((float, _NONE_TYPE), False),
-    "frozenset[str]": ((list,), True),
+# Each field's type, as attrs.resolve_types gives it (the modules postpone
+# their annotations), as columns.
+_TYPES: Final[dict[object, tuple[tuple[type, ...], bool]]] = {
+    str: ((str,), False),
+    int: ((int,), False),
+    float: ((float,), False),
+    bool: ((bool,), False),
+    str | None: ((str, _NONE_TYPE), False),
+    int | None: ((int, _NONE_TYPE), False),
+    float | None: ((float, _NONE_TYPE), False),
+    frozenset[str]: ((list,), True),
 }
 
 
 def _columns(cls: type) -> tuple[_Column, ...]:
     # A field of a type not listed here fails at import, not when a
     # checkpoint is first written.
-    return tuple(_Column(a.name, *_TYPES[str(a.type)]) for a in attrs.fields(cls))
+    return tuple(_Column(a.name, *_TYPES[a.type]) for a in attrs.fields(attrs.resolve_types(cls)))
 
 
 _MANAGER_COLUMNS: Final = _columns(ManagerState)
