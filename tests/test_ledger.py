@@ -6,12 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from journal import ids
+from journal import checkpoint, ids, testing
 from journal.errors import RuleViolation
 from journal.events import ManagerOpened, Retained, Rotated
 from journal.ledger import Ledger
 from journal.reducer import EMPTY, State, replay
 from journal.store import Store
+from sessiontemp import Manager, handles
 
 
 @pytest.fixture
@@ -111,3 +112,23 @@ def test_the_maintenance_is_handed_the_whole_state_the_ledger_holds(store: Store
     store.close()
 
 
+
+
+def test_a_managers_maintenance_checkpoints_the_state_a_replay_of_its_journal_gives(
+    tmp_path: Path,
+) -> None:
+    with Manager(tmp_path / "root") as manager:
+        store = handles.of(manager.id).store
+        assert store is not None
+        store.maintenance_every = 10
+        manager.retain()
+        for _ in range(30):
+            manager.acquire().release()
+        running = testing.maintenance_thread(store)
+        if running is not None:
+            running.join()
+        (seq, _, chained), *_ = store.checkpoints()
+        assert chained
+        assert seq > 40, "the maintenance never wrote a checkpoint"
+        saved = checkpoint.decode(store.checkpoint_state(seq))
+        assert saved == replay(store.records(until=seq), tolerant=True)
