@@ -21,17 +21,27 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from journal.durability import Durability, synced
-from journal.errors import RuleViolation
 from journal.events import Event, Record
 from journal.maintenance import Maintenance
 from journal.store import Pending, Store
 
-__all__ = ["Ledger"]
+__all__ = ["Follower", "Ledger"]
 
 S = TypeVar("S")
+S_co = TypeVar("S_co", covariant=True)
+
+
+class Follower(Protocol[S_co]):
+    """A fold kept open over the whole journal (a tolerant :class:`journal.reducer.Fold`)."""
+
+    def step(self, record: Record) -> None:
+        """Fold *record*, the next the journal holds, in place."""
+
+    def state(self) -> S_co:
+        """The state after the records stepped so far (a copy: stepping on leaves it be)."""
 
 
 class _Ahead(Generic[S]):
@@ -88,11 +98,10 @@ class Ledger(Generic[S]):
         self.maintain: Callable[[int, S | None], None] | None = None
         self._maintenance = Maintenance()
         self._maintenance.run = self._run_maintenance
-        # The journal's whole state as of the record before _expected, and
-        # the records committed since (see follow): guarded by _lock.
+        # The journal's whole state, folded up to the record before
+        # _expected (see follow): guarded by _lock.
         self._lock = threading.Lock()
-        self._whole: S | None = None
-        self._since: list[Record] = []
+        self._whole: Follower[S] | None = None
         self._expected = 0
         store.keep(self)
 
@@ -144,14 +153,17 @@ class Ledger(Generic[S]):
         self.durable = self._committing
         if self._whole is not None:
             with self._lock:
-                if self._whole is not None:
+                whole = self._whole
+                if whole is not None:
                     if records[0].seq == self._expected:
-                        self._since.extend(records)
+                        # Folded here, a record at a time in place (about a
+                        # microsecond each): nothing is held but the state.
+                        for record in records:
+                            whole.step(record)
                         self._expected = records[-1].seq + 1
                     else:
                         # Another process appended between: the maintenance reads it.
                         self._whole = None
-                        self._since = []
         if self.maintain is not None:
             self._maintenance.due(records[-1].seq, self._store.maintenance_every)
 
@@ -176,8 +188,8 @@ class Ledger(Generic[S]):
 
     # -- the journal's whole state, for its maintenance ------------------------------
 
-    def follow(self, whole: S, seq: int) -> None:
-        """Hold *whole*, the journal's state up to event *seq*, and the records after it.
+    def follow(self, whole: Follower[S], seq: int) -> None:
+        """Fold every record committed after event *seq* into *whole*, the journal's state.
 
         From then on each maintenance is handed the journal's state without
         reading it back, for as long as every record committed follows the
@@ -186,29 +198,12 @@ class Ledger(Generic[S]):
         """
         with self._lock:
             self._whole = whole
-            self._since = []
             self._expected = seq + 1
 
     def whole(self) -> S | None:
         """The journal's whole state up to the last record committed, or None if not held."""
         with self._lock:
-            base, since = self._whole, self._since
-            self._since = []
-        if base is None:
-            return None
-        try:
-            state = self._fold(since, base) if since else base
-        except RuleViolation:
-            with self._lock:
-                if self._whole is base:
-                    self._whole = None
-                    self._since = []
-            return None
-        with self._lock:
-            if self._whole is base:
-                # The records committed meanwhile are in _since, after these.
-                self._whole = state
-        return state
+            return None if self._whole is None else self._whole.state()
 
     def _run_maintenance(self, seq: int) -> None:
         maintain = self.maintain

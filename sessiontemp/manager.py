@@ -54,7 +54,7 @@ from journal.events import (
     Retained,
     Rotated,
 )
-from journal.reducer import State
+from journal.reducer import Fold, State
 from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Pending, Store
 from sessiontemp import placement, recovery, resources, sessions
@@ -204,7 +204,7 @@ class Manager:
                 # A claimer must know how its last owner ended: it waits for its pass.
                 wait=claim is not None, claim=claim,
                 # The journal's state where the pass ends: the ledger follows it from there.
-                reached=lambda state: ledger.follow(state, state.seq),
+                reached=lambda state: ledger.follow(Fold(state, tolerant=True), state.seq),
             )
             # Keeps an age-based cleaner (systemd-tmpfiles) out of the whole
             # root, journal and lock files included, while the manager lives.

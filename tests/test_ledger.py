@@ -10,7 +10,7 @@ from journal import checkpoint, ids, testing
 from journal.errors import RuleViolation
 from journal.events import ManagerOpened, Retained, Rotated
 from journal.ledger import Ledger
-from journal.reducer import EMPTY, State, replay
+from journal.reducer import EMPTY, Fold, State, replay
 from journal.store import Store
 from sessiontemp import Manager, handles
 
@@ -68,7 +68,7 @@ def test_an_append_numbered_ahead_on_a_stale_tail_is_folded_again_on_the_numbers
 
 def test_a_followed_whole_state_is_what_a_replay_of_the_journal_gives(store: Store) -> None:
     ledger: Ledger[State] = Ledger(store, replay, EMPTY)
-    ledger.follow(EMPTY, 0)
+    ledger.follow(Fold(EMPTY, tolerant=True), 0)
     m = ids.new_manager()
     ledger.wait(ledger.submit((ManagerOpened(m, 1), Retained(m)), time=1.0))
     # An append past the ledger (a recovery pass on the same store) is the journal's too.
@@ -80,7 +80,7 @@ def test_a_followed_whole_state_is_what_a_replay_of_the_journal_gives(store: Sto
 
 def test_another_processs_append_lets_go_of_the_whole_state(tmp_path: Path, store: Store) -> None:
     ledger: Ledger[State] = Ledger(store, replay, EMPTY)
-    ledger.follow(EMPTY, 0)
+    ledger.follow(Fold(EMPTY, tolerant=True), 0)
     m = ids.new_manager()
     ledger.wait(ledger.submit((ManagerOpened(m, 1),), time=1.0))
     other = Store(tmp_path / "journal.sqlite3")
@@ -102,7 +102,7 @@ def test_the_maintenance_is_handed_the_whole_state_the_ledger_holds(store: Store
     handed: list[tuple[int, State | None]] = []
     ledger: Ledger[State] = Ledger(store, replay, EMPTY)
     ledger.maintain = lambda seq, whole: handed.append((seq, whole))
-    ledger.follow(EMPTY, 0)
+    ledger.follow(Fold(EMPTY, tolerant=True), 0)
     store.maintenance_every = 1
     m = ids.new_manager()
     ledger.wait(ledger.submit((ManagerOpened(m, 1),), time=1.0))
