@@ -155,15 +155,20 @@ class Ledger(Generic[S]):
             with self._lock:
                 whole = self._whole
                 if whole is not None:
-                    if records[0].seq == self._expected:
-                        # Folded here, a record at a time in place (about a
-                        # microsecond each): nothing is held but the state.
-                        for record in records:
-                            whole.step(record)
-                        self._expected = records[-1].seq + 1
-                    else:
+                    if records[0].seq != self._expected:
                         # Another process appended between: the maintenance reads it.
                         self._whole = None
+                    else:
+                        try:
+                            # Folded here, a record at a time in place (about a
+                            # microsecond each): nothing is held but the state.
+                            for record in records:
+                                whole.step(record)
+                        except Exception:
+                            # The records are committed whatever this fold
+                            # makes of them: only the held state is let go.
+                            self._whole = None
+                        self._expected = records[-1].seq + 1
         if self.maintain is not None:
             self._maintenance.due(records[-1].seq, self._store.maintenance_every)
 
