@@ -84,9 +84,7 @@ class Leases:
             self._owner.wait(pending)
         except (JournalError, RuleViolation) as e:
             with self._mutex:
-                hold = self._handles.leases.pop(lease.id, None)
-                if hold is not None:
-                    hold.drop()
+                self._forget_hold(lease)
             raise self._unavailable(f"the journal could not record the lease: {e}",
                                     "No directory was handed out; retry once fixed") from e
         return lease
@@ -131,6 +129,19 @@ class Leases:
                             seq=self._owner.state.seq)
         return lease, leased.pending
 
+    def _forget_hold(self, lease: Lease) -> None:
+        """Drop *lease*'s lock, then forget it: in this order, for a fork between the two.
+
+        A child forked after the drop finds the copy closed; one forked before
+        it finds the hold still listed, and its disarm closes the copy.  The
+        other order would leave, in a child forked between them, a copy no
+        disarm can see, still held after the child's ``release()``.
+        """
+        hold = self._handles.leases.get(lease.id)
+        if hold is not None:
+            hold.drop()
+            self._handles.leases.pop(lease.id, None)
+
     def release_lease(self, lease: Lease) -> None:
         """Journal *lease*'s release, then drop its lock and settle what it made due."""
         hold = self._handles.leases.get(lease.id)
@@ -146,9 +157,7 @@ class Leases:
             self._log.error("lease.release_failed", lease=lease.id, reason=str(e))
 
         def released() -> None:
-            dropped = self._handles.leases.pop(lease.id, None)
-            if dropped is not None:
-                dropped.drop()
+            self._forget_hold(lease)
             if self._handles.closed:
                 return
             if debugging():

@@ -39,7 +39,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final
+from typing import Final, Unpack
 
 from journal import ids
 from journal.errors import (
@@ -67,6 +67,7 @@ from sessiontemp.leasing import Leases
 from sessiontemp.liveness import LivenessLock
 from sessiontemp.locks import hold_root
 from sessiontemp.log import bound
+from sessiontemp.options import ManagerOptions
 from sessiontemp.root import Root, default_root, generation_name
 from sessiontemp.shield import shielded
 from sessiontemp.steps import StepHook, Steps
@@ -450,7 +451,7 @@ class Manager:
 
     @classmethod
     async def open_async(cls, root: os.PathLike[str] | str | None = None,
-                         **options: Any) -> Manager:
+                         **options: Unpack[ManagerOptions]) -> Manager:
         """Open a manager, as ``Manager(root, **options)`` does, in a worker thread.
 
         Takes the same options; the root's creation, the journal's opening

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import contextlib
+import inspect
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ import sys
 import tempfile
 import textwrap
 import threading
+import typing
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from types import FrameType
@@ -47,6 +49,7 @@ from journal.events import (
 )
 from sessiontemp import Manager, SessionOwned
 from sessiontemp.artifacts import ARTIFACTS_DIR
+from sessiontemp.options import ManagerOptions
 from sessiontemp.steps import StepKind
 from tests.commands import journaled
 from tests.conftest import live_state
@@ -478,7 +481,8 @@ def test_open_async_raises_what_the_constructor_raises(tmp_path: Path) -> None:
             with pytest.raises(SessionOwned):
                 await Manager.open_async(root, session="chat-1")
         with pytest.raises(ValueError, match="durability"):
-            await Manager.open_async(root, durability="sometimes")
+            # A value its type refuses, as an untyped caller may pass it.
+            await Manager.open_async(root, durability="sometimes")  # type: ignore[arg-type]
 
     asyncio.run(main())
     assert live_managers(root) == []
@@ -645,3 +649,12 @@ def test_an_operation_run_inline_is_not_run_again_once_a_thread_can_be_started()
     finally:
         shutil.rmtree(place)
     assert seen == {"owners": 1, "sealed": False}
+
+
+def test_open_async_is_typed_with_every_option_of_the_constructor_and_no_other() -> None:
+    constructor = inspect.signature(Manager.__init__).parameters.values()
+    keywords = {p.name for p in constructor if p.kind is p.KEYWORD_ONLY}
+    hints = typing.get_type_hints(Manager.__init__)
+    typed = typing.get_type_hints(ManagerOptions)
+    assert set(typed) == keywords
+    assert typed == {name: hints[name] for name in keywords}
