@@ -49,8 +49,8 @@ from journal.reducer import (
 )
 from journal.store import Store
 
-__all__ = ["EVERY", "FORMAT", "KEEP", "ON_OPEN", "Restored", "decode", "due", "encode", "origin",
-           "restore", "save"]
+__all__ = ["EVERY", "FORMAT", "KEEP", "ON_OPEN", "Restored", "decode", "due", "encode", "newest",
+           "origin", "restore", "save"]
 
 # Bump whenever the reducer's rules or the fields of its states change: a
 # checkpoint of another format is skipped, and the next replay writes a new one.
@@ -89,23 +89,24 @@ class _Column:
     is_set: bool = False
 
 
-# The annotation of each field (a string: postponed annotations), as columns.
-_TYPES: Final[dict[str, tuple[tuple[type, ...], bool]]] = {
-    "str": ((str,), False),
-    "int": ((int,), False),
-    "float": ((float,), False),
-    "bool": ((bool,), False),
-    "str | None": ((str, _NONE_TYPE), False),
-    "int | None": ((int, _NONE_TYPE), False),
-    "float | None": ((float, _NONE_TYPE), False),
-    "frozenset[str]": ((list,), True),
+# Each field's type, as attrs.resolve_types gives it (the modules postpone
+# their annotations), as columns.
+_TYPES: Final[dict[object, tuple[tuple[type, ...], bool]]] = {
+    str: ((str,), False),
+    int: ((int,), False),
+    float: ((float,), False),
+    bool: ((bool,), False),
+    str | None: ((str, _NONE_TYPE), False),
+    int | None: ((int, _NONE_TYPE), False),
+    float | None: ((float, _NONE_TYPE), False),
+    frozenset[str]: ((list,), True),
 }
 
 
 def _columns(cls: type) -> tuple[_Column, ...]:
     # A field of a type not listed here fails at import, not when a
     # checkpoint is first written.
-    return tuple(_Column(a.name, *_TYPES[str(a.type)]) for a in attrs.fields(cls))
+    return tuple(_Column(a.name, *_TYPES[a.type]) for a in attrs.fields(attrs.resolve_types(cls)))
 
 
 _MANAGER_COLUMNS: Final = _columns(ManagerState)
@@ -183,6 +184,17 @@ def restore(store: Store, *, until: int | None = None) -> Restored:
     if found.checkpoint is not None or not store.rolled_over:
         return found
     return _newest(store, until, recent=False)
+
+
+def newest(store: Store) -> int:
+    """The seq of the newest checkpoint a replay could start from (0: none), not decoded."""
+    for recent in (True, False):
+        for seq, format, chained in store.checkpoints(recent=recent):
+            if format == FORMAT and chained:
+                return seq
+        if not store.rolled_over:
+            break
+    return 0
 
 
 def _newest(store: Store, until: int | None, *, recent: bool) -> Restored:

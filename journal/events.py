@@ -353,7 +353,8 @@ KINDS: Final[dict[str, type[Event]]] = {
 
 # Field names and types of each kind, for checking payloads read from disk.
 _FIELDS: Final[dict[str, dict[str, type]]] = {
-    kind: {a.name: (int if a.type in ("int", int) else str) for a in attrs.fields(cls)}
+    kind: {a.name: (int if a.type is int else str)
+           for a in attrs.fields(attrs.resolve_types(cls))}
     for kind, cls in KINDS.items()
 }
 # Fields a payload may lack: added after journals were first written.

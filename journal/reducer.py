@@ -161,10 +161,10 @@ class Fold:
         """The state after the records stepped, taking the working maps: no step may follow.
 
         :meth:`state` without its copies, for a fold that ends here (a
-        replay, and the store's fold of every append).
+        replay, and a ledger's fold of every append).
         """
-        return State(self.managers, self.generations, self.seq, self.held, self.sessions,
-                     self.artifacts)
+        return State(managers=self.managers, generations=self.generations, seq=self.seq,
+                     held=self.held, sessions=self.sessions, artifacts=self.artifacts)
 
     def step(self, record: Record) -> None:
         # Increasing, not consecutive: a manager folds only the events it

@@ -101,8 +101,11 @@ def _with_leases(g: GenerationState, leases: frozenset[str]) -> GenerationState:
 
 
 def _with_owners(m: ManagerState, owners: int) -> ManagerState:
-    return ManagerState(m.id, m.pid, m.opened_seq, m.opened_at, owners, m.sealed, m.current,
-                        m.generations, m.ended, m.ended_seq, m.ended_by)
+    # By keyword, not attrs.evolve: the same fields at a third of its cost.
+    return ManagerState(id=m.id, pid=m.pid, opened_seq=m.opened_seq, opened_at=m.opened_at,
+                        owners=owners, sealed=m.sealed, current=m.current,
+                        generations=m.generations, ended=m.ended, ended_seq=m.ended_seq,
+                        ended_by=m.ended_by)
 
 
 # Any: each rule takes its own event type, which the dispatch guarantees.
@@ -165,8 +168,9 @@ def _created(d: Fold, r: Record, e: GenerationCreated) -> None:
     )
     m = manager
     d.managers[e.manager] = ManagerState(
-        m.id, m.pid, m.opened_seq, m.opened_at, m.owners, m.sealed, e.generation,
-        m.generations | {e.generation}, m.ended, m.ended_seq, m.ended_by,
+        id=m.id, pid=m.pid, opened_seq=m.opened_seq, opened_at=m.opened_at, owners=m.owners,
+        sealed=m.sealed, current=e.generation, generations=m.generations | {e.generation},
+        ended=m.ended, ended_seq=m.ended_seq, ended_by=m.ended_by,
     )
 
 

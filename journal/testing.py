@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from journal.ledger import Ledger
 from journal.segments import Segment
 from journal.store import Store
 
@@ -67,8 +68,10 @@ def holding(store: Store) -> Iterator[None]:
 
 
 def maintenance_thread(store: Store) -> threading.Thread | None:
-    """The thread running *store*'s maintenance, if one was started and not let go of."""
-    return store._maintenance.thread
+    """The thread running the maintenance of *store*'s ledger, if one was started and not let go
+    of (None when no ledger keeps the store)."""
+    keeper = store.keeper
+    return keeper.maintenance_thread if isinstance(keeper, Ledger) else None
 
 
 def sleeping(store: Store) -> int:

@@ -18,12 +18,12 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, cast
+from typing import TYPE_CHECKING, NamedTuple
 
 from journal import ids
 from journal.errors import SessionTempError, Unavailable
 from journal.events import GenerationCreated, GenerationReady, LeaseAcquired, Rotated
-from journal.reducer import State, removal_due
+from journal.reducer import removal_due
 from journal.store import Pending
 from sessiontemp import resources
 from sessiontemp.handles import Handles
@@ -266,10 +266,9 @@ class Generations:
         generation is then current again, which its lock must still say on
         disk (an age-based cleaner skips only a locked directory).
         """
-        store = self.handles.store
-        if store is None:
+        if self.handles.store is None:
             return
-        committed = cast(State, store.durable_tip).generations
+        committed = self.journal.durable.generations
         for generation in list(self.handles.generations):
             known = committed.get(generation)
             if known is None or known.retired:

@@ -54,7 +54,7 @@ from journal.events import (
     Retained,
     Rotated,
 )
-from journal.reducer import State
+from journal.reducer import Fold, State
 from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Pending, Store
 from sessiontemp import placement, recovery, resources, sessions
@@ -193,9 +193,10 @@ class Manager:
             handles.root.check_journal()
             handles.store = Store(handles.root.journal_path, busy_timeout=busy_timeout,
                                   retention=self._retention, step_hook=self._steps.before)
-            handles.store.reset_tip(writer.state)
-            # Checkpoints, rollover and retirement for a manager that lives long.
-            handles.store.maintenance = functools.partial(
+            ledger = writer.keep(handles.store)
+            # Checkpoints, rollover and retirement for a manager that lives long,
+            # of the journal's state as the ledger holds it.
+            ledger.maintain = functools.partial(
                 recovery.maintain, handles.root, handles.store, clock=self._clock,
                 steps=self._steps)
             self.recovery = recovery.run(
@@ -203,6 +204,8 @@ class Manager:
                 steps=self._steps,
                 # A claimer must know how its last owner ended: it waits for its pass.
                 wait=claim is not None, claim=claim,
+                # The journal's state where the pass ends: the ledger follows it from there.
+                reached=lambda state: ledger.follow(Fold(state, tolerant=True), state.seq),
             )
             # Keeps an age-based cleaner (systemd-tmpfiles) out of the whole
             # root, journal and lock files included, while the manager lives.

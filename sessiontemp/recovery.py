@@ -128,13 +128,16 @@ def run(
     claim: sessions.Claim | None = None,
     remove_artifacts: Sequence[str] = (),
     progress: Callable[[int, int], None] | None = None,
+    reached: Callable[[State], None] | None = None,
 ) -> Report:
     """One pass over an open root and journal; with *wait* False, skip if another runs.
 
     *claim* is given by the holder of a session's lock that is about to
     claim it (or to remove it); *remove_artifacts* lists artifacts to
-    remove, journaled.  Raises :class:`UnsafeRoot` when the root's path no
-    longer names the directory *root* holds: the lock file is opened by path.
+    remove, journaled; *reached* is handed the journal's state where the
+    pass ends (a manager's ledger follows it from there).  Raises
+    :class:`UnsafeRoot` when the root's path no longer names the directory
+    *root* holds: the lock file is opened by path.
     """
     root.check_identity()
     lock = RecoveryLock.take(root, wait=wait)
@@ -149,6 +152,8 @@ def run(
                      claim=claim, remove_artifacts=remove_artifacts)
         work.progress = progress
         report = work.run()
+        if reached is not None:
+            reached(work.state)
         # A rollover of this pass may have made the segment directory.
         root.hold_existing()
         return report
@@ -165,14 +170,17 @@ def run(
         store.release_history()
 
 
-def maintain(root: Root, store: Store, seq: int = 0, *, clock: Callable[[], float],
-             steps: Steps) -> None:
+def maintain(root: Root, store: Store, seq: int = 0, state: State | None = None, *,
+             clock: Callable[[], float], steps: Steps) -> None:
     """Checkpoint and retire history for a process that appends for a long time.
 
     What a recovery pass does first, without its removals: called by a
-    manager's store every so many events (:attr:`Store.maintenance`), in a
-    thread of its own, with the *seq* it reached.  Skipped when a recovery pass holds the root (that
-    pass does the same); never raises: only the journal's bound is late.
+    manager's ledger every so many events (:attr:`Store.maintenance_every`),
+    in a thread of its own, with the *seq* it reached and, when the ledger
+    holds it, *state*, the journal's whole state: only the events after it
+    are read, where without it the pass restores the newest checkpoint and
+    replays every event since.  Skipped when a recovery pass holds the root
+    (that pass does the same); never raises: only the journal's bound is late.
     """
     try:
         lock = RecoveryLock.take(root, wait=False)
@@ -182,7 +190,11 @@ def maintain(root: Root, store: Store, seq: int = 0, *, clock: Callable[[], floa
         return
     try:
         work = _Pass(root, store, stale_after=DEFAULT_STALE_AFTER, clock=clock, steps=steps)
-        work.restore()
+        if state is None:
+            work.restore()
+        else:
+            work.state = state
+            work.checkpointed = checkpoint.newest(store)
         work.refresh()
         work.write_checkpoint(every=store.maintenance_every)
         work.retire()

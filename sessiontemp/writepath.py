@@ -33,6 +33,10 @@ class Owner(WritePath, Protocol):
     """A manager as its generations and leases see it: its own part of the state, and waits."""
 
     @property
+    def durable(self) -> State:
+        """The reducer's state over the manager's appends committed."""
+
+    @property
     def me(self) -> ManagerState:
         """The manager's own part of the state (or of the state it ended in)."""
 

@@ -1,27 +1,29 @@
-"""A manager's write path, and the state it folds: one event down to the journal and back.
+"""A manager's write path: its events to its ledger, and what the manager is in its state.
 
 The manager decides nothing here: it hands its events to :meth:`Writer.append`,
-which asks the reducer first (on the state including every append still
-queued), queues them for the store's next group commit, and takes the
-speculative state at once.  A failed append falls the state back to what
-is durable.  Whatever acts for the manager (its generations, its leases,
-a claim, a kept file) appends through the same writer, as a
-:class:`~sessiontemp.writepath.Owner`.
+which hands them to the manager's :class:`~journal.ledger.Ledger` (the one
+owner of the folded state: it decides with the reducer, folds ahead and
+queues).  The writer adds what only a manager has: the step hook before
+each append, its clock, the manager's own part of the state once the state
+has let go of it, and stopping the manager when its journal breaks.
+Whatever acts for the manager (its generations, its leases, a claim, a kept
+file) appends through the same writer, as a :class:`~sessiontemp.writepath.Owner`.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import attrs
 
+from journal.durability import Durability
 from journal.errors import JournalError, RuleViolation
 from journal.events import Event
+from journal.ledger import Ledger
 from journal.reducer import EMPTY, ManagerState, State, replay
 from journal.store import Pending, Store
-from sessiontemp.durability import Durability, synced
 from sessiontemp.handles import Handles
 from sessiontemp.steps import Steps
 
@@ -44,20 +46,40 @@ class Writer:
         self._steps = steps
         self._mutex = mutex
         self._log = log
-        self.state: State = EMPTY
-        # Which failures of the store's group commit this state has caught up with.
-        self._epoch = 0
+        # Made once the journal is open (see keep).
+        self._ledger: Ledger[State] | None = None
         # This manager as the state last held it (see _track_me): the state
         # forgets it once it has ended and has nothing left to remove.
         self._ended: ManagerState | None = None
 
+    def keep(self, store: Store) -> Ledger[State]:
+        """Keep the state of this manager's appends to *store*, from nothing appended yet."""
+        self._ledger = Ledger(store, replay, EMPTY, durability=self._durability)
+        return self._ledger
+
+    @property
+    def state(self) -> State:
+        """The reducer's state over this manager's appends, including every one queued."""
+        ledger = self._ledger
+        return EMPTY if ledger is None else ledger.state
+
+    @state.setter
+    def state(self, state: State) -> None:
+        # What the next append builds on: only a test planting a write-path
+        # fault (memory ahead of the journal) sets it.
+        assert self._ledger is not None
+        self._ledger.state = state
+
+    @property
+    def durable(self) -> State:
+        """That state over the appends committed."""
+        ledger = self._ledger
+        return EMPTY if ledger is None else ledger.durable
+
     def seed(self, state: State) -> None:
         """Start from *state*: the part of the journal's state a claim names."""
-        self.state = state
-        store = self._handles.store
-        assert store is not None
-        # The store folds this manager's appends from its own copy of the state.
-        store.reset_tip(state)
+        assert self._ledger is not None
+        self._ledger.reset(state)
 
     def find_me(self, state: State) -> ManagerState | None:
         """The manager's own part of *state*, or of the state it ended in; None before."""
@@ -81,10 +103,9 @@ class Writer:
         The reducer decides first, on the state including every append
         still queued (an event it refuses raises, and nothing is queued),
         and :attr:`state` becomes that speculative state at once:
-        the next operation builds on it.  Inside the transaction the store
-        checks that the appends before committed as folded, and folds again
-        otherwise.  When an append fails, the state falls back to what is
-        durable (:meth:`_resync`).  Without *wait* the caller must
+        the next operation builds on it (see :meth:`Ledger.submit`).  When
+        an append fails, the state falls back to what is
+        durable (:meth:`Ledger.resync`).  Without *wait* the caller must
         :meth:`wait` before any effect the events must precede, or before
         it returns; a caller holding the manager's mutex may wait outside it, so that
         other threads' appends join the same commit.
@@ -93,18 +114,17 @@ class Writer:
             # Only then: the detail is built for the hook alone.
             self._steps.before("journal", ",".join(e.kind for e in events))
         store = self._handles.store
+        ledger = self._ledger
         assert store is not None
-        if store.epoch != self._epoch:
-            self._resync(store)
-        durable = synced(self._durability, events)
+        assert ledger is not None
+        if ledger.moved:
+            self._resync(ledger)
         try:
-            pending = store.submit(events, time=self._clock(), durable=durable, fold=replay,
-                                   base=self.state)
+            pending = ledger.submit(events, time=self._clock())
         except JournalError:
             if store.broken is not None:
                 self._break(store.broken)
             raise
-        self.state = pending.speculative
         self._track_me()
         if wait:
             self.wait(pending)
@@ -117,28 +137,27 @@ class Writer:
         catch up with a failure).
         """
         store = self._handles.store
+        ledger = self._ledger
         assert store is not None
+        assert ledger is not None
         try:
-            store.wait(pending)
+            ledger.wait(pending)
         except (JournalError, RuleViolation):
             with self._mutex:
                 if store.broken is not None:
                     self._break(store.broken)
-                self._resync(store)
+                self._resync(ledger)
             raise
-        if store.epoch != self._epoch:
+        if ledger.moved:
             with self._mutex:
-                self._resync(store)
+                self._resync(ledger)
 
-    def _resync(self, store: Store) -> None:
-        """Catch up with the store after an append was folded again or failed.
+    def _resync(self, ledger: Ledger[State]) -> None:
+        """Catch up with the ledger after an append was folded again or failed.
 
-        Once nothing of this manager's is queued, the store's folded state
-        is what the journal holds.  The caller holds the manager's mutex.
+        The caller holds the manager's mutex.
         """
-        store.drain()
-        self._epoch = store.epoch
-        self.state = cast(State, store.tip)
+        ledger.resync()
         self._track_me()
 
     def _track_me(self) -> None:

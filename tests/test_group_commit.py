@@ -28,7 +28,8 @@ import pytest
 from journal import ids, testing
 from journal.errors import JournalError, RuleViolation
 from journal.events import LeaseAcquired, LeaseReleased, ManagerOpened, Record, Retained
-from journal.reducer import EMPTY, replay
+from journal.ledger import Ledger
+from journal.reducer import EMPTY, State, replay
 from journal.store import Store
 from sessiontemp import Manager, handles, recover
 from sessiontemp.manager import DURABILITY, Durability
@@ -120,56 +121,52 @@ def test_threads_leasing_at_once_leave_memory_and_journal_agreeing(tmp_path: Pat
         assert handles.of(manager.id).leases == {}
 
 
+class Refusing:
+    """An append's fold ahead that holds nowhere and refuses once asked in the transaction."""
+
+    def holds(self, first: int) -> bool:
+        return False
+
+    def settle(self, records: list[Record]) -> None:
+        raise RuleViolation(records[0].seq, "refused on what committed before it")
+
+
 def test_an_append_refused_inside_a_shared_commit_sinks_only_itself(tmp_path: Path) -> None:
     store = Store(tmp_path / "journal.sqlite3")
-    store.reset_tip(EMPTY)
+    ledger = Ledger(store, replay, EMPTY)
     m1 = ids.new_manager()
-
-    def fold(records: list[Record], base: object) -> object:
-        return replay(records, base)  # type: ignore[arg-type]
-
-    def picky(records: list[Record], base: object) -> object:
-        # Agrees when first asked, refuses when asked again in the transaction.
-        picky.calls += 1  # type: ignore[attr-defined]
-        if picky.calls > 1:  # type: ignore[attr-defined]
-            raise RuleViolation(records[0].seq, "refused on what committed before it")
-        return fold(records, base)
-
-    picky.calls = 0  # type: ignore[attr-defined]
-    opened = store.submit([ManagerOpened(m1, 1)], time=1.0, fold=fold, base=EMPTY)
-    retained = store.submit([Retained(m1)], time=2.0, fold=fold, base=opened.speculative)
-    stray = store.submit([Retained(m1)], time=3.0, fold=picky, base=retained.speculative)
+    opened = ledger.submit((ManagerOpened(m1, 1),), time=1.0)
+    retained = ledger.submit((Retained(m1),), time=2.0)
     # As if built on a state that never committed: folded again, and refused.
-    stray.base = object()
-    after = store.submit([Retained(m1)], time=4.0, fold=fold, base=stray.speculative)
+    stray = store.submit([Retained(m1)], time=3.0, ahead=lambda records: Refusing())
+    after = ledger.submit((Retained(m1),), time=4.0)
     store.wait(opened)
     assert {opened.done, retained.done, stray.done, after.done} == {True}
     assert isinstance(stray.error, RuleViolation)
     assert store.wait(after)[0].seq == 3
     assert [r.event for r in store.records()] == [
         ManagerOpened(m1, 1), Retained(m1), Retained(m1)]
-    assert store.tip == replay(store.records())
+    assert ledger.durable == replay(store.records())
     store.close()
 
 
 def test_a_failed_shared_commit_fails_every_append_it_held(tmp_path: Path) -> None:
     store = Store(tmp_path / "journal.sqlite3")
-    store.reset_tip(EMPTY)
+    ledger = Ledger(store, replay, EMPTY)
     m1 = ids.new_manager()
-    first = store.submit([ManagerOpened(m1, 1)], time=1.0)
-    second = store.submit([Retained(m1)], time=2.0)
+    first = ledger.submit((ManagerOpened(m1, 1),), time=1.0)
+    second = ledger.submit((Retained(m1),), time=2.0)
     store.broken = "broken on purpose"
     with pytest.raises(JournalError, match="broken on purpose"):
         store.wait(second)
     assert isinstance(first.error, JournalError)
-    assert store.tip is EMPTY
+    assert ledger.durable is EMPTY
+    assert ledger.moved
+    ledger.resync()
+    assert ledger.state is EMPTY
     store.broken = None
     assert store.last_seq() == 0
     store.close()
-
-
-def fold_state(records: list[Record], base: object) -> object:
-    return replay(records, base)  # type: ignore[arg-type]
 
 
 class FailingConnection:
@@ -219,29 +216,29 @@ def test_an_append_committed_in_its_own_thread_failing_at_any_statement_leaves_m
     tmp_path: Path, error: BaseException, after: bool, events: int
 ) -> None:
     store = Store(tmp_path / "journal.sqlite3")
-    store.reset_tip(EMPTY)
+    ledger = Ledger(store, replay, EMPTY)
     m1 = ids.new_manager()
-    store.wait(store.submit([ManagerOpened(m1, 1)], time=1.0, fold=fold_state, base=EMPTY))
+    ledger.wait(ledger.submit((ManagerOpened(m1, 1),), time=1.0))
     at, outcomes = 1, set()
     while True:
         with testing.replaced_connection(
                 store, functools.partial(FailingConnection, at=at, error=error, after=after)
         ) as failing:
             try:
-                store.wait(store.submit([Retained(m1)] * events, time=2.0, fold=fold_state,
-                                        base=store.tip))
+                ledger.wait(ledger.submit((Retained(m1),) * events, time=2.0))
                 outcomes.add("returned")
             except (JournalError, KeyboardInterrupt):
                 outcomes.add("raised")
         assert store.broken is None
-        # What the store holds in memory is what its journal holds...
-        assert store.tip == store.durable_tip == replay(store.records())
+        # What the ledger holds in memory is what its journal holds...
+        if ledger.moved:
+            ledger.resync()
+        assert ledger.state == ledger.durable == replay(store.records())
         assert store.verify() == []
         # ...and the next append chains on from it.
-        (record,) = store.wait(store.submit([Retained(m1)], time=3.0, fold=fold_state,
-                                            base=store.tip))
+        (record,) = ledger.wait(ledger.submit((Retained(m1),), time=3.0))
         assert record.seq == store.last_seq()
-        assert store.tip == replay(store.records())
+        assert ledger.durable == replay(store.records())
         if failing.count < at:
             break  # past the commit's last statement: every one has failed once
         at += 1
@@ -260,31 +257,25 @@ def test_an_append_alone_is_one_statement_and_appends_together_one_transaction(
     tmp_path: Path, durability: Durability
 ) -> None:
     store = Store(tmp_path / "journal.sqlite3")
-    store.reset_tip(EMPTY)
+    ledger: Ledger[State] = Ledger(store, replay, EMPTY, durability=durability)
     m1 = ids.new_manager()
-    store.wait(store.submit([ManagerOpened(m1, 1)], time=1.0, fold=fold_state, base=EMPTY))
-    durable = durability == "full"
-    store.wait(store.submit([Retained(m1)], time=2.0, fold=fold_state, base=store.tip,
-                            durable=durable))
+    ledger.wait(ledger.submit((ManagerOpened(m1, 1),), time=1.0))
+    ledger.wait(ledger.submit((Retained(m1),), time=2.0))
     with testing.replaced_connection(
             store, lambda real: FailingConnection(real, 0, Exception("never raised"),
                                                   after=False)) as counting:
-        store.wait(store.submit([Retained(m1)], time=3.0, fold=fold_state, base=store.tip,
-                                durable=durable))
+        ledger.wait(ledger.submit((Retained(m1),), time=3.0))
         assert counting.statements == ["INSERT"]
         counting.statements.clear()
-        first = store.submit([Retained(m1)], time=4.0, fold=fold_state, base=store.tip,
-                             durable=durable)
-        second = store.submit([Retained(m1)], time=5.0, fold=fold_state, base=first.speculative,
-                              durable=durable)
-        store.wait(second)
+        ledger.submit((Retained(m1),), time=4.0)
+        ledger.wait(ledger.submit((Retained(m1),), time=5.0))
         # The seal check aside (a read), no savepoint: nothing can refuse either.
         assert [sql for sql in counting.statements if sql not in ("PRAGMA", "SELECT")] == [
             "BEGIN", "INSERT", "INSERT", "COMMIT"]
         # Every statement through one cursor, kept: a cursor made per statement
         # stays referenced by the connection until it has made 200 more.
         assert counting.cursors == 1
-    assert store.tip == replay(store.records())
+    assert ledger.durable == replay(store.records())
     assert store.verify() == []
     store.close()
 

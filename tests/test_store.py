@@ -36,6 +36,8 @@ from journal import (
     testing,
 )
 from journal.events import ManagerOpened, RecoveryStarted, Retained, Rotated
+from journal.ledger import Ledger
+from journal.reducer import EMPTY, replay
 from journal.store import APPLICATION_ID
 from tests.strategies import events, manager_id, scaled, times
 
@@ -980,11 +982,12 @@ def test_a_maintenance_once_finished_leaves_no_thread_behind(store: Store) -> No
     # A finished thread still referenced keeps its locks and conditions for
     # as long as the store lives: memory a long-lived manager would carry.
     ran: list[int] = []
-    store.maintenance = ran.append
+    ledger = Ledger(store, replay, EMPTY)
+    ledger.maintain = lambda seq, whole: ran.append(seq)
     store.maintenance_every = 1
     m = manager_id("a")
-    store.append([ManagerOpened(m, 1)], time=1.0)
-    store.append([Retained(m)], time=2.0)
+    ledger.wait(ledger.submit((ManagerOpened(m, 1),), time=1.0))
+    ledger.wait(ledger.submit((Retained(m),), time=2.0))
     running = testing.maintenance_thread(store)
     if running is not None:
         running.join()

@@ -12,11 +12,13 @@ from journal.store.facade import (
     SCHEMA_VERSION,
     SEGMENTED_VERSION,
     History,
+    Keeper,
     Pending,
     SegmentInfo,
+    Settle,
     Store,
     chain,
 )
 
-__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SEGMENTED_VERSION", "History", "Pending",
-           "SegmentInfo", "Store", "chain"]
+__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SEGMENTED_VERSION", "History", "Keeper",
+           "Pending", "SegmentInfo", "Settle", "Store", "chain"]

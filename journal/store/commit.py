@@ -8,9 +8,14 @@ savepoint, so that what one append's *decide* or *fold* refuses is rolled
 back alone.  An event committed alone, which nothing can refuse once
 written, is one INSERT in SQLite's autocommit (the warm path of a lease).
 
-The folded state threaded through the queue (:attr:`GroupCommit.tip`,
-:attr:`GroupCommit.durable_tip`, :attr:`GroupCommit.epoch`) is the caller's:
-the commit only keeps it in step with what was committed.
+The commit holds no folded state.  An append may come with a
+:class:`Settle` (its ledger's, :mod:`journal.ledger`): the commit numbers
+its records ahead under the queue's lock, asks it inside the transaction
+whether its fold ahead :meth:`~Settle.holds` on the numbers it got, lets it
+:meth:`~Settle.settle` (and refuse) there, and tells the store's
+:class:`Keeper` once what was committed or thrown away.  What the commit
+does own is the journal's tail as this store last committed it, and so the
+next sequence number an append is numbered ahead with: the one source of both.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import contextlib
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, TypeAlias
+from typing import Protocol
 
 from journal.errors import JournalError
 from journal.events import Event, Record, encode
@@ -28,10 +33,45 @@ from journal.store.digests import chain
 from journal.store.errors import RETRY
 from journal.store.link import Link
 
-__all__ = ["FoldAhead", "GroupCommit", "Pending"]
+__all__ = ["GroupCommit", "Keeper", "Pending", "Settle"]
 
-# fold(records, base) -> the state after *records* (see GroupCommit.submit).
-FoldAhead: TypeAlias = Callable[[list[Record], Any], Any]
+
+class Settle(Protocol):
+    """One append's fold ahead, as the commit sees it (a :class:`journal.ledger.Ledger`'s)."""
+
+    def holds(self, first: int) -> bool:
+        """Whether the fold ahead stands if the records are numbered from *first*, on what
+        committed before them: :meth:`settle` then cannot refuse them."""
+
+    def settle(self, records: list[Record]) -> None:
+        """Inside the transaction, in commit order: take *records* as committed, folding
+        them again where :meth:`holds` said no; raise to refuse them (rolled back alone)."""
+
+
+class Keeper(Protocol):
+    """Whoever keeps the state the appends fold into, as the store sees it: told once a batch.
+
+    The one call up out of a commit (besides :class:`Settle`), and a
+    thread of the keeper's that the store waits for before it closes.
+    """
+
+    def committed(self, records: list[Record]) -> None:
+        """Every record one transaction committed, in order (the leader's thread)."""
+
+    def failed(self) -> None:
+        """A transaction failed: what was settled in it is thrown away."""
+
+    @property
+    def busy(self) -> bool:
+        """Whether a thread of the keeper's (its maintenance) still uses the store."""
+
+    def join(self) -> None:
+        """Wait for that thread, unless this is it."""
+
+
+# ahead(records) -> the append's Settle: the records numbered ahead, folded
+# under the queue's lock (see GroupCommit.submit); raises to queue nothing.
+Ahead = Callable[[list[Record]], Settle]
 
 
 # How long a leader of a synced commit waits at most for the threads the last
@@ -46,20 +86,17 @@ class _StaleTail(Exception):
 class Pending:
     """One append waiting in the queue for a group commit, and then its outcome."""
 
-    __slots__ = ("base", "decide", "done", "durable", "error", "events", "fold", "guess",
-                 "guessed", "records", "rows", "speculative", "time", "waiter", "waiting")
+    __slots__ = ("decide", "done", "durable", "error", "events", "guess", "guessed",
+                 "records", "rows", "settle", "time", "waiter", "waiting")
 
     def __init__(self, events: list[Event], rows: list[tuple[str, str]], time: float,
-                 decide: Callable[[list[Record]], object] | None, durable: bool,
-                 fold: FoldAhead | None, base: object) -> None:
+                 decide: Callable[[list[Record]], object] | None, durable: bool) -> None:
         self.events = events
         self.rows = rows
         self.time = time
         self.decide = decide
         self.durable = durable
-        self.fold = fold
-        self.base = base
-        self.speculative: Any = None
+        self.settle: Settle | None = None
         # The records as folded ahead, on the sequence numbers guessed:
         # committed as they are when the guess holds.
         self.guess: list[Record] | None = None
@@ -90,8 +127,8 @@ class GroupCommit:
     def __init__(self, link: Link, last_seq: Callable[[], int]) -> None:
         self._link = link
         self._last_seq = last_seq
-        # Called with the last seq after each commit (see Maintenance.due).
-        self.on_commit: Callable[[int], None] | None = None
+        # Told what each transaction committed or threw away (see Keeper).
+        self.keeper: Keeper | None = None
         # (seq, digest) of the last event this store committed: the next
         # batch starts there without reading it, and the sequence trigger
         # (or the primary key) refuses its first row if another process
@@ -109,12 +146,9 @@ class GroupCommit:
         # Released by submit once the queue holds _width appends, while a
         # leader waits for that (see _gather).
         self._gathering: threading.Lock | None = None
+        # The number the next append queued is numbered ahead from (None:
+        # read the tail first).
         self._next_seq: int | None = None
-        self.tip: object = None
-        self.durable_tip: object = None
-        # Counts the times a folded state had to be worked out again, or
-        # was thrown away: a caller holding a speculative state rereads tip.
-        self.epoch = 0
 
     def sleeping(self) -> int:
         """How many queued appends sleep behind a running commit."""
@@ -137,12 +171,13 @@ class GroupCommit:
         time: float,
         decide: Callable[[list[Record]], object] | None = None,
         durable: bool = True,
-        fold: FoldAhead | None = None,
-        base: object = None,
+        ahead: Ahead | None = None,
     ) -> Pending:
         """Queue *events* for the next group commit; :meth:`wait` for it to be durable.
 
-        See ``Store.submit``.
+        With *ahead*, the records are numbered ahead here, under the
+        queue's lock, and handed to it: it folds them (raising queues
+        nothing) and returns the append's :class:`Settle`.  See ``Store.submit``.
         """
         events = list(events)
         # One event is what nearly every append holds.
@@ -150,15 +185,15 @@ class GroupCommit:
         # The digest covers the time as SQLite gives it back: a float, and
         # never -0.0, which a REAL column returns as 0.0.
         time = float(time) + 0.0
-        pending = Pending(events, rows, time, decide, durable, fold, base)
+        pending = Pending(events, rows, time, decide, durable)
         with self._queued:
-            if fold is not None:
+            if ahead is not None:
                 if self._next_seq is None:
                     self._next_seq = self._last_seq() + 1
                 first = self._next_seq
                 guess = [Record(first, time, events[0])] if len(events) == 1 else [
                     Record(first + i, time, e) for i, e in enumerate(events)]
-                pending.speculative = fold(guess, base)
+                pending.settle = ahead(guess)
                 pending.guess = guess
                 pending.guessed = first
             self._queue.append(pending)
@@ -302,8 +337,8 @@ class GroupCommit:
         tail = self._known_tail
         if len(batch) == 1 and tail is not None and link.seal_table and link.ready:
             p = batch[0]
-            if len(p.rows) == 1 and p.decide is None and (p.fold is None or (
-                    p.guessed == tail[0] + 1 and p.base is self.tip)):
+            if len(p.rows) == 1 and p.decide is None and (
+                    p.settle is None or p.settle.holds(tail[0] + 1)):
                 try:
                     if self._write_alone(p, tail):
                         return
@@ -369,14 +404,13 @@ class GroupCommit:
             if not written:
                 return False
         guess = p.guess
-        p.records = guess if guess is not None else [Record(seq, p.time, p.events[0])]
+        records = p.records = guess if guess is not None else [Record(seq, p.time, p.events[0])]
         self._known_tail = (seq, digest)
-        if p.fold is not None:
-            self.tip = self.durable_tip = p.speculative
-        else:
-            self.durable_tip = self.tip
-        if self.on_commit is not None:
-            self.on_commit(seq)
+        if p.settle is not None:
+            # It holds (checked before the INSERT): nothing is left to refuse.
+            p.settle.settle(records)
+        if self.keeper is not None:
+            self.keeper.committed(records)
         if guess is None:
             with self._queued:
                 # Queued appends guessed their numbers from the last batch's;
@@ -394,7 +428,6 @@ class GroupCommit:
         """
         link = self._link
         alone = len(batch) == 1
-        tip = self.tip
         last: tuple[int, bytes] | None = None
         # Whether every append got the numbers it guessed, so that those
         # queued since guessed right too.
@@ -413,10 +446,10 @@ class GroupCommit:
                         for p in batch:
                             mark = (seq, digest)
                             guessed = p.guessed == seq + 1
-                            fold = p.fold
+                            settle = p.settle
                             # Folded ahead on what was committed before it:
                             # nothing is left that could refuse it.
-                            reuse = fold is None or (guessed and p.base is tip)
+                            reuse = settle is None or settle.holds(seq + 1)
                             # A savepoint only where something may yet refuse
                             # this append alone: its decide, or its fold run again.
                             undo = not alone and (p.decide is not None or not reuse)
@@ -437,15 +470,13 @@ class GroupCommit:
                                 exact = False
                                 records = [Record(mark[0] + 1 + i, p.time, event)
                                            for i, event in enumerate(p.events)]
-                            folded = p.speculative
                             if not reuse or p.decide is not None:
                                 try:
-                                    if not reuse:
-                                        assert fold is not None
-                                        self.epoch += 1
-                                        folded = fold(records, tip)
                                     if p.decide is not None:
                                         p.decide(records)
+                                    if settle is not None:
+                                        # Last: what it settles is then taken.
+                                        settle.settle(records)
                                 except Exception as e:
                                     if alone:
                                         raise
@@ -455,10 +486,10 @@ class GroupCommit:
                                     p.error = e
                                     exact = False
                                     continue
+                            elif settle is not None:
+                                settle.settle(records)
                             if undo:
                                 conn.execute("RELEASE one_append")
-                            if fold is not None:
-                                tip = folded
                             p.records = records
                         # From here on only COMMIT is left, whose failure may
                         # or may not have made the records durable.
@@ -483,9 +514,9 @@ class GroupCommit:
                 # interruption still reaches the caller of this thread.
                 own.error = e
         self._known_tail = last
-        self.tip = self.durable_tip = tip
-        if last is not None and self.on_commit is not None:
-            self.on_commit(last[0])
+        if last is not None and self.keeper is not None:
+            self.keeper.committed([r for p in batch if p.records is not None
+                                   for r in p.records])
         if not exact or tail is None:
             with self._queued:
                 # Queued appends guessed their numbers from the last batch's;
@@ -497,8 +528,8 @@ class GroupCommit:
         """Fail every append of *batch* not refused already, and forget what was folded."""
         link = self._link
         self._known_tail = None
-        self.tip = self.durable_tip
-        self.epoch += 1
+        if self.keeper is not None:
+            self.keeper.failed()
         with self._queued:
             self._next_seq = None
         for p in batch:
@@ -508,10 +539,6 @@ class GroupCommit:
                 p.error = error if p is own or isinstance(error, Exception) else JournalError(
                     link.path, "could not append to it: the thread committing it was "
                     "interrupted", RETRY)
-
-    def reset_tip(self, state: object) -> None:
-        """Start the folded state over at *state* (nothing may be queued)."""
-        self.tip = self.durable_tip = state
 
     def _committed(self, seq: int, digest: bytes) -> bool:
         """Whether event *seq* with *digest* is in the journal, after a failed COMMIT."""

@@ -34,10 +34,9 @@ from journal.events import Event, Record
 from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import errors, opening, registry
 from journal.store.checkpoints import Checkpoints
-from journal.store.commit import FoldAhead, GroupCommit, Pending
+from journal.store.commit import Ahead, GroupCommit, Keeper, Pending, Settle
 from journal.store.digests import chain
 from journal.store.link import Link, SegmentHook
-from journal.store.maintenance import Maintenance
 from journal.store.queries import Queries
 from journal.store.reading import Reader
 from journal.store.retirement import History, Retirement, SegmentInfo
@@ -45,8 +44,8 @@ from journal.store.rollover import CatchUp, Rollover
 from journal.store.schema import APPLICATION_ID, SCHEMA_VERSION, SEGMENTED_VERSION
 from journal.store.verify import verify
 
-__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SEGMENTED_VERSION", "History", "Pending",
-           "SegmentInfo", "Store", "chain"]
+__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SEGMENTED_VERSION", "History", "Keeper",
+           "Pending", "SegmentInfo", "Settle", "Store", "chain"]
 
 
 class Store:
@@ -89,9 +88,10 @@ class Store:
         self._rollover = Rollover(link, self._reader)
         self._checkpoints = Checkpoints(link, self._reader, self._rollover, retention)
         self._retirement = Retirement(link, self._reader, retention)
-        self._maintenance = Maintenance()
+        # How many events a long-lived writer appends between its maintenances
+        # (checkpoint, rollover, retirement): its keeper's to schedule.
+        self.maintenance_every = 20_000
         self._commits = GroupCommit(link, self._reader.last_seq)
-        self._commits.on_commit = self._maintenance.due
         opening.open_link(link, self)
         link.ready = True
         registry.close_abandoned()
@@ -132,45 +132,20 @@ class Store:
         """Whether the journal has rolled over: its active segment is not the head."""
         return not self._link.active.is_head
 
-    @property
-    def maintenance(self) -> Callable[[int], None] | None:
-        """Called with the last seq after each append when maintenance is due (every
-        :attr:`maintenance_every` events); set by whoever can write checkpoints."""
-        return self._maintenance.run
-
-    @maintenance.setter
-    def maintenance(self, run: Callable[[int], None] | None) -> None:
-        self._maintenance.run = run
+    # -- who keeps the state ---------------------------------------------------
 
     @property
-    def maintenance_every(self) -> int:
-        return self._maintenance.every
+    def keeper(self) -> Keeper | None:
+        """Whoever keeps the state this store's appends fold into (a
+        :class:`journal.ledger.Ledger`), told what each transaction commits."""
+        return self._commits.keeper
 
-    @maintenance_every.setter
-    def maintenance_every(self, every: int) -> None:
-        self._maintenance.every = every
-
-    # -- the folded state threaded through the queue -------------------------
-
-    @property
-    def tip(self) -> object:
-        """The state after the last append folded (see :meth:`submit`)."""
-        return self._commits.tip
-
-    @property
-    def durable_tip(self) -> object:
-        """The state after the last append committed: where a failed one puts :attr:`tip`."""
-        return self._commits.durable_tip
-
-    @property
-    def epoch(self) -> int:
-        """Counts the times a folded state had to be worked out again, or was thrown away:
-        a caller holding a speculative state rereads :attr:`tip`."""
-        return self._commits.epoch
-
-    def reset_tip(self, state: object) -> None:
-        """Start the folded state over at *state* (nothing may be queued)."""
-        self._commits.reset_tip(state)
+    def keep(self, keeper: Keeper) -> None:
+        """Tell *keeper* once a transaction what it committed or threw away (one keeper a store)."""
+        if self._commits.keeper is not None and self._commits.keeper is not keeper:
+            raise ValueError(f"{self.path}: the store's appends are kept by another ledger "
+                             "already; open another Store for a second one")
+        self._commits.keeper = keeper
 
     # -- writing -------------------------------------------------------------
 
@@ -212,29 +187,25 @@ class Store:
         time: float,
         decide: Callable[[list[Record]], object] | None = None,
         durable: bool = True,
-        fold: FoldAhead | None = None,
-        base: object = None,
+        ahead: Ahead | None = None,
     ) -> Pending:
         """Queue *events* for the next group commit; :meth:`wait` for it to be durable.
 
         Group commit: whoever waits first while no commit runs leads: it
         commits, in one transaction and one sync, every append queued
         meanwhile, each in its own savepoint, so that what one append's
-        *decide* or *fold* refuses is rolled back alone.
+        *decide* or its ledger's fold refuses is rolled back alone.
 
-        *fold*, with *base*, threads a caller's state through the queue:
-        ``fold(records, base)`` runs here at once, on the sequence numbers
-        the records will most likely get, and raises (queueing nothing) if
-        it refuses them; its result is :attr:`Pending.speculative`, which
-        the caller may build its next append on.  Inside the transaction
-        the result is reused when the records got those numbers and
-        *base* is what the appends before committed; otherwise *fold*
-        runs again on what they did commit, and its refusal fails this
-        append alone.  :attr:`tip` is the state after the last append
-        folded; a failed transaction puts it back to :attr:`durable_tip`.
+        *ahead* is how a :class:`journal.ledger.Ledger` threads its state
+        through the queue: ``ahead(records)`` runs here at once, on the
+        records numbered as they will most likely be, and raises (queueing
+        nothing) if it refuses them; it returns the append's
+        :class:`Settle`, which the transaction asks whether that fold holds
+        on the numbers the records got, and lets settle them (folding again
+        where they moved, and refusing this append alone).
         """
         return self._commits.submit(events, time=time, decide=decide, durable=durable,
-                                    fold=fold, base=base)
+                                    ahead=ahead)
 
     def wait(self, pending: Pending) -> list[Record]:
         """Return *pending*'s records once they are durable; raise why they are not.
@@ -507,8 +478,10 @@ class Store:
         if self._forked:
             # A parked copy (forget): its locks may be held by a parent's thread.
             return
-        # Before the locks: the maintenance needs them to finish.
-        self._maintenance.join()
+        # Before the locks: the keeper's maintenance needs them to finish.
+        keeper = self._commits.keeper
+        if keeper is not None:
+            keeper.join()
         with registry.opening(), self._link.lock:
             self._close_locked()
         registry.close_abandoned()
@@ -526,7 +499,8 @@ class Store:
 
     def close_if_free(self) -> bool:
         """Close now unless a maintenance runs or the lock is held (an abandoned store's try)."""
-        if self._maintenance.running or not self._link.lock.acquire(blocking=False):
+        keeper = self._commits.keeper
+        if (keeper is not None and keeper.busy) or not self._link.lock.acquire(blocking=False):
             return False
         try:
             self._close_locked()

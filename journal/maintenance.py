@@ -1,11 +1,10 @@
 """The maintenance a long-lived writer runs every so many events, in a thread of its own.
 
-Whoever can write checkpoints (a manager, through recovery) sets
-:attr:`Maintenance.run`; the store only counts what it committed and starts
-the thread.  This is policy the store still schedules: its seam for moving
-out is :meth:`Maintenance.due`, called with the last seq after each commit
-(:attr:`journal.store.commit.GroupCommit.on_commit`), which an owner of the
-folded state could call itself and then checkpoint the state it holds.
+Scheduled by whoever owns the folded state (a :class:`journal.ledger.Ledger`,
+which calls :meth:`Maintenance.due` with the last seq of each commit it is
+told of), never by the store: the store only waits for the thread before it
+closes.  What the maintenance does (checkpoint, roll over, retire) is its
+caller's, set as :attr:`Maintenance.run`.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ class Maintenance:
         # Called with the last seq after each append when maintenance is due;
         # set by whoever can write checkpoints.
         self.run: Callable[[int], None] | None = None
-        self.every = 20_000
         self.thread: threading.Thread | None = None
         self._maintained = 0
 
@@ -33,8 +31,8 @@ class Maintenance:
         thread = self.thread
         return thread is not None and thread.is_alive()
 
-    def due(self, seq: int) -> None:
-        """Run :attr:`run` once every :attr:`every` events, outside any transaction.
+    def due(self, seq: int, every: int) -> None:
+        """Run :attr:`run` once every *every* events, outside any transaction.
 
         The one check on the append path: an integer comparison.  A manager
         that lives for millions of events so still writes checkpoints, rolls
@@ -45,7 +43,7 @@ class Maintenance:
             return
         if not self._maintained:
             self._maintained = seq
-        elif seq - self._maintained >= self.every:
+        elif seq - self._maintained >= every:
             self._maintained = seq
             # In a thread of its own: the append has committed and must
             # return as such, whatever the maintenance meets (a signal, a
