@@ -763,9 +763,10 @@ QUIET_PROGRAM = textwrap.dedent("""
     from sessiontemp import JournalError, Manager, recover
 
     if sys.argv[2:] == ["planted"]:
-        # The library's logger without its NullHandler: logging's last
-        # resort then prints its warnings and errors to stderr.
-        logging.getLogger("sessiontemp").handlers.clear()
+        # The library's logger without its NullHandler (added when the
+        # library first logs, so refused here): logging's last resort then
+        # prints its warnings and errors to stderr.
+        logging.getLogger("sessiontemp").addHandler = lambda handler: None
 
     def said(line):
         # Everything this program writes to stderr, it also writes to stdout.
