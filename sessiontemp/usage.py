@@ -1,0 +1,203 @@
+"""How much a directory holds on disk: bytes allocated and inodes, by a read-only walk.
+
+The measurement is a :mod:`sessiontemp.walk` with a visitor that only
+looks, so it keeps every rule a removal keeps: nothing is resolved by path,
+a symlink is never followed (it is counted as the small file it is), and
+nothing on another mount (a tmpfs or bind mount inside the directory) is
+entered.  What it counts:
+
+- bytes *allocated* (``st_blocks * 512``, what ``du`` reports), not the
+  apparent size: a sparse file of 1 TiB with one block written costs one
+  block, and a file system fills by allocation;
+- every inode once: a file hard-linked under several names in the tree
+  costs its space once, as in ``du``;
+- the directory itself, as ``du -s`` counts it.
+
+What it cannot read (a directory of mode 000 to a non-root walker,
+another user's directory) is counted as the entry it is and named in
+:attr:`Usage.unread`: a number that is too small must say so.  It never
+changes a mode to look inside (removal does, to remove; a measurement has
+no business changing anything).
+
+Nothing under the directory stays still while it is measured: a command
+deletes files, a removal empties the whole tree.  An entry gone meanwhile
+is simply not counted, and a walk the kernel stops (a directory moved away
+mid-walk) keeps what it counted and names that entry as unread: a
+measurement never raises for what happens under it.
+"""
+
+from __future__ import annotations
+
+import errno
+import heapq
+import os
+import stat
+from pathlib import Path
+from typing import Final
+
+import attrs
+
+from sessiontemp import nodes, walk
+from sessiontemp.nodes import Node
+from sessiontemp.root import DIR_FLAGS
+
+__all__ = ["LARGEST", "Usage", "measure_at", "measure_tree"]
+
+# How many of the largest entries a measurement names.
+LARGEST: Final = 3
+# How many unreadable entries a measurement names at most (it counts them all).
+_NAMED_UNREAD: Final = 20
+_BLOCK: Final = 512
+
+
+@attrs.frozen
+class Usage:
+    """What a directory held when it was measured.
+
+    ``bytes`` is the space allocated (hard links once), ``inodes`` the
+    entries, the directory itself included; ``largest`` its
+    :data:`LARGEST` largest entries, as ``(name, bytes)``, largest first;
+    ``unread`` names, relative to ``path``, what the walk could not read
+    (at most 20; ``unread_count`` counts them all), and ``mounts`` the
+    file systems mounted inside it, which it did not enter.
+    """
+
+    path: Path
+    bytes: int = 0
+    inodes: int = 0
+    unread: tuple[str, ...] = ()
+    largest: tuple[tuple[str, int], ...] = ()
+    mounts: tuple[str, ...] = ()
+    unread_count: int = 0
+
+    def describe_largest(self) -> str:
+        """The largest entries, for a message: ``"a (1.0 MiB), b (12 KiB)"``, or "none"."""
+        if not self.largest:
+            return "none"
+        return ", ".join(f"{name} ({human(size)})" for name, size in self.largest)
+
+
+def human(size: int) -> str:
+    """*size* bytes for people: ``"1.5 GiB"``, ``"12 KiB"``, ``"300 B"``."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def measure_tree(path: str | os.PathLike[str]) -> Usage:
+    """Measure the directory at *path* (never through a symlink); zeros if it is gone.
+
+    Raises OSError only for the directory itself: not a directory, a
+    symlink (ELOOP), or not readable.
+    """
+    target = Path(path)
+    try:
+        fd = os.open(target, DIR_FLAGS)
+    except FileNotFoundError:
+        return Usage(target)
+    try:
+        return measure_at(fd, target)
+    finally:
+        os.close(fd)
+
+
+def measure_at(fd: int, path: Path) -> Usage:
+    """Measure the directory open as *fd* (the caller's; *path* names it in the result).
+
+    Each entry of the top is walked on its own, so that its size is known
+    for :attr:`Usage.largest`; hard links are counted once across them all.
+    """
+    counter = _Counter()
+    try:
+        counter.directory(os.fstat(fd))
+        names = os.listdir(fd)
+    except OSError as e:
+        if e.errno not in (errno.ENOENT, errno.ESTALE):
+            raise
+        # Removed under us: what is gone holds nothing.
+        return Usage(path)
+    top = nodes.of(fd)
+    sizes: list[tuple[int, str]] = []
+    unread: list[str] = []
+    mounts: list[str] = []
+    for name in names:
+        before = counter.bytes
+        _measure_entry(fd, top, name, counter, unread, mounts)
+        sizes.append((counter.bytes - before, name))
+    largest = heapq.nlargest(LARGEST, sizes, key=lambda item: (item[0], item[1]))
+    return Usage(
+        path, counter.bytes, counter.inodes, tuple(sorted(unread)[:_NAMED_UNREAD]),
+        tuple((name, size) for size, name in largest), tuple(sorted(mounts)), len(unread),
+    )
+
+
+def _measure_entry(top_fd: int, top: Node, name: str, counter: _Counter,
+                   unread: list[str], mounts: list[str]) -> None:
+    """Count *name* in the top, a whole subtree for a directory, into *counter*."""
+    try:
+        fd = os.open(name, DIR_FLAGS, dir_fd=top_fd)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            counter.entry(top_fd, name)
+        elif e.errno == errno.EACCES:
+            counter.entry(top_fd, name)
+            unread.append(name)
+        elif e.errno != errno.ENOENT:
+            unread.append(name)
+        return
+    try:
+        if not nodes.same_mount(nodes.of(fd), top):
+            mounts.append(name)
+            return
+        try:
+            obstacles = walk.walk(fd, counter)
+        except OSError:
+            # The kernel stopped the walk (a directory moved away under
+            # it, an I/O error): what it counted stays counted.
+            unread.append(name)
+            return
+    finally:
+        os.close(fd)
+    for obstacle in obstacles:
+        where = "/".join((name, *obstacle.parts))
+        (mounts if obstacle.kind == "mount" else unread).append(where)
+
+
+class _Counter:
+    """The measurement's part of a walk: count what each entry allocates, change nothing."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.inodes = 0
+        # Inodes with more than one name, seen already: their space is counted once.
+        self.linked: set[tuple[int, int]] = set()
+
+    def directory(self, st: os.stat_result) -> None:
+        self.inodes += 1
+        self.bytes += st.st_blocks * _BLOCK
+
+    def enter(self, fd: int, node: Node) -> None:
+        self.directory(os.fstat(fd))
+
+    def unreadable(self, fd: int, node: Node) -> bool:
+        # Counted as the directory it is (an O_PATH descriptor can be
+        # stat'ed); what it holds stays unknown, and is reported.
+        self.directory(os.fstat(fd))
+        return False
+
+    def entry(self, parent: int, name: str) -> None:
+        # A FileNotFoundError (gone meanwhile) is the walk's to ignore.
+        st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+            key = (st.st_dev, st.st_ino)
+            if key in self.linked:
+                return
+            self.linked.add(key)
+        self.inodes += 1
+        self.bytes += st.st_blocks * _BLOCK
+
+    def leave(self, parent: int, name: str) -> None:
+        pass
