@@ -1,4 +1,4 @@
-"""Benchmark measuring a directory: a walk of 10k, 100k and 1M files, and its share of a busy manager.
+"""Benchmark measuring a directory: walks of 10k, 100k and 1M files, and a busy manager's share.
 
     python tools/bench_usage.py [--sizes 10000 100000 1000000] [--window 100] [--root DIR]
     python tools/bench_usage.py --quick
@@ -12,8 +12,10 @@ Then the share: a manager whose current directory holds the largest tree
 (moved in by a rename) runs lease cycles (acquire, release) in the main
 thread for a window with the default ``measure_every`` (30 s), then as
 long without background measurement (``measure_every=inf``).  The window
-is ``--window`` seconds, or by default long enough for two walks: the
-interval plus 25 times the walk's time.  The table gives the measuring thread's CPU time (from
+is ``--window`` seconds, or by default one period of the schedule from
+the first lease: the interval, one walk, and the wait after it (the
+interval plus 20 times the walk's time, for a walk of more than 1.6 s).
+The table gives the measuring thread's CPU time (from
 ``/proc/self/task/TID/stat``) as a share of the window, the cycles per
 second with and without it, and the bound the schedule promises (a walk
 of *d* seconds is followed by at least ``max(measure_every, 19 d)`` of
@@ -32,13 +34,12 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchlib import arguments, environment, scratch, table
 
 from journal import Store
 from sessiontemp import Manager
 from sessiontemp.meter import SHARE
 from sessiontemp.usage import measure_tree
-from tools.benchlib import arguments, environment, scratch, table
 
 PER_DIRECTORY = 1000
 
@@ -145,7 +146,8 @@ def main() -> int:
         largest = max(sizes)
         d = walk_of[largest]
         bound = d / (d + max(every, d * (1 - SHARE) / SHARE))
-        window = 3.0 if args.quick else args.window or every + 25 * d
+        window = 3.0 if args.quick else args.window or every + d + max(
+            every, d * (1 - SHARE) / SHARE)
         tree = place / f"tree-{largest}"
         on, cpu, walks = busy(place / "root-on", tree, every, window)
         off, _, _ = busy(place / "root-off", tree, math.inf, window)
