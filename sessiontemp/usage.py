@@ -58,8 +58,8 @@ class Usage:
     """What a directory held when it was measured.
 
     ``bytes`` is the space allocated (hard links once), ``inodes`` the
-    entries, the directory itself included; ``largest`` its
-    :data:`LARGEST` largest entries, as ``(name, bytes)``, largest first;
+    entries, the directory itself included; ``largest`` its three
+    largest entries, as ``(name, bytes)``, largest first;
     ``unread`` names, relative to ``path``, what the walk could not read
     (at most 20; ``unread_count`` counts them all), and ``mounts`` the
     file systems mounted inside it, which it did not enter.
