@@ -560,3 +560,21 @@ def test_measure_of_a_directory_moved_away_from_its_name_returns_zeros_instead_o
                 assert (usage.bytes, usage.inodes) == (0, 0)
             finally:
                 (root / "moved-away").rename(lease.path)
+
+
+def test_measure_async_measures_and_journals_from_an_event_loop(root: Path) -> None:
+    import asyncio
+
+    async def main() -> Usage:
+        manager = await Manager.open_async(root, measure_every=math.inf)
+        try:
+            await manager.retain_async()
+            async with await manager.acquire_async() as lease:
+                (lease.path / "f").write_bytes(b"x" * 5000)
+                return await manager.measure_async()
+        finally:
+            await manager.close_async()
+
+    usage = asyncio.run(main())
+    assert usage.inodes == 2
+    assert [e.inodes for e in measured(root)] == [2]
