@@ -106,9 +106,10 @@ def busy(root: Path, tree: Path, every: float, window: float) -> tuple[float, fl
 
 
 def measured_events(manager: Manager) -> list[object]:
+    """The measurements journaled on *manager*'s root, in the history kept (it is retired)."""
     store = Store(manager.root / "journal.sqlite3", readonly=True)
     try:
-        return [r for r in store.records() if r.event.kind == "generation.measured"]
+        return list(store.rows_where(kinds=["generation.measured"]))
     finally:
         store.close()
 
