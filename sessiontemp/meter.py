@@ -168,9 +168,17 @@ class Meter:
                 root_fd = os.dup(self._handles.root.fd)
             except OSError:
                 return  # out of descriptors: the next lease tries again
-            self._thread = threading.Thread(target=self._run, args=(root_fd,), daemon=True,
-                                            name=f"sessiontemp-measure-{self.manager[:8]}")
-            self._thread.start()
+            thread = threading.Thread(target=self._run, args=(root_fd,), daemon=True,
+                                      name=f"sessiontemp-measure-{self.manager[:8]}")
+            try:
+                thread.start()
+            except RuntimeError as e:
+                # No thread to be had (RLIMIT_NPROC, memory): the lease
+                # stands, unmeasured in the background; the next one tries.
+                os.close(root_fd)
+                self._log.warning("space.unmeasured", path=str(self.root), reason=str(e))
+                return
+            self._thread = thread
 
     def _largest(self) -> list[tuple[Path, int]]:
         """The largest live directories under the root, as last measured, largest first."""
