@@ -20,7 +20,8 @@ process's time, however large the tree.  The walk itself runs in a
 child process at the lowest CPU priority (nice 19), handed the directory
 as a descriptor: a walk in a thread of this process would take the GIL
 back after every system call, which cost a busy manager four fifths of
-its lease cycles when measured (BENCHMARKS.md); the thread only waits.  An acquire never waits for it: it reads the last measurement in
+its lease cycles when measured (BENCHMARKS.md); the thread only waits.
+An acquire never waits for it: it reads the last measurement in
 the state, and walks only when that one says "over budget" and is older
 than ``measure_every`` (so a directory cleaned up is let through again,
 at once after :meth:`~sessiontemp.Manager.measure`).
