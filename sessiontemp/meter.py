@@ -17,7 +17,9 @@ periodic measurement that finds what the last one found is not journaled
 again.  After a walk of *d* seconds the thread waits at least ``d * 19``
 before the next, so measuring takes at most :data:`SHARE` (5%) of the
 process's time, however large the tree.  The walk itself runs in a
-child process at the lowest CPU priority (nice 19), handed the directory
+child process at a low CPU priority (nice 10: about a tenth of a core a
+busy process at nice 0 wants; at 19 it was starved outright on a
+saturated machine, and never finished), handed the directory
 as a descriptor: a walk in a thread of this process would take the GIL
 back after every system call, which cost a busy manager four fifths of
 its lease cycles when measured (BENCHMARKS.md); the thread only waits.
@@ -65,7 +67,7 @@ __all__ = ["SHARE", "Meter"]
 
 # The most of the process's wall-clock time the background measurement takes.
 SHARE: Final = 0.05
-# The background thread's CPU priority: the lowest there is.
+# The background thread's CPU priority (it only waits for its child).
 _NICE: Final = 19
 # How long a close waits for the background walk to notice it must stop.
 _JOIN: Final = 2.0

@@ -152,11 +152,11 @@ def _measure(fd: int, path: Path, counter: _Counter) -> Usage:
     )
 
 
-# The child a walk runs in: the lowest CPU priority, the directory on fd 3.
+# The child a walk runs in: a low CPU priority (sessiontemp.meter says why 10).
 _CHILD: Final = (
     "import json, os, sys\n"
     "sys.path[:0] = json.loads(sys.argv[1])\n"
-    "os.nice(19)\n"
+    "os.nice(10)\n"
     "from sessiontemp.usage import _answer\n"
     "_answer(int(sys.argv[2]), sys.argv[3])\n"
 )
@@ -164,7 +164,7 @@ _CHILD: Final = (
 
 def measure_elsewhere(fd: int, path: Path,
                       started: Callable[[subprocess.Popen[bytes]], None]) -> Usage | None:
-    """:func:`measure_at`, in a child process at nice 19; None if it did not finish.
+    """:func:`measure_at`, in a child process at nice 10; None if it did not finish.
 
     A walk in a thread of this process would take its GIL back after every
     system call, and a busy thread here would give it up each time (the
