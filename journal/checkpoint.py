@@ -57,7 +57,8 @@ __all__ = ["EVERY", "FORMAT", "KEEP", "ON_OPEN", "Restored", "decode", "due", "e
 # 3: the state holds only live objects (2 held every one ever seen).
 # 4: and named sessions and artifacts.
 # 5: a session is forgotten with its owner once nothing is kept for a resume.
-FORMAT: Final = 5
+# 6: a generation carries its last measurement and its peak size.
+FORMAT: Final = 6
 # A checkpoint is due once this many events follow the newest one, and at
 # least a quarter as many as the state holds managers and generations, so
 # that writing checkpoints costs a bounded amount per event however long

@@ -17,6 +17,7 @@ from journal.events import (
     ArtifactKept,
     Event,
     GenerationCreated,
+    GenerationMeasured,
     ManagerClosed,
     RemovalFinished,
     RemovalStarted,
@@ -34,10 +35,14 @@ DURABILITY: Final[tuple[Durability, ...]] = ("full", "relaxed")
 # An artifact's record is synced in both too: its caller is told the file is
 # kept, and without the record a recovery would remove it as unreferenced.
 _WRITE_AHEAD: Final = (GenerationCreated, RemovalStarted, ManagerClosed, ArtifactKept)
+# Synced in neither mode either: a measurement is telemetry, and one lost
+# leaves the last one before it as the generation's size.  Not syncing it
+# also keeps a periodic measurement from costing an fsync.
+_NEVER_SYNCED: Final = (RemovalFinished, GenerationMeasured)
 
 # Looked up by the event's class (events are final classes).
 _SYNCED: Final[dict[Durability, dict[type, bool]]] = {
-    "full": {cls: issubclass(cls, _WRITE_AHEAD) or cls is not RemovalFinished
+    "full": {cls: issubclass(cls, _WRITE_AHEAD) or not issubclass(cls, _NEVER_SYNCED)
              for cls in KINDS.values()},
     "relaxed": {cls: issubclass(cls, _WRITE_AHEAD) for cls in KINDS.values()},
 }

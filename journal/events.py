@@ -10,6 +10,7 @@ that know this.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from json.encoder import encode_basestring_ascii
@@ -27,6 +28,7 @@ __all__ = [
     "CommandStarted",
     "Event",
     "GenerationCreated",
+    "GenerationMeasured",
     "GenerationReady",
     "LeaseAcquired",
     "LeaseReleased",
@@ -106,6 +108,25 @@ class GenerationReady:
     generation: str
     device: int
     inode: int
+
+
+@attrs.frozen
+class GenerationMeasured:
+    """A live generation's size, as its manager's walk of it found it at *time*.
+
+    ``bytes`` is the space allocated (hard links counted once), ``inodes``
+    the entries, ``unread`` how many entries the walk could not read (it
+    counts what it saw and says so rather than guess).  Telemetry: losing
+    one to a power loss changes nothing but the history of sizes.
+    """
+
+    kind: ClassVar[str] = "generation.measured"
+    manager: str
+    generation: str
+    bytes: int
+    inodes: int
+    time: float
+    unread: int
 
 
 @attrs.frozen
@@ -308,6 +329,7 @@ Event: TypeAlias = (
     | Rotated
     | GenerationCreated
     | GenerationReady
+    | GenerationMeasured
     | LeaseAcquired
     | LeaseReleased
     | CommandStarted
@@ -334,6 +356,7 @@ KINDS: Final[dict[str, type[Event]]] = {
         Rotated,
         GenerationCreated,
         GenerationReady,
+        GenerationMeasured,
         LeaseAcquired,
         LeaseReleased,
         CommandStarted,
@@ -351,9 +374,11 @@ KINDS: Final[dict[str, type[Event]]] = {
     )
 }
 
+# The JSON type of each field annotation; any other is a str.
+_FIELD_TYPES: Final[dict[object, type]] = {"int": int, int: int, "float": float, float: float}
 # Field names and types of each kind, for checking payloads read from disk.
 _FIELDS: Final[dict[str, dict[str, type]]] = {
-    kind: {a.name: (int if a.type is int else str)
+    kind: {a.name: _FIELD_TYPES.get(a.type, str)
            for a in attrs.fields(attrs.resolve_types(cls))}
     for kind, cls in KINDS.items()
 }
@@ -384,6 +409,11 @@ def _at_least(low: int) -> Callable[[object], str | None]:
     def check(value: object) -> str | None:
         return None if isinstance(value, int) and value >= low else f"is below {low}"
     return check
+
+
+def _finite_time(value: object) -> str | None:
+    ok = isinstance(value, float) and math.isfinite(value) and value >= 0
+    return None if ok else "is not a finite time at or after the epoch"
 
 
 def _manager_or_recovery(value: object) -> str | None:
@@ -417,6 +447,10 @@ _CHECKS: Final[dict[str, Callable[[object], str | None]]] = {
     "sha256": _pattern(ids.SHA256, "a SHA-256 digest in lower-case hex"),
     "size": _at_least(0),
     "window_ms": _at_least(0),
+    "bytes": _at_least(0),
+    "inodes": _at_least(0),
+    "unread": _at_least(0),
+    "time": _finite_time,
 }
 # Checks of one kind's field that are stricter than the field's own: an
 # artifact's label ends up in a file name.
@@ -448,7 +482,7 @@ def encode(event: Event) -> tuple[str, str]:
     """
     layout = _LAYOUT.get(event.kind)
     if layout is not None:
-        # Every field of a known kind is a str or an int: written out
+        # Every field of a known kind is a str, an int or a float: written out
         # directly, at a third of json.dumps's cost, on every append.
         parts = []
         for key, name in layout:
@@ -457,6 +491,9 @@ def encode(event: Event) -> tuple[str, str]:
                 parts.append(key + _quote(value))
             elif type(value) is int:
                 parts.append(key + int.__repr__(value))
+            elif type(value) is float and math.isfinite(value):
+                # What json.dumps writes for a finite float.
+                parts.append(key + float.__repr__(value))
             else:
                 break
         else:

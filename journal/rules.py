@@ -21,6 +21,7 @@ from journal.events import (
     ArtifactRemoved,
     CommandStarted,
     GenerationCreated,
+    GenerationMeasured,
     GenerationReady,
     LeaseAcquired,
     LeaseReleased,
@@ -90,7 +91,7 @@ def _with_leases(g: GenerationState, leases: frozenset[str]) -> GenerationState:
 
     A copy of *g*'s fields with one changed, set as the new instance's
     ``__dict__`` whole: a third of what the generated ``__init__`` costs,
-    which sets its sixteen fields one by one (the class has no validators
+    which sets its fields one by one (the class has no validators
     or converters to skip).
     """
     fields = g.__dict__.copy()
@@ -185,6 +186,22 @@ def _ready(d: Fold, r: Record, e: GenerationReady) -> None:
         g.id, g.manager, g.created_seq, g.created_at, True, e.device, e.inode, g.leases,
         g.retired, g.retired_seq, g.removal, g.removal_seq, g.removal_by, g.removal_reason,
         g.removal_outcome, g.commands,
+    )
+
+
+@_rule(GenerationMeasured)
+def _measured(d: Fold, r: Record, e: GenerationMeasured) -> None:
+    # Only a manager measures its own generations, and only while they
+    # live: one being made has no size yet, one being removed no future.
+    d.live_manager(r.seq, e.manager)
+    generation = d.owned_generation(r.seq, e.manager, e.generation)
+    if not generation.ready or generation.removal is not None:
+        raise RuleViolation(r.seq, f"measures generation {e.generation}, which is not live "
+                            "(not ready yet, or being removed)")
+    d.generations[e.generation] = attrs.evolve(
+        generation, measured_bytes=e.bytes, measured_inodes=e.inodes, measured_at=e.time,
+        peak_bytes=max(generation.peak_bytes, e.bytes),
+        peak_inodes=max(generation.peak_inodes, e.inodes),
     )
 
 

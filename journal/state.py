@@ -70,6 +70,10 @@ class GenerationState:
     on one of its leases: removal waits for those that still run, even
     after their lease is released.  The state drops a generation once its
     removal finishes: "finished" is seen only in a :class:`Forgotten`.
+    ``measured_bytes``, ``measured_inodes`` and ``measured_at`` are its last
+    measurement (None before the first), ``peak_bytes`` and ``peak_inodes``
+    the largest any measurement found: two numbers a generation, so the
+    state stays bounded by the live objects however often it is measured.
     """
 
     id: str
@@ -88,6 +92,11 @@ class GenerationState:
     removal_reason: str | None = None
     removal_outcome: str | None = None
     commands: frozenset[str] = frozenset()
+    measured_bytes: int | None = None
+    measured_inodes: int | None = None
+    measured_at: float | None = None
+    peak_bytes: int = 0
+    peak_inodes: int = 0
 
 
 @attrs.frozen

@@ -35,3 +35,7 @@ class ManagerOptions(TypedDict, total=False):
     resume_window: float
     workdir: os.PathLike[str] | str | None
     workdir_policy: Policy
+    max_bytes: int | None
+    max_inodes: int | None
+    min_free_bytes: int | None
+    measure_every: float

@@ -55,6 +55,7 @@ from hypothesis import strategies as st
 from journal import KINDS, Event, GenerationState, Record, State
 from journal.events import (
     GenerationCreated,
+    GenerationMeasured,
     GenerationReady,
     LeaseAcquired,
     LeaseReleased,
@@ -134,6 +135,7 @@ MANAGER_EVENT_CLASSES: Final[tuple[type[Event], ...]] = tuple(
 FIELD_VALUES: Final[Mapping[type, st.SearchStrategy[Any]]] = {
     str: st.text(max_size=200),
     int: st.integers(),
+    float: st.floats(),
 }
 
 
@@ -183,6 +185,10 @@ NAMED_FIELD_VALUES: Final[Mapping[str, st.SearchStrategy[Any]]] = {
     "sha256": st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
     "size": st.integers(0, 2**62),
     "window_ms": st.integers(0, 2**62),
+    "bytes": st.integers(0, 2**62),
+    "inodes": st.integers(0, 2**62),
+    "unread": st.integers(0, 2**62),
+    "time": st.floats(min_value=0.0, max_value=4e9, allow_nan=False, allow_infinity=False),
 }
 # Fields one kind checks more strictly than the field name alone says.
 KIND_FIELD_VALUES: Final[Mapping[tuple[str, str], st.SearchStrategy[Any]]] = {
@@ -206,16 +212,20 @@ FIELD_EXAMPLES: Final[Mapping[str, Any]] = {
     "sha256": "0" * 64,
     "size": 7,
     "window_ms": 7,
+    "bytes": 7,
+    "inodes": 7,
+    "unread": 0,
+    "time": 1_700_000_000.5,
 }
 
 
 def event_fields(cls: type[Event]) -> dict[str, type]:
-    """The field names of *cls* and the Python type of each (``str`` or ``int``)."""
+    """The field names of *cls* and the Python type of each (``str``, ``int`` or ``float``)."""
     fields: dict[str, type] = {}
     for a in attrs.fields(cls):
         # The event modules use postponed annotations: the type is its name.
         name = a.type if isinstance(a.type, str) else getattr(a.type, "__name__", "")
-        fields[a.name] = {"str": str, "int": int}[name]
+        fields[a.name] = {"str": str, "int": int, "float": float}[name]
     return fields
 
 
@@ -246,9 +256,10 @@ def wrong_values_for(typ: type) -> st.SearchStrategy[Any]:
     """JSON values that are not of type *typ*: every other scalar, and lists and objects.
 
     For ``int`` this includes bools (an int to Python, never to the schema);
-    for ``str`` it includes ints.
+    for ``str`` it includes ints; for ``float``, ints (a whole number
+    written without its point is not a time).
     """
-    own = {int: "int", str: "str"}[typ]
+    own = {int: "int", str: "str", float: "float"}[typ]
     scalars = [s for name, s in _JSON_SCALARS.items() if name != own]
     return st.one_of(
         *scalars,
@@ -480,6 +491,12 @@ class Lifecycle:
     def started_removals(self) -> list[str]:
         return [g.id for g in self.generations.values() if g.removal == "started"]
 
+    def measurable(self) -> list[tuple[str, str]]:
+        """Every ``(manager, generation)`` a manager may measure: ready, not being removed."""
+        live = set(self.live_managers())
+        return [(g.manager, g.id) for g in self.generations.values()
+                if g.manager in live and g.ready and g.removal is None]
+
     def generations_of(self, manager: str) -> list[str]:
         return [g.id for g in self.generations.values() if g.manager == manager]
 
@@ -554,6 +571,12 @@ class Lifecycle:
         self.generations[generation] = dataclasses.replace(g, leases=g.leases | {lease})
         self._emit(LeaseAcquired(manager, generation, lease))
         return generation, lease
+
+    def measure(self, manager: str, generation: str, size: int, inodes: int) -> None:
+        """``generation.measured``: the walk's result, which changes nothing the model predicts."""
+        _require((manager, generation) in self.measurable(), (manager, generation))
+        self._emit(GenerationMeasured(manager, generation, size, inodes,
+                                      self._start_time + len(self.records), 0))
 
     def abandon_generation(self, manager: str) -> str:
         """A generation whose ``mkdir`` failed: created, then removed at once."""
@@ -701,6 +724,11 @@ def _close(draw: st.DrawFn, lc: Lifecycle) -> None:
     lc.close(_pick(draw, lc.live_managers()))
 
 
+def _measure(draw: st.DrawFn, lc: Lifecycle) -> None:
+    manager, generation = draw(st.sampled_from(lc.measurable()))
+    lc.measure(manager, generation, draw(st.integers(0, 2**40)), draw(st.integers(0, 2**20)))
+
+
 def _acquire(draw: st.DrawFn, lc: Lifecycle) -> None:
     lc.acquire(_pick(draw, lc.leasing_managers()))
 
@@ -740,6 +768,8 @@ def _enabled(lc: Lifecycle, max_live: int) -> list[_Step]:
         steps.append(_fail_generation)
     if lc.held_leases():
         steps += [_release_lease] * 3
+    if lc.measurable():
+        steps.append(_measure)
     if lc.due_generations():
         steps += [_remove] * 3
     if lc.started_removals():
@@ -893,7 +923,8 @@ def generation_states() -> st.SearchStrategy[GenerationState]:
 # -- faults a process lives through ------------------------------------------------
 
 # The operations of a manager that a fault may hit (tests/model.py names them).
-FAULTED_OPERATIONS: Final = ("retain", "release", "rotate", "acquire", "release_lease", "close")
+FAULTED_OPERATIONS: Final = ("retain", "release", "rotate", "acquire", "release_lease", "close",
+                             "measure")
 
 
 def faulted_operations() -> st.SearchStrategy[str]:
