@@ -91,6 +91,16 @@ def cmd_summary(args: argparse.Namespace, out: console.Out) -> int:
     out.write(f"sessions     {ss['claims']} claims of named sessions, {ss['resumed']} resumed "
               f"after a crash, {ss['discarded']} discarded\n")
     out.write(f"artifacts    {a['kept']} kept, {a['removed']} removed\n")
+    sp = s.space
+    if sp.get("measurements"):
+        out.write(f"space        {sp['measurements']:,} measurements journaled; the "
+                  f"{sp['measured']} measured directories of managers not ended hold "
+                  f"{human(int(sp['bytes'] or 0))} in {sp['inodes']:,} inodes")
+        if sp["largest"] is not None:
+            out.write(f", the largest {sp['largest']} ({human(int(sp['largest_bytes'] or 0))}"
+                      f"; the largest peak {human(int(sp['peak_bytes'] or 0))}, of "
+                      f"{sp['peak']})")
+        out.write("; `journal-inspect usage` lists every directory\n")
     if g["held_by_commands"]:
         out.write(f"             {g['held_by_commands']} directories of ended managers still held "
                   "by running commands (they go once the commands exit)\n")

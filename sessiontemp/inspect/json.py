@@ -70,6 +70,7 @@ def _body(result: object) -> dict[str, Any]:
             "running_managers": [_asdict(m) for m in result.running],
             "generations": dict(result.generations), "held": list(result.held),
             "sessions": dict(result.sessions), "artifacts": dict(result.artifacts),
+            "space": dict(result.space),
             "verify": as_json(result.verify), "checkpoint": result.checkpoint,
             "history": None if result.history is None else {
                 "first": result.history.first, "first_time": result.history.first_time,
