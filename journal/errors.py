@@ -23,7 +23,9 @@ __all__ = [
     "JournalFull",
     "JournalReadOnly",
     "JournalVersionError",
+    "LowDisk",
     "NoSuchRoot",
+    "OverBudget",
     "RootReadOnly",
     "RootUnusable",
     "RuleViolation",
@@ -106,6 +108,42 @@ class ForkedCopy(Unavailable):
     A child owns nothing its parent opened: journaling, unlocking or removing
     through that copy would act on the parent's behalf behind its back.
     """
+
+
+class OverBudget(Unavailable):
+    """The session's directory was measured over its budget: no new command may start in it.
+
+    ``path`` is the directory, ``bytes`` and ``inodes`` what its last
+    measurement found, ``max_bytes`` and ``max_inodes`` the budget (None
+    where none is set), ``largest`` its largest entries as ``(name,
+    bytes)``.  A command already running in it is never touched.
+    """
+
+    def __init__(self, path: os.PathLike[str] | str, reason: str, fix: str, *, bytes: int,
+                 inodes: int, max_bytes: int | None, max_inodes: int | None,
+                 largest: tuple[tuple[str, int], ...] = ()) -> None:
+        self.bytes = bytes
+        self.inodes = inodes
+        self.max_bytes = max_bytes
+        self.max_inodes = max_inodes
+        self.largest = largest
+        super().__init__(path, reason, fix)
+        RuntimeError.__init__(self, f"{self.path} is over its budget: {reason}. {fix}")
+
+
+class LowDisk(Unavailable):
+    """The root's file system has less free space than the manager keeps free.
+
+    ``path`` is the root, ``free_bytes`` the space free to this user,
+    ``min_free_bytes`` the floor.  Refused before a command starts, so that
+    none dies of a full disk half-way through.
+    """
+
+    def __init__(self, path: os.PathLike[str] | str, reason: str, fix: str, *,
+                 free_bytes: int, min_free_bytes: int) -> None:
+        self.free_bytes = free_bytes
+        self.min_free_bytes = min_free_bytes
+        super().__init__(path, reason, fix)
 
 
 class SessionOwned(SessionTempError, RuntimeError):

@@ -33,7 +33,9 @@ if TYPE_CHECKING:
         JournalFull,
         JournalReadOnly,
         JournalVersionError,
+        LowDisk,
         NoSuchRoot,
+        OverBudget,
         RootReadOnly,
         RootUnusable,
         SessionOwned,
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
     from sessiontemp.recovery import Report
     from sessiontemp.root import GENERATION_PREFIX, TRASH_PREFIX, default_root
     from sessiontemp.sweeps import Removed, Skipped
+    from sessiontemp.usage import Usage
 
 __all__ = [
     "DEFAULT_RETENTION",
@@ -69,8 +72,10 @@ __all__ = [
     "JournalReadOnly",
     "JournalVersionError",
     "Lease",
+    "LowDisk",
     "Manager",
     "NoSuchRoot",
+    "OverBudget",
     "Removed",
     "Report",
     "Retention",
@@ -82,6 +87,7 @@ __all__ = [
     "Unavailable",
     "UnsafeRoot",
     "Unsupported",
+    "Usage",
     "default_root",
     "recover",
     "remove_artifact",
@@ -106,8 +112,10 @@ _WHERE: dict[str, str] = {
     "JournalReadOnly": "journal.errors",
     "JournalVersionError": "journal.errors",
     "Lease": "sessiontemp.lease",
+    "LowDisk": "journal.errors",
     "Manager": "sessiontemp.manager",
     "NoSuchRoot": "journal.errors",
+    "OverBudget": "journal.errors",
     "Removed": "sessiontemp.sweeps",
     "Report": "sessiontemp.recovery",
     "Retention": "journal.segments",
@@ -118,6 +126,7 @@ _WHERE: dict[str, str] = {
     "Skipped": "sessiontemp.sweeps",
     "Unavailable": "journal.errors",
     "UnsafeRoot": "journal.errors",
+    "Usage": "sessiontemp.usage",
     "Unsupported": "journal.errors",
     "default_root": "sessiontemp.root",
     "recover": "sessiontemp.cleanup",
