@@ -35,7 +35,8 @@ from sessiontemp import console
 from sessiontemp.arguments import Parser, nearest_option, not_a_subcommand
 from sessiontemp.cleanup import recover
 from sessiontemp.root import default_root
-from sessiontemp.run import Limits, run_command
+from sessiontemp.budget import Limits
+from sessiontemp.run import run_command
 
 __all__ = ["main"]
 

@@ -106,7 +106,8 @@ def sessiontemp_lease(
     request: pytest.FixtureRequest, _sessiontemp_manager: Manager
 ) -> Iterator[Lease]:
     """A lease on a private directory of this test's own, given back (and removed) after it."""
-    from sessiontemp.run import label, over_budget
+    from sessiontemp import budget
+    from sessiontemp.run import label
 
     manager = _sessiontemp_manager
     # Rotating first makes the directory this test's alone; rotating after
@@ -116,11 +117,13 @@ def sessiontemp_lease(
     over = None
     try:
         yield lease
-        max_bytes = request.config.getoption("sessiontemp_max_bytes")
-        max_inodes = request.config.getoption("sessiontemp_max_inodes")
-        if max_bytes is not None or max_inodes is not None:
+        limits = budget.Limits(request.config.getoption("sessiontemp_max_bytes"),
+                               request.config.getoption("sessiontemp_max_inodes"))
+        if limits.budgeted:
             # Measured (and journaled) while the directory is still the current one.
-            over = over_budget(manager.measure(), max_bytes, max_inodes)
+            usage = manager.measure()
+            if budget.over(limits, usage.bytes, usage.inodes):
+                over = budget.over_budget(limits, usage)
     finally:
         manager.rotate()
         lease.release()

@@ -29,12 +29,13 @@ from typing import Final
 import attrs
 
 from journal.errors import BadInput, CommandNotStarted, OverBudget
+from sessiontemp import budget
+from sessiontemp.budget import Limits
 from sessiontemp.lease import Lease
 from sessiontemp.manager import Manager
-from sessiontemp.usage import Usage, human
+from sessiontemp.usage import Usage
 
-__all__ = ["FORWARDED", "Finished", "Limits", "exit_status", "label", "over_budget",
-           "run_command"]
+__all__ = ["FORWARDED", "Finished", "exit_status", "label", "run_command"]
 
 FORWARDED: Final = frozenset({
     signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
@@ -70,51 +71,6 @@ class Finished:
     over: OverBudget | None = None
 
 
-@attrs.frozen
-class Limits:
-    """The space options of a run, handed to its :class:`~sessiontemp.Manager` as given.
-
-    None leaves the manager's default: no budget, and its documented floor
-    of free space (``min_free_bytes``).
-    """
-
-    max_bytes: int | None = None
-    max_inodes: int | None = None
-    min_free_bytes: int | None = None
-
-    @property
-    def budget(self) -> bool:
-        """Whether a budget is set, so that the directory is measured at the end."""
-        return self.max_bytes is not None or self.max_inodes is not None
-
-    def manager(self, root: os.PathLike[str] | str | None) -> Manager:
-        """A manager of *root* with these limits (the default floor unless one is given)."""
-        if self.min_free_bytes is None:
-            return Manager(root, max_bytes=self.max_bytes, max_inodes=self.max_inodes)
-        return Manager(root, max_bytes=self.max_bytes, max_inodes=self.max_inodes,
-                       min_free_bytes=self.min_free_bytes)
-
-
-def over_budget(usage: Usage, max_bytes: int | None, max_inodes: int | None
-                ) -> OverBudget | None:
-    """The :class:`~sessiontemp.OverBudget` a measurement earns against a budget, or None."""
-    over = []
-    if max_bytes is not None and usage.bytes > max_bytes:
-        over.append(f"{human(usage.bytes)} on disk, over the budget of {human(max_bytes)} "
-                    f"(max_bytes={max_bytes})")
-    if max_inodes is not None and usage.inodes > max_inodes:
-        over.append(f"{usage.inodes:,} inodes, over the budget of {max_inodes:,} "
-                    f"(max_inodes={max_inodes})")
-    if not over:
-        return None
-    return OverBudget(
-        usage.path, f"it holds {' and '.join(over)}; its largest entries: "
-        f"{usage.describe_largest()}",
-        "Remove files from it, give the command a fresh directory (a new run, or rotate), "
-        "or raise the budget", bytes=usage.bytes, inodes=usage.inodes, max_bytes=max_bytes,
-        max_inodes=max_inodes, largest=usage.largest)
-
-
 def label(text: str) -> str:
     """*text* as a lease label: cut to a length the journal accepts, marked when cut."""
     return text if len(text) <= _LABEL_LIMIT else text[:_LABEL_LIMIT - 3] + "..."
@@ -139,8 +95,9 @@ def run_command(
     directory unless something still holds it.  Call it from the main
     thread: it takes over SIGCHLD while it runs.
 
-    *limits* go to the manager: a root whose file system has less free space
-    than its floor refuses the command before it starts
+    *limits* (:class:`sessiontemp.budget.Limits`) go to the manager: a root
+    whose file system has less free space than its floor refuses the command
+    before it starts
     (:class:`~sessiontemp.LowDisk`); with a budget, the directory is
     measured once more when the command exits, and a size over the budget
     is returned as ``Finished.over`` (the command is never stopped for it).
@@ -171,16 +128,19 @@ def run_command(
     try:
         usage = over = None
         limits = limits or Limits()
-        with limits.manager(root) as manager:
+        with Manager(root, max_bytes=limits.max_bytes, max_inodes=limits.max_inodes,
+                     min_free_bytes=limits.min_free_bytes,
+                     measure_every=limits.measure_every) as manager:
             manager.retain()
             with manager.acquire(label=label(shlex.join(command))) as lease:
                 early = _pending_stop()
                 status = 128 + early if early else _start_and_wait(
                     lease, command, previous_mask)
-                if limits.budget:
+                if limits.budgeted:
                     # Before the lease goes: the directory is the run's until then.
                     usage = manager.measure()
-                    over = over_budget(usage, limits.max_bytes, limits.max_inodes)
+                    if budget.over(limits, usage.bytes, usage.inodes):
+                        over = budget.over_budget(limits, usage)
             # The last owner seals the session; its directory goes now unless held.
             manager.release()
         return Finished(status, lease.path, kept=lease.path.exists(), usage=usage, over=over)

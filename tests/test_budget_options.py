@@ -41,7 +41,7 @@ def test_a_run_that_ends_over_max_bytes_fails_loudly_after_its_command_ran(
     assert marker.read_text() == "ran\n"
     (line,) = result.stderr.splitlines()
     assert line.startswith("sessiontemp run: ")
-    assert "sessiontemp-gen-" in line and "over the budget of 100.0 KiB" in line
+    assert "sessiontemp-gen-" in line and "of a 100.0 KiB budget" in line
     assert "big.bin (" in line and "raise the budget" in line
     assert "nothing was stopped" in line
     # The measurement is journaled: the size stays in the history.
@@ -62,7 +62,7 @@ def test_a_failing_command_over_its_budget_keeps_its_own_status(tmp_path: Path) 
     result = run(tmp_path / "root", "--max-bytes", "1000", size=200_000,
                  marker=tmp_path / "ran", status=4)
     assert result.returncode == 4
-    assert "over the budget" in result.stderr
+    assert "budget" in result.stderr and "big.bin" in result.stderr
 
 
 def test_max_inodes_counts_files(tmp_path: Path) -> None:
@@ -70,7 +70,7 @@ def test_max_inodes_counts_files(tmp_path: Path) -> None:
     result = sessiontemp(launcher("script"), "run", "--root", os.fspath(tmp_path / "root"),
                          "--max-inodes", "5", "--", "sh", "-c", script)
     assert result.returncode == 75
-    assert "7 inodes, over the budget of 5" in result.stderr
+    assert "7 inodes of 5" in result.stderr
 
 
 def test_too_little_free_space_refuses_the_command_before_it_starts(tmp_path: Path) -> None:
@@ -113,16 +113,9 @@ def test_the_plugin_fails_the_test_whose_directory_ends_over_its_budget(
     result.assert_outcomes(passed=3, errors=1)
     text = result.stdout.str()
     assert "ERROR at teardown of test_big" in text
-    assert "OverBudget" in text and "big.bin (" in text and "over the budget of" in text
-    assert len(journaled(root, GenerationMeasured)) == 3
-
-
-def test_without_a_budget_the_plugin_measures_nothing(pytester: pytest.Pytester, root: Path
-                                                      ) -> None:
-    pytester.makepyfile(INNER)
-    result = pytester.runpytest("--sessiontemp-root", os.fspath(root))
-    result.assert_outcomes(passed=3)
-    assert journaled(root, GenerationMeasured) == []
+    assert "OverBudget" in text and "big.bin (" in text and "97.7 KiB budget" in text
+    # Each test's directory measured as it ended (the manager may measure more on its own).
+    assert len(journaled(root, GenerationMeasured)) >= 3
 
 
 def test_the_plugin_refuses_a_budget_that_is_no_number(pytester: pytest.Pytester, root: Path

@@ -8,6 +8,7 @@ the inspector says is checked against the measurements the journal holds.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from xml.etree import ElementTree
@@ -39,10 +40,12 @@ def measurements(root: Path) -> dict[str, list[GenerationMeasured]]:
 
 @pytest.fixture(scope="module")
 def sized(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
-    """Session "grows": 100 KB, then 3 MB, then emptied and removed (its peak stays in the
+    """Measured only when asked (no background measuring), so each measurement is known.
+
+    Session "grows": 100 KB, then 3 MB, then emptied and removed (its peak stays in the
     journal); its next directory, live, 1 MB. Session "small": 10 bytes, live."""
     root = tmp_path_factory.mktemp("sizes") / "root"
-    grows = Manager(root, session="grows")
+    grows = Manager(root, session="grows", measure_every=math.inf)
     grows.retain()
     lease = grows.acquire(label="make big")
     removed = lease.generation
@@ -58,7 +61,7 @@ def sized(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
     live = grows.acquire(label="make more")
     (live.path / "three").write_bytes(b"x" * 1_000_000)
     grows.measure()
-    small = Manager(root, session="small")
+    small = Manager(root, session="small", measure_every=math.inf)
     small.retain()
     tiny = small.acquire(label="echo")
     (tiny.path / "f").write_bytes(b"x" * 10)

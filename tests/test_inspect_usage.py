@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import subprocess
 from collections.abc import Iterator
@@ -49,7 +50,7 @@ def fill(path: Path, i: int) -> None:
 def grown(root: Path, n: int, session: str | None = None) -> tuple[Manager, list[Lease]]:
     """A manager that made *n* generations, each leased, filled and measured, then rotated
     (the leases held keep them all on disk)."""
-    manager = Manager(root, durability="relaxed", session=session)
+    manager = Manager(root, durability="relaxed", session=session, measure_every=math.inf)
     manager.retain()
     leases = []
     for i in range(n):
