@@ -25,7 +25,7 @@ from journal.errors import SessionTempError, Unavailable
 from journal.events import GenerationCreated, GenerationReady, LeaseAcquired, Rotated
 from journal.reducer import State, removal_due
 from journal.store import Pending
-from sessiontemp import resources
+from sessiontemp import reserve, resources
 from sessiontemp.handles import Handles
 from sessiontemp.liveness import lock_shared
 from sessiontemp.locks import refusal
@@ -284,6 +284,9 @@ class Generations:
         # (removal.seize): the generation keeps it until the removal's
         # start, with every event queued before it, is committed.
         held = self.handles.generations.pop(generation, None)
+        # Removing frees space, and must not need any: on a full disk the
+        # reserve's blocks are what its journal records are written to.
+        reserve.make_room(self.handles.root.fd)
         try:
             result = remove(self.handles.root.fd, target,
                             journal=lambda events: self.journal.append(*events),

@@ -33,6 +33,7 @@ from sessiontemp.generations import Generations
 from sessiontemp.handles import Handles
 from sessiontemp.lease import Hold, Issuer, Lease
 from sessiontemp.log import debugging
+from sessiontemp.meter import Meter
 from sessiontemp.shield import shielded
 from sessiontemp.steps import Steps
 from sessiontemp.writepath import Owner
@@ -48,7 +49,7 @@ class Leases:
 
     def __init__(self, manager: Issuer, owner: Owner, handles: Handles,
                  generations: Generations, mutex: threading.RLock, steps: Steps,
-                 log: BoundLogger, *, clock: Callable[[], float]) -> None:
+                 log: BoundLogger, *, clock: Callable[[], float], meter: Meter) -> None:
         # Weakly: each lease holds its manager, and a manager dropped
         # unclosed must be finalized at once, not by the cycle collector.
         self._manager = weakref.ref(manager)
@@ -60,6 +61,7 @@ class Leases:
         self._steps = steps
         self._log = log
         self._clock = clock
+        self._meter = meter
 
     @property
     def root(self) -> Path:
@@ -75,7 +77,10 @@ class Leases:
 
     def acquire(self, label: str) -> Lease:
         """Hand out a lease on the current generation (see :meth:`Manager.acquire`)."""
+        # Before the mutex: a budget's check may walk the directory.
+        self._meter.admit()
         lease, pending = self._acquire_locked(label)
+        self._meter.leased()
         if pending is None:
             return lease
         # A lease on a live generation: waited for without the mutex, so
@@ -112,6 +117,9 @@ class Leases:
                 # Work a failure left (a directory half made, a removal due)
                 # is finished before anything new begins.
                 unfinished = self._generations.settle()
+                # After the settle, whose removals may have freed space;
+                # before anything of the lease is written.
+                self._meter.check_disk()
                 return self._lease(label, unfinished)
             except (JournalError, RuleViolation) as e:
                 raise self._unavailable(f"the journal could not record the lease: {e}",

@@ -57,7 +57,7 @@ from journal.events import (
 from journal.reducer import State
 from journal.segments import DEFAULT_RETENTION, Retention
 from journal.store import Pending, Store
-from sessiontemp import placement, recovery, resources, sessions
+from sessiontemp import budget, placement, recovery, reserve, resources, sessions
 from sessiontemp.durability import DURABILITY, Durability
 from sessiontemp.durability import check as check_durability
 from sessiontemp.generations import Generations
@@ -67,9 +67,11 @@ from sessiontemp.leasing import Leases
 from sessiontemp.liveness import LivenessLock
 from sessiontemp.locks import hold_root
 from sessiontemp.log import bound
+from sessiontemp.meter import Meter
 from sessiontemp.root import Root, default_root, generation_name
 from sessiontemp.shield import shielded
 from sessiontemp.steps import StepHook, Steps
+from sessiontemp.usage import Usage
 from sessiontemp.writer import Writer
 
 __all__ = ["DEFAULT_RESUME_WINDOW", "DEFAULT_STALE_AFTER", "DURABILITY", "Durability", "Manager"]
@@ -123,6 +125,16 @@ class Manager:
     directory sandboxed commands may write: a root inside it is refused
     (:class:`UnsafeRoot`), or with ``workdir_policy="warn"`` warned about.
 
+    *max_bytes* and *max_inodes* budget the current directory (None: no
+    budget): once a measurement finds it over, the next acquire raises
+    :class:`~sessiontemp.OverBudget`; a running command is never touched.
+    Acquire raises :class:`~sessiontemp.LowDisk` while the root's file
+    system has less than *min_free_bytes* free (None: 1% of it, at most 1
+    GiB).  The directory is measured in the background at most every
+    *measure_every* seconds (``math.inf``: only by :meth:`measure`); see
+    the documentation's "Space".  Negative, NaN or bool values raise
+    ValueError.
+
     A forked child owns nothing of its parent's manager: its copy refuses
     every operation with :class:`~journal.errors.ForkedCopy`, and closing
     it does nothing.
@@ -143,8 +155,13 @@ class Manager:
         resume_window: float = DEFAULT_RESUME_WINDOW,
         workdir: os.PathLike[str] | str | None = None,
         workdir_policy: placement.Policy = "refuse",
+        max_bytes: int | None = None,
+        max_inodes: int | None = None,
+        min_free_bytes: int | None = None,
+        measure_every: float = budget.DEFAULT_MEASURE_EVERY,
     ) -> None:
         recovery.check_stale_after(stale_after)
+        self._limits = budget.check_limits(max_bytes, max_inodes, min_free_bytes, measure_every)
         self._retention = retention
         durability = check_durability(durability)
         claim = None if session is None else sessions.Claim(sessions.check_name(session),
@@ -182,8 +199,10 @@ class Manager:
                                        clock=self._clock, steps=self._steps, mutex=self._mutex,
                                        log=self._log)
         self._generations = Generations(self.id, writer, handles, self._steps, self._log)
+        self._meter = Meter(self.id, writer, handles, self._mutex, self._limits, self._log,
+                            clock=self._clock)
         self._leases = Leases(self, writer, handles, self._generations, self._mutex,
-                              self._steps, self._log, clock=self._clock)
+                              self._steps, self._log, clock=self._clock, meter=self._meter)
         register(self.id, handles)
         try:
             if claim is not None:
@@ -208,6 +227,7 @@ class Manager:
             if not hold_root(handles.root.fd, patience=busy_timeout):
                 self._log.warning("root.unlocked", path=str(handles.root.path),
                                   reason="another process holds the root's exclusive lock")
+            self._meter.opened()
             # The liveness lock is taken before the journal names this
             # manager, so a recovery that sees the name finds the lock.
             self._steps.before("lock", f"manager {self.id}")
@@ -356,6 +376,17 @@ class Manager:
         self._handles.refuse_forked(self.id)
         return shielded(functools.partial(self._leases.acquire, label), Lease.release)
 
+    def measure(self) -> Usage:
+        """Measure the current directory now, journal it, and return its :class:`Usage`.
+
+        Blocking (a walk of the whole tree), safe from any thread; zeros
+        when there is no current directory yet.  Acquire's budget check
+        uses it: after removing files from a directory refused as over
+        budget, a call lets the next acquire through at once.
+        """
+        self._handles.refuse_forked(self.id)
+        return self._meter.measure()
+
     # -- the end -----------------------------------------------------------------
 
     def close(self) -> None:
@@ -373,6 +404,10 @@ class Manager:
         """
         if self._handles.forked:
             return
+        meter: Meter | None = self.__dict__.get("_meter")
+        if meter is not None:
+            # Outside the mutex, which its last journaling may wait for.
+            meter.stop()
         shielded(self._close)
 
     def _close(self) -> None:
@@ -382,6 +417,8 @@ class Manager:
                 return
             journaled = self._writer.me.ended is not None
             if not journaled:
+                # Its end, and the removals that follow, need no free space.
+                reserve.make_room(handles.root.fd)
                 try:
                     self._writer.append(ManagerClosed(self.id))
                     journaled = True

@@ -77,7 +77,7 @@ from journal.events import (
 )
 from journal.reducer import Fold, GenerationState, State, kept_for_resume
 from journal.store import Store
-from sessiontemp import artifacts, sessions
+from sessiontemp import artifacts, reserve, sessions
 from sessiontemp.liveness import RecoveryLock, take_liveness
 from sessiontemp.log import logger
 from sessiontemp.root import (
@@ -145,6 +145,8 @@ def run(
         # Again once the lock is held, however long the wait: the pass acts
         # on what the descriptor holds and reports paths under the name.
         root.check_identity()
+        # A pass journals what it removes: on a full disk, into the reserve.
+        reserve.make_room(root.fd)
         work = _Pass(root, store, stale_after=stale_after, clock=clock, steps=steps,
                      claim=claim, remove_artifacts=remove_artifacts)
         work.progress = progress

@@ -72,6 +72,7 @@ __all__ = [
     "JOURNAL_NAME",
     "MANAGERS_DIR",
     "RECOVERY_LOCK",
+    "RESERVE",
     "SEGMENTS_DIR",
     "SESSIONS_DIR",
     "TRASH_PREFIX",
@@ -97,9 +98,13 @@ MANAGERS_DIR: Final = "managers"
 SESSIONS_DIR: Final = "sessions"
 ARTIFACTS_DIR: Final = "artifacts"
 RECOVERY_LOCK: Final = "recovery.lock"
+# Blocks kept allocated for the journal to record removals on a full disk
+# (sessiontemp.reserve).
+RESERVE: Final = "space.reserve"
 # The root's own directories and plain files, as the library makes them.
 DIRECTORIES: Final = (MANAGERS_DIR, SESSIONS_DIR, ARTIFACTS_DIR, SEGMENTS_DIR)
-FILES: Final = (JOURNAL_NAME, f"{JOURNAL_NAME}-wal", f"{JOURNAL_NAME}-shm", RECOVERY_LOCK)
+FILES: Final = (JOURNAL_NAME, f"{JOURNAL_NAME}-wal", f"{JOURNAL_NAME}-shm", RECOVERY_LOCK,
+                 RESERVE)
 _JOURNAL_ENTRIES: Final = (*FILES[:3], SEGMENTS_DIR)
 # Every name of the root's own (generations and trash aside), with the
 # rollback journal SQLite may leave beside an old-format journal.

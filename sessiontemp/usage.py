@@ -32,6 +32,7 @@ import errno
 import heapq
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -48,6 +49,8 @@ LARGEST: Final = 3
 # How many unreadable entries a measurement names at most (it counts them all).
 _NAMED_UNREAD: Final = 20
 _BLOCK: Final = 512
+# How many entries a walk counts between two looks at whether to stop.
+_STOP_EVERY: Final = 1024
 
 
 @attrs.frozen
@@ -99,18 +102,30 @@ def measure_tree(path: str | os.PathLike[str]) -> Usage:
     except FileNotFoundError:
         return Usage(target)
     try:
-        return measure_at(fd, target)
+        usage = measure_at(fd, target)
+        assert usage is not None, "only a walk told to stop stops"
+        return usage
     finally:
         os.close(fd)
 
 
-def measure_at(fd: int, path: Path) -> Usage:
+def measure_at(fd: int, path: Path, *, stop: Callable[[], bool] | None = None) -> Usage | None:
     """Measure the directory open as *fd* (the caller's; *path* names it in the result).
 
     Each entry of the top is walked on its own, so that its size is known
     for :attr:`Usage.largest`; hard links are counted once across them all.
+    *stop* is asked every thousand entries or so; once it says True, the
+    walk ends at once and the result is None (a manager closing does not
+    wait for a long walk of its background measurement).
     """
-    counter = _Counter()
+    counter = _Counter(stop)
+    try:
+        return _measure(fd, path, counter)
+    except _Stopped:
+        return None
+
+
+def _measure(fd: int, path: Path, counter: _Counter) -> Usage:
     try:
         counter.directory(os.fstat(fd))
         names = os.listdir(fd)
@@ -166,18 +181,28 @@ def _measure_entry(top_fd: int, top: Node, name: str, counter: _Counter,
         (mounts if obstacle.kind == "mount" else unread).append(where)
 
 
+class _Stopped(Exception):
+    """A walk told to stop: never seen outside this module."""
+
+
 class _Counter:
     """The measurement's part of a walk: count what each entry allocates, change nothing."""
 
-    def __init__(self) -> None:
+    def __init__(self, stop: Callable[[], bool] | None = None) -> None:
+        self.stop = stop
         self.bytes = 0
         self.inodes = 0
         # Inodes with more than one name, seen already: their space is counted once.
         self.linked: set[tuple[int, int]] = set()
 
     def directory(self, st: os.stat_result) -> None:
-        self.inodes += 1
+        self.count()
         self.bytes += st.st_blocks * _BLOCK
+
+    def count(self) -> None:
+        self.inodes += 1
+        if self.stop is not None and self.inodes % _STOP_EVERY == 0 and self.stop():
+            raise _Stopped
 
     def enter(self, fd: int, node: Node) -> None:
         self.directory(os.fstat(fd))
@@ -196,7 +221,7 @@ class _Counter:
             if key in self.linked:
                 return
             self.linked.add(key)
-        self.inodes += 1
+        self.count()
         self.bytes += st.st_blocks * _BLOCK
 
     def leave(self, parent: int, name: str) -> None:

@@ -1,0 +1,312 @@
+"""A manager's measurements of its current directory, and the refusals they lead to.
+
+:meth:`Meter.measure` walks the current generation (:mod:`sessiontemp.usage`)
+and journals ``generation.measured``; :meth:`Meter.admit` and
+:meth:`Meter.check_disk` are what acquire asks before it hands a directory
+out, and refuse with :class:`~sessiontemp.OverBudget` or
+:class:`~sessiontemp.LowDisk` (:mod:`sessiontemp.budget` words them).
+
+**When it measures.**  A walk costs time in proportion to the tree (about a
+microsecond or two per entry in C, several in this walk), so it is never
+done on the acquire path, nor on an event loop: a background thread,
+started by the first lease, measures at most every ``measure_every``
+seconds, and only when the directory may have changed since (a lease was
+handed out, or one is held: a command that runs may write).  An idle
+session costs nothing, and its journal is not filled with repeats: a
+periodic measurement that finds what the last one found is not journaled
+again.  After a walk of *d* seconds the thread waits at least ``d * 19``
+before the next, so measuring takes at most :data:`SHARE` (5%) of the
+process's time, however large the tree; the thread runs at the lowest
+CPU priority (nice 19), and the walk holds the GIL only between system
+calls.  An acquire never waits for it: it reads the last measurement in
+the state, and walks only when that one says "over budget" and is older
+than ``measure_every`` (so a directory cleaned up is let through again,
+at once after :meth:`~sessiontemp.Manager.measure`).
+
+A thread rather than measuring on acquire or release: those are the hot
+path (tens of microseconds), and a session's size changes while its
+commands run, between them, which only something running on its own sees.
+
+**The disk.**  ``statvfs`` on every acquire (a few microseconds); the
+reserve (:mod:`sessiontemp.reserve`) is refilled when space allows.  A
+root on tmpfs is warned of once per root and process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from journal.errors import JournalError, RuleViolation
+from journal.events import GenerationMeasured, decode
+from journal.store import Pending
+from sessiontemp import budget, disk, reserve, usage
+from sessiontemp.budget import Limits
+from sessiontemp.handles import Handles
+from sessiontemp.root import DIR_FLAGS, generation_name
+from sessiontemp.shield import shielded
+from sessiontemp.usage import Usage
+from sessiontemp.writepath import Owner
+
+if TYPE_CHECKING:
+    from structlog.stdlib import BoundLogger
+
+__all__ = ["SHARE", "Meter"]
+
+# The most of the process's wall-clock time the background measurement takes.
+SHARE: Final = 0.05
+# The background thread's CPU priority: the lowest there is.
+_NICE: Final = 19
+# How long a close waits for the background walk to notice it must stop.
+_JOIN: Final = 2.0
+# The shortest wait between two looks at whether a measurement is due.
+_POLL: Final = 0.1
+# How many of the journal's last events a refusal for a low disk reads, for
+# the sizes of the root's other directories (bounded: a refusal stays cheap).
+_LOOKBACK: Final = 100_000
+# Roots this process has warned are on tmpfs: once each.
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+class Meter:
+    """The measurements of manager *manager*'s current generation, and its space checks."""
+
+    def __init__(self, manager: str, owner: Owner, handles: Handles, mutex: threading.RLock,
+                 limits: Limits, log: BoundLogger, *, clock: Callable[[], float]) -> None:
+        self.manager = manager
+        self.limits = limits
+        self._owner = owner
+        self._handles = handles
+        self._mutex = mutex
+        self._log = log
+        self._clock = clock
+        # The floor kept free: min_free_bytes, or the default for the file system.
+        self.floor = 0 if limits.min_free_bytes is None else limits.min_free_bytes
+        # The last measurement: (generation, usage, time.monotonic() when taken).
+        self._last: tuple[str, Usage, float] | None = None
+        # What was journaled last, so a periodic repeat is not.
+        self._journaled: tuple[str, int, int, int] | None = None
+        self._reserved = False
+        self._active = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def root(self) -> Path:
+        return self._handles.root.path
+
+    def opened(self) -> None:
+        """Once the root is open: learn its file system, warn of tmpfs, fill the reserve."""
+        fd = self._handles.root.fd
+        if self.limits.min_free_bytes is None:
+            self.floor = disk.default_min_free(disk.space_of(fd).total)
+        path = str(self.root)
+        if disk.is_ram(fd):
+            with _warned_lock:
+                first = path not in _warned
+                _warned.add(path)
+            if first:
+                self._log.warning(
+                    "root.tmpfs", path=path, reason="the root lies on a RAM-backed file "
+                    "system (tmpfs): what sessions leave in it takes memory, not disk",
+                    fix="Pass a root on disk (Manager(root=...), sessiontemp run --root, or "
+                    "TMPDIR pointing to a disk)")
+        self._reserved = reserve.refill(fd, self.floor)
+
+    # -- what acquire asks ---------------------------------------------------------
+
+    def admit(self) -> None:
+        """Refuse with OverBudget if the current directory was last measured over budget.
+
+        Run before the acquire takes the mutex: it may walk the directory.
+        """
+        if not self.limits.budgeted:
+            return
+        state = self._owner.state
+        current = self._owner.me.current
+        generation = None if current is None else state.generations.get(current)
+        if generation is None or not budget.over_generation(self.limits, generation):
+            return
+        last = self._last
+        if last is not None and last[0] == current and (
+            time.monotonic() - last[2] < self.limits.measure_every
+        ):
+            found = last[1]
+        else:
+            # Over, as measured some time ago (or by a dead owner): whether
+            # it still is, and what is big in it, is worth a walk now.
+            found = self.measure()
+        if budget.over(self.limits, found.bytes, found.inodes):
+            self._log.warning("space.over_budget", path=str(found.path), bytes=found.bytes,
+                              inodes=found.inodes, max_bytes=self.limits.max_bytes,
+                              max_inodes=self.limits.max_inodes)
+            raise budget.over_budget(self.limits, found)
+
+    def check_disk(self) -> None:
+        """Refuse with LowDisk below the floor; refill a short reserve.  Under the mutex."""
+        fd = self._handles.root.fd
+        free = disk.space_of(fd).free
+        if free < self.floor:
+            self._log.warning("space.low_disk", path=str(self.root), free=free,
+                              min_free_bytes=self.floor)
+            raise budget.low_disk(self.root, free, self.floor, self._largest())
+        if not self._reserved:
+            self._reserved = reserve.refill(fd, self.floor)
+
+    def leased(self) -> None:
+        """A lease was handed out: the directory may change; start measuring it."""
+        self._active = True
+        if self._thread is None and math.isfinite(self.limits.measure_every):
+            try:
+                root_fd = os.dup(self._handles.root.fd)
+            except OSError:
+                return  # out of descriptors: the next lease tries again
+            self._thread = threading.Thread(target=self._run, args=(root_fd,), daemon=True,
+                                            name=f"sessiontemp-measure-{self.manager[:8]}")
+            self._thread.start()
+
+    def _largest(self) -> list[tuple[Path, int]]:
+        """The largest live directories under the root, as last measured, largest first."""
+        sizes: dict[str, int] = {}
+        for gid, generation in self._owner.state.generations.items():
+            if generation.measured_bytes is not None:
+                sizes[gid] = generation.measured_bytes
+        store = self._handles.store
+        try:
+            if store is not None:
+                after = max(0, self._owner.state.seq - _LOOKBACK)
+                for seq, _, kind, payload in store.rows_where(
+                        after=after, kinds=[GenerationMeasured.kind]):
+                    event = decode(seq, kind, payload)
+                    assert isinstance(event, GenerationMeasured)
+                    sizes[event.generation] = event.bytes
+        except (JournalError, RuleViolation) as e:
+            self._log.debug("space.sizes_unread", reason=str(e))
+        live = []
+        for gid, size in sizes.items():
+            name = generation_name(gid)
+            with contextlib.suppress(OSError):
+                os.stat(name, dir_fd=self._handles.root.fd, follow_symlinks=False)
+                live.append((size, name))
+        live.sort(reverse=True)
+        return [(self.root / name, size) for size, name in live[:3]]
+
+    # -- measuring -----------------------------------------------------------------
+
+    def measure(self, *, periodic: bool = False, root_fd: int | None = None,
+                stop: Callable[[], bool] | None = None) -> Usage:
+        """Measure the current generation now and journal it; zeros when there is none.
+
+        Blocking, from any thread: the walk runs without the mutex, which
+        is taken only to find and open the directory and to journal.  A
+        *periodic* measurement is journaled only when it differs from the
+        last one.  Never raises for the tree (see :mod:`sessiontemp.usage`);
+        a journal that refuses the record is logged.
+        """
+        with self._mutex:
+            if self._handles.closed:
+                return Usage(self.root)
+            current = self._owner.me.current
+            known = None if current is None else self._owner.state.generations.get(current)
+            if current is None or known is None or not known.ready:
+                return Usage(self.root)
+            name = generation_name(current)
+            path = self.root / name
+            try:
+                fd = os.open(name, DIR_FLAGS,
+                             dir_fd=self._handles.root.fd if root_fd is None else root_fd)
+                st = os.fstat(fd)
+            except OSError:
+                return Usage(path)  # gone: it holds nothing
+        try:
+            if (st.st_dev, st.st_ino) != (known.device, known.inode):
+                return Usage(path)  # another directory under its name: not ours to measure
+            try:
+                found = usage.measure_at(fd, path, stop=stop)
+            except OSError as e:
+                # The directory itself cannot be read (a command made it 000).
+                self._log.warning("space.unmeasured", path=str(path), reason=str(e))
+                return Usage(path, unread=(".",), unread_count=1)
+        finally:
+            os.close(fd)
+        if found is None:
+            return Usage(path)
+        self._last = (current, found, time.monotonic())
+        self._record(current, found, periodic=periodic)
+        return found
+
+    def _record(self, generation: str, found: Usage, *, periodic: bool) -> None:
+        key = (generation, found.bytes, found.inodes, found.unread_count)
+        if periodic and key == self._journaled:
+            return
+        event = GenerationMeasured(self.manager, generation, found.bytes, found.inodes,
+                                   float(self._clock()), found.unread_count)
+
+        def append() -> Pending | None:
+            with self._mutex:
+                if self._owner.closed:
+                    return None
+                now = self._owner.state.generations.get(generation)
+                if now is None or not now.ready or now.removal is not None:
+                    return None  # removed meanwhile: its last size was already said
+                return self._owner.append(event, wait=False)
+
+        try:
+            pending = shielded(append)
+            if pending is not None:
+                self._owner.wait(pending)
+                self._journaled = key
+        except (JournalError, RuleViolation) as e:
+            self._log.warning("space.unrecorded", generation=generation, reason=str(e))
+
+    def _due(self) -> bool:
+        """Whether the directory may have changed since the last measurement."""
+        current = self._owner.me.current
+        if current is None:
+            return False
+        generation = self._owner.state.generations.get(current)
+        return generation is not None and generation.ready and (
+            self._active or bool(generation.leases))
+
+    def _run(self, root_fd: int) -> None:
+        """The background thread: measure when due, at most every measure_every seconds."""
+        # Its own descriptor of the root: a manager dropped unclosed closes
+        # its own from the garbage collector's thread, at any moment.
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _NICE)
+        delay = self.limits.measure_every
+        try:
+            while not self._stop.wait(max(delay, _POLL)):
+                if self._handles.closed or self._handles.forked:
+                    return
+                delay = self.limits.measure_every
+                if not self._due():
+                    continue
+                self._active = False
+                started = time.monotonic()
+                try:
+                    self.measure(periodic=True, root_fd=root_fd, stop=self._stop.is_set)
+                except Exception as e:  # a thread of its own: nobody else would hear of it
+                    self._log.warning("space.measure_failed", reason=str(e))
+                spent = time.monotonic() - started
+                delay = max(delay, spent * (1 - SHARE) / SHARE)
+                if not self._reserved:
+                    with self._mutex:
+                        if not self._handles.closed:
+                            self._reserved = reserve.refill(root_fd, self.floor)
+        finally:
+            os.close(root_fd)
+
+    def stop(self) -> None:
+        """Stop the background measurement (a walk under way ends at once); before a close."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(_JOIN)
