@@ -33,9 +33,9 @@ from typing import Final, TextIO
 from journal.errors import BadInput, CommandNotStarted, LowDisk, OverBudget, SessionTempError
 from sessiontemp import console
 from sessiontemp.arguments import Parser, nearest_option, not_a_subcommand
+from sessiontemp.budget import Limits
 from sessiontemp.cleanup import recover
 from sessiontemp.root import default_root
-from sessiontemp.budget import Limits
 from sessiontemp.run import run_command
 
 __all__ = ["main"]

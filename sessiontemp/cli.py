@@ -306,7 +306,7 @@ def cmd_usage(args: argparse.Namespace, out: console.Out) -> int:
     if args.json:
         _emit(inspect.as_json(report), out)
         return 0
-    kind = f" ({report.fstype})" if report.fstype else ""
+    kind = " (tmpfs)" if report.tmpfs else ""
     out.write(f"root         {report.root}{kind}: {human(report.free_bytes)} free of "
               f"{human(report.total_bytes)}\n")
     if report.tmpfs:

@@ -41,8 +41,10 @@ def test_a_run_that_ends_over_max_bytes_fails_loudly_after_its_command_ran(
     assert marker.read_text() == "ran\n"
     (line,) = result.stderr.splitlines()
     assert line.startswith("sessiontemp run: ")
-    assert "sessiontemp-gen-" in line and "of a 100.0 KiB budget" in line
-    assert "big.bin (" in line and "raise the budget" in line
+    assert "sessiontemp-gen-" in line
+    assert "of a 100.0 KiB budget" in line
+    assert "big.bin (" in line
+    assert "raise the budget" in line
     assert "nothing was stopped" in line
     # The measurement is journaled: the size stays in the history.
     (measured,) = journaled(tmp_path / "root", GenerationMeasured)
@@ -62,7 +64,8 @@ def test_a_failing_command_over_its_budget_keeps_its_own_status(tmp_path: Path) 
     result = run(tmp_path / "root", "--max-bytes", "1000", size=200_000,
                  marker=tmp_path / "ran", status=4)
     assert result.returncode == 4
-    assert "budget" in result.stderr and "big.bin" in result.stderr
+    assert "budget" in result.stderr
+    assert "big.bin" in result.stderr
 
 
 def test_max_inodes_counts_files(tmp_path: Path) -> None:
@@ -79,7 +82,8 @@ def test_too_little_free_space_refuses_the_command_before_it_starts(tmp_path: Pa
     assert result.returncode == 75, result.stderr
     assert not marker.exists()
     assert "the command was not started" in result.stderr
-    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.splitlines()) == 1
 
 
 @pytest.mark.parametrize("value", ["-5", "lots", "1.5G", ""])
@@ -87,7 +91,8 @@ def test_a_size_that_is_no_size_is_bad_input(tmp_path: Path, value: str) -> None
     result = sessiontemp(launcher("script"), "run", "--root", os.fspath(tmp_path / "root"),
                          "--max-bytes", value, "--", "true")
     assert result.returncode == 2
-    assert "is not a size" in result.stderr and "500M" in result.stderr
+    assert "is not a size" in result.stderr
+    assert "500M" in result.stderr
     assert not (tmp_path / "root").exists()
 
 
@@ -113,7 +118,9 @@ def test_the_plugin_fails_the_test_whose_directory_ends_over_its_budget(
     result.assert_outcomes(passed=3, errors=1)
     text = result.stdout.str()
     assert "ERROR at teardown of test_big" in text
-    assert "OverBudget" in text and "big.bin (" in text and "97.7 KiB budget" in text
+    assert "OverBudget" in text
+    assert "big.bin (" in text
+    assert "97.7 KiB budget" in text
     # Each test's directory measured as it ended (the manager may measure more on its own).
     assert len(journaled(root, GenerationMeasured)) >= 3
 

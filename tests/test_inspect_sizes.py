@@ -82,7 +82,8 @@ def test_explain_tells_how_a_directory_grew_and_its_peak_after_its_removal(
     assert story.status == "removed"
     grew = [s.text for s in story.sentences if s.kind == GenerationMeasured.kind]
     peak = max(m.bytes for m in told)
-    assert grew[0].startswith("First measured") and human(told[0].bytes) in grew[0]
+    assert grew[0].startswith("First measured")
+    assert human(told[0].bytes) in grew[0]
     assert any(s.startswith("Grown to") and human(peak) in s for s in grew)
     last = story.sentences[-1]
     assert last.kind == "now"
@@ -118,7 +119,8 @@ def test_summary_counts_measurements_and_names_the_largest_directory_and_peak(
     assert space["measured"] == 2
     assert space["largest"] == ids["live"]
     assert space["bytes"] == told[ids["live"]][-1].bytes + told[ids["small"]][-1].bytes
-    assert space["peak"] == ids["live"] and space["peak_bytes"] == told[ids["live"]][-1].bytes
+    assert space["peak"] == ids["live"]
+    assert space["peak_bytes"] == told[ids["live"]][-1].bytes
     text = run_inspect("--root", root, "summary").stdout
     assert "5 measurements journaled" in text
     assert human(told[ids["live"]][-1].bytes) in text
@@ -154,7 +156,8 @@ def test_the_timeline_shades_each_bar_by_its_size_to_one_scale_titled_and_in_the
         peak = max(m.bytes for m in told[gid])
         assert areas[name].get("data-peak") == str(peak)
         title = areas[name].find(f"{SVG}title")
-        assert title is not None and title.text is not None
+        assert title is not None
+        assert title.text is not None
         assert f"peak: {human(peak)}" in title.text
         assert f"{len(told[gid])} measurement" in title.text
     # The removed one peaked highest: its area reaches the whole bar; the small one a pixel.
@@ -175,4 +178,5 @@ def test_a_timeline_without_measurements_draws_no_sizes(tmp_path: Path) -> None:
     out = tmp_path / "t.svg"
     inspect.timeline(tmp_path / "root" / JOURNAL, out)
     svg = parse(out)
-    assert marks(svg, "size") == [] and "size on disk" not in legend_of(svg)
+    assert marks(svg, "size") == []
+    assert "size on disk" not in legend_of(svg)

@@ -118,7 +118,7 @@ def _body(result: object) -> dict[str, Any]:
         return {
             "journal": str(result.journal), "root": str(result.root), "seq": result.seq,
             "free_bytes": result.free_bytes, "total_bytes": result.total_bytes,
-            "fstype": result.fstype, "tmpfs": result.tmpfs, "measured": result.measured,
+            "tmpfs": result.tmpfs, "measured": result.measured,
             "bytes": result.bytes, "directories": [_directory(d) for d in result.directories],
             "problems": [_asdict(p) for p in result.problems],
         }

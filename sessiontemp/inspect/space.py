@@ -32,16 +32,15 @@ from journal.errors import RuleViolation
 from journal.events import LeaseAcquired, decode
 from journal.reducer import GenerationState, State
 from journal.store import Store
+from sessiontemp import disk
 from sessiontemp.inspect.read import Liveness, Problem, Progress, opened, probe_liveness, replay
 from sessiontemp.root import GENERATION_PREFIX
 from sessiontemp.usage import measure_tree
 
-__all__ = ["LABELS", "RAM_BACKED", "DirectoryUsage", "SpaceReport", "filesystem", "usage"]
+__all__ = ["LABELS", "DirectoryUsage", "SpaceReport", "usage"]
 
 LABELS: Final = 20
 """The most lease labels listed for one directory: the newest distinct ones."""
-RAM_BACKED: Final = frozenset({"tmpfs", "ramfs"})
-"""File system types whose files live in memory."""
 
 
 @attrs.frozen
@@ -84,8 +83,8 @@ class SpaceReport:
 
     ``free_bytes`` is what an unprivileged writer may still use
     (``statvfs``'s available blocks), ``total_bytes`` the file system's
-    size, ``fstype`` its type as the kernel's mount table names it (None
-    when it cannot be read) and ``tmpfs`` whether that type is RAM-backed.
+    size, and ``tmpfs`` whether it is RAM-backed (tmpfs or ramfs, as the
+    kernel's mount table names its type).
     ``seq`` is the last event the journal's state was read at; ``problems``
     lists records the lifecycle rules refuse (skipped, as recovery skips them).
     """
@@ -95,7 +94,6 @@ class SpaceReport:
     seq: int
     free_bytes: int
     total_bytes: int
-    fstype: str | None
     tmpfs: bool
     measured: bool
     directories: tuple[DirectoryUsage, ...]
@@ -105,28 +103,6 @@ class SpaceReport:
     def bytes(self) -> int:
         """What the directories hold together, as measured."""
         return sum(d.bytes for d in self.directories)
-
-
-def filesystem(path: os.PathLike[str] | str) -> tuple[int, int, str | None]:
-    """``(free bytes, total bytes, type)`` of the file system *path* lies on.
-
-    The type comes from ``/proc/self/mountinfo``, matched by the device
-    number (a mount point's path there is escaped, the device is not);
-    None when no line matches or the table cannot be read.
-    """
-    vfs = os.statvfs(path)
-    device = os.stat(path).st_dev
-    wanted = f"{os.major(device)}:{os.minor(device)}"
-    found = None
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as table:
-            for line in table:
-                fields = line.split()
-                if len(fields) > 4 and fields[2] == wanted and " - " in line:
-                    found = line.split(" - ", 1)[1].split()[0]
-    except OSError:
-        pass
-    return vfs.f_bavail * vfs.f_frsize, vfs.f_blocks * vfs.f_frsize, found
 
 
 def usage(
@@ -155,7 +131,7 @@ def usage(
                        start=checkpoint.restore(store).state)
         generations = sorted(state.generations.values(), key=lambda g: g.created_seq)
         labels = _labels(store, generations)
-    free, total, fstype = filesystem(base)
+    space, tmpfs = _filesystem(base)
     sessions = _sessions(state)
     liveness: dict[str, Liveness] = {}
     found = []
@@ -179,9 +155,18 @@ def usage(
         found.append(row)
     found.sort(key=lambda d: (-d.bytes, -d.inodes, d.generation))
     return SpaceReport(
-        journal=path, root=base, seq=state.seq, free_bytes=free, total_bytes=total,
-        fstype=fstype, tmpfs=fstype in RAM_BACKED, measured=measure, directories=tuple(found),
+        journal=path, root=base, seq=state.seq, free_bytes=space.free,
+        total_bytes=space.total, tmpfs=tmpfs, measured=measure, directories=tuple(found),
         problems=tuple(p for p in problems if p.check in ("rules", "schema")))
+
+
+def _filesystem(root: Path) -> tuple[disk.Space, bool]:
+    """The space of *root*'s file system and whether it is RAM-backed, as a manager asks."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return disk.space_of(fd), disk.is_ram(fd)
+    finally:
+        os.close(fd)
 
 
 def _measured(row: DirectoryUsage, now: float) -> DirectoryUsage:
