@@ -486,11 +486,11 @@ class Picture:
              f'fill="{COLOURS["refused"]}"/>', 14, "record refused"),
         ]
         if self.largest and not self.grouped:
-            items.append((lambda x, y: f'<rect x="{x}" y="{y}" width="14" height="10" '
-                          f'fill="{COLOURS["live"]}"/><path d="M{x},{y + 10} L{x},{y + 6} '
-                          f'L{x + 7},{y + 6} L{x + 7},{y + 2} L{x + 14},{y + 2} L{x + 14},'
-                          f'{y + 10} Z" fill="{_SIZE_FILL}" fill-opacity="{_SIZE_OPACITY}"/>',
-                          18, "size on disk"))
+            # One path, as every legend mark is one element: a small step area.
+            items.append((lambda x, y: f'<path d="M{x},{y + 10} L{x},{y + 6} L{x + 5},{y + 6} '
+                          f'L{x + 5},{y + 3} L{x + 10},{y + 3} L{x + 10},{y} L{x + 14},{y} '
+                          f'L{x + 14},{y + 10} Z" fill="{_SIZE_FILL}" '
+                          f'fill-opacity="{_SIZE_OPACITY}"/>', 18, "size on disk"))
         if self.scale.idle:
             items.append((lambda x, y: f'<rect x="{x}" y="{y}" width="14" height="10" '
                           'fill="url(#idle)" stroke="#9a9a9a" stroke-width="0.5"/>', 18,
