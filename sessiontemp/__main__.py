@@ -33,7 +33,6 @@ from typing import Final, TextIO
 from journal.errors import BadInput, CommandNotStarted, LowDisk, OverBudget, SessionTempError
 from sessiontemp import console
 from sessiontemp.arguments import Parser, nearest_option, not_a_subcommand
-from sessiontemp.budget import Limits
 from sessiontemp.cleanup import recover
 from sessiontemp.root import default_root
 from sessiontemp.run import run_command
@@ -153,9 +152,9 @@ def cmd_run(args: argparse.Namespace, out: console.Out) -> int:
     if not command:
         return _fail("run", "no command given. Name it after --, as in "
                      f"`{PROG} run -- make test`")
-    limits = Limits(args.max_bytes, args.max_inodes, args.min_free_bytes)
     try:
-        finished = run_command(command, root=args.root, limits=limits)
+        finished = run_command(command, root=args.root, max_bytes=args.max_bytes,
+                               max_inodes=args.max_inodes, min_free_bytes=args.min_free_bytes)
     except CommandNotStarted as e:
         # As env(1), nohup(1) and shells report them.
         return _fail("run", str(e), 127 if e.errno == errno.ENOENT else 126)

@@ -84,7 +84,8 @@ def exit_status(wait_status: int) -> int:
 
 def run_command(
     command: Sequence[str], *, root: os.PathLike[str] | str | None = None,
-    limits: Limits | None = None,
+    max_bytes: int | None = None, max_inodes: int | None = None,
+    min_free_bytes: int | None = None,
 ) -> Finished:
     """Run *command* in a private leased directory under *root* until it exits.
 
@@ -95,9 +96,10 @@ def run_command(
     directory unless something still holds it.  Call it from the main
     thread: it takes over SIGCHLD while it runs.
 
-    *limits* (:class:`sessiontemp.budget.Limits`) go to the manager: a root
-    whose file system has less free space than its floor refuses the command
-    before it starts
+    *max_bytes*, *max_inodes* and *min_free_bytes* go to the manager (None:
+    no budget, and its default floor of free space): a root whose file
+    system has less free space than the floor refuses the command before it
+    starts
     (:class:`~sessiontemp.LowDisk`); with a budget, the directory is
     measured once more when the command exits, and a size over the budget
     is returned as ``Finished.over`` (the command is never stopped for it).
@@ -127,7 +129,7 @@ def run_command(
     previous_chld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
         usage = over = None
-        limits = limits or Limits()
+        limits = Limits(max_bytes, max_inodes, min_free_bytes)
         with Manager(root, max_bytes=limits.max_bytes, max_inodes=limits.max_inodes,
                      min_free_bytes=limits.min_free_bytes,
                      measure_every=limits.measure_every) as manager:

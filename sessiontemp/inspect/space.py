@@ -54,7 +54,7 @@ class DirectoryUsage:
     ``status`` is "live" (its manager's current directory), "retired"
     (waiting for its last lease or command, or a recovery) or "removing"
     (a removal started and not finished).  ``labels`` are the labels of the
-    leases taken on it, the newest :data:`LABELS` distinct ones, in the
+    leases taken on it, the newest 20 (``LABELS``) distinct ones, in the
     order they were taken; ``leases`` counts every lease.  ``measured_now``
     says the size was walked by this call, not read from the journal.
     """
@@ -225,7 +225,7 @@ def _labels(store: Store, generations: Iterable[GenerationState]) -> Mapping[str
 
 
 def _newest_distinct(labels: list[str]) -> list[str]:
-    """The newest :data:`LABELS` distinct non-empty labels, in the order first taken."""
+    """The newest ``LABELS`` distinct non-empty labels, in the order first taken."""
     seen: dict[str, None] = {}
     for label in reversed(labels):
         if label and label not in seen:
