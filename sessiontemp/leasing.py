@@ -27,7 +27,7 @@ from journal.errors import (
 )
 from journal.events import CommandStarted, LeaseReleased
 from journal.store import Pending
-from sessiontemp import artifacts, processes
+from sessiontemp import artifacts, processes, reserve
 from sessiontemp.cleanup import remove_artifact
 from sessiontemp.generations import Generations
 from sessiontemp.handles import Handles
@@ -170,6 +170,9 @@ class Leases:
                     if hold is not None:
                         hold.drop()
                     return
+                if self._owner.state.generations[lease.generation].retired:
+                    # Its removal follows, and must not need free space.
+                    reserve.make_room(self._handles.root.fd)
                 try:
                     pending = self._owner.append(
                         LeaseReleased(self.id, lease.generation, lease.id), wait=False)

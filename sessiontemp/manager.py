@@ -345,6 +345,9 @@ class Manager:
                 if self.closed:
                     return
                 self._handles.keep_alive(self.id, self._log)
+                # A release or rotate may make a removal due: on a full
+                # disk, its records go into the reserve's blocks.
+                reserve.make_room(self._handles.root.fd)
                 pending = change()
                 try:
                     self._generations.settle()

@@ -168,7 +168,7 @@ def _measure_entry(top_fd: int, top: Node, name: str, counter: _Counter,
             mounts.append(name)
             return
         try:
-            obstacles = walk.walk(fd, counter)
+            obstacles = walk.walk(fd, counter, typed=True)
         except OSError:
             # The kernel stopped the walk (a directory moved away under
             # it, an I/O error): what it counted stays counted.

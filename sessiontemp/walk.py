@@ -100,13 +100,18 @@ def reopen(path_fd: int) -> int:
     return os.open(f"/proc/self/fd/{path_fd}", _REOPEN_FLAGS)
 
 
-def walk(top: int, visitor: Visitor) -> list[Obstacle]:
+def walk(top: int, visitor: Visitor, *, typed: bool = False) -> list[Obstacle]:
     """Visit everything below the directory open as *top*, depth first; return what stays.
 
     *top* stays the caller's.  Raises OSError on anything but an obstacle;
-    every descriptor the walk opened is closed, however it ends.
+    every descriptor the walk opened is closed, however it ends.  *typed*
+    trusts the type a listing gives (``d_type``): an entry listed as a
+    non-directory goes to ``visitor.entry`` without the open that would
+    tell, a third of a walk's time.  Only for a visitor that copes with a
+    name turned directory since (a measurement, which only looks); never
+    for a removal, whose unlink of it would fail.
     """
-    return _Walk(top, visitor).run()
+    return _Walk(top, visitor, typed=typed).run()
 
 
 @attrs.define
@@ -117,13 +122,16 @@ class _Frame:
     name: str
     node: Node
     pending: list[str] = attrs.field(factory=list)
+    # Names the listing typed as non-directories (a typed walk only).
+    files: frozenset[str] = frozenset()
     # Something under it stays: it cannot be left (removed) itself.
     kept: bool = False
 
 
 class _Walk:
-    def __init__(self, top: int, visitor: Visitor) -> None:
+    def __init__(self, top: int, visitor: Visitor, *, typed: bool = False) -> None:
         self.visitor = visitor
+        self.typed = typed
         self.uid = os.geteuid()
         self.top = _Frame(top, "", nodes.of(top))
         self.stack: list[_Frame] = []
@@ -154,7 +162,14 @@ class _Walk:
         the top) and list it; False if it stays whole."""
         try:
             self.visitor.enter(frame.fd, frame.node)
-            frame.pending = os.listdir(frame.fd)
+            if self.typed:
+                with os.scandir(frame.fd) as listing:
+                    entries = list(listing)
+                frame.pending = [e.name for e in entries]
+                frame.files = frozenset(e.name for e in entries
+                                        if not e.is_dir(follow_symlinks=False))
+            else:
+                frame.pending = os.listdir(frame.fd)
         except OSError as e:
             if e.errno not in _STAYS:
                 raise
@@ -164,6 +179,9 @@ class _Walk:
 
     def step(self, frame: _Frame, name: str) -> None:
         """Visit *name* in *frame*: a non-directory at once, a directory by descending into it."""
+        if name in frame.files:
+            self.act(frame, name, self.visitor.entry)
+            return
         try:
             fd = os.open(name, DIR_FLAGS, dir_fd=frame.fd)
         except OSError as e:

@@ -57,6 +57,7 @@ from sessiontemp import (
     Manager,
     SessionOwned,
     Unavailable,
+    Usage,
     handles,
     recover,
     remove_artifact,
@@ -240,6 +241,9 @@ class Model:
         m = self.managers[name]
         if not m.sealed:
             self._retire_current(m)
+
+    def measure(self, name: str) -> None:
+        """A measurement changes nothing the model holds; what it finds is checked by the world."""
 
     def acquire(self, name: str, lease: str, generation: str) -> None:
         m = self.managers[name]
@@ -592,6 +596,20 @@ class World:
     def release_lease(self, lease_name: str) -> None:
         self._run(("release_lease", lease_name))
 
+    def measure(self, name: str) -> None:
+        self._run(("measure", name))
+
+    def _measured(self, name: str, found: Usage) -> None:
+        """*found*, *name*'s measurement, holds the current directory and the model's files."""
+        current = self.model.managers[name].current
+        if current is None:
+            assert (found.bytes, found.inodes) == (0, 0), f"{name} measured {found} of nothing"
+            return
+        files = self.model.generations[current].files
+        # The directory itself and each file the model says it holds.
+        assert found.inodes == 1 + len(files), f"{name} measured {found}, not {sorted(files)}"
+        assert found.path == self.root / generation_name(current)
+
     def close(self, name: str) -> None:
         # Forgotten only once close returns: a crash inside it leaves the
         # manager to be killed.
@@ -645,6 +663,8 @@ class World:
             return manager.acquire()
         if kind == "release_lease":
             self.leases[args[0]].release()
+        elif kind == "measure":
+            self._measured(self.manager_of(op), manager.measure())
         else:
             getattr(manager, kind)()
         return None

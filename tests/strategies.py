@@ -923,7 +923,8 @@ def generation_states() -> st.SearchStrategy[GenerationState]:
 # -- faults a process lives through ------------------------------------------------
 
 # The operations of a manager that a fault may hit (tests/model.py names them).
-FAULTED_OPERATIONS: Final = ("retain", "release", "rotate", "acquire", "release_lease", "close")
+FAULTED_OPERATIONS: Final = ("retain", "release", "rotate", "acquire", "release_lease", "close",
+                             "measure")
 
 
 def faulted_operations() -> st.SearchStrategy[str]:

@@ -7,7 +7,7 @@ states are one class when they differ only in names.  Each class keeps the
 shortest script that reaches it.
 
 For each class and each operation possible there (open, retain, release,
-rotate, acquire, lease release, write, close, crash, recovery), and for every
+rotate, acquire, lease release, write, measure, close, crash, recovery), and for every
 k, a fresh root is brought to the class by its script; then the operation
 runs under a fault layer, the step hook, that stops the world just before
 its k-th durable step (journal commit, mkdir, rename, removal of one entry,
@@ -154,6 +154,9 @@ def operations(model: Model) -> list[Op]:
         if manager.owners < MAX_OWNERS:
             ops.append(("retain", name))
         ops += [("release", name), ("rotate", name), ("close", name), ("crash", name)]
+        if manager.current is not None:
+            # A measurement journals only for a current directory.
+            ops.append(("measure", name))
         if len(model.held) < MAX_LEASES or not model.can_acquire(name):
             ops.append(("acquire", name))
     for lease in sorted(model.held):
@@ -697,7 +700,7 @@ def test_another_process_stepping_in_at_every_step_of_every_operation_leaves_all
 # The default run deals a thinner sample still out between the moves alone.
 ALONE_STRIDE = 8
 MANAGER_OPERATIONS = frozenset({"retain", "release", "rotate", "acquire", "release_lease",
-                                "close"})
+                                "close", "measure"})
 
 
 @pytest.mark.parametrize("every", [SAMPLED, EVERY])

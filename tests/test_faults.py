@@ -39,8 +39,16 @@ from structlog.testing import capture_logs
 
 from journal import Record, replay
 from journal.errors import JournalError, JournalFull
-from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Lease, Manager, Unavailable, recover
-from sessiontemp.root import generation_name
+from sessiontemp import (
+    GENERATION_PREFIX,
+    TRASH_PREFIX,
+    Lease,
+    LowDisk,
+    Manager,
+    Unavailable,
+    recover,
+)
+from sessiontemp.root import RESERVE, generation_name
 from sessiontemp.writer import Writer
 from tests import zygote
 from tests.childio import CutShort, JsonLines
@@ -203,7 +211,15 @@ def free_pages(fs: Path) -> int:
 
 
 def fill_leaving(fs: Path, pages: int) -> Path:
-    """Fill the file system *fs* so that exactly *pages* pages are free; returns the filler."""
+    """Fill the file system *fs* so that exactly *pages* pages are free; returns the filler.
+
+    The reserve of every root on it is spent first (as another manager's
+    removal would have spent it): these sweeps are of a disk with no room
+    at all, where every commit fails; tests/test_space.py shows what the
+    reserve saves.
+    """
+    for reserve in fs.glob(f"*/{RESERVE}"):
+        os.truncate(reserve, 0)
     filler = fill(fs)
     size = filler.stat().st_size
     os.truncate(filler, max(0, size - pages * PAGE))
@@ -265,8 +281,10 @@ def assert_blames_the_full_disk(error: BaseException, at: str) -> None:
     while cause is not None:
         chain.append(cause)
         cause = cause.__cause__
-    assert any(isinstance(e, JournalFull) or (isinstance(e, OSError) and e.errno == errno.ENOSPC)
-               for e in chain), f"{at}: a full disk reported as {error!r}"
+    # LowDisk: refused before anything was written, the free space named.
+    assert any(isinstance(e, (JournalFull, LowDisk)) or (
+        isinstance(e, OSError) and e.errno == errno.ENOSPC) for e in chain), (
+        f"{at}: a full disk reported as {error!r}")
 
 
 def survive_a_full_disk(
@@ -276,7 +294,9 @@ def survive_a_full_disk(
     """One operation with *pages* pages free, then space freed; whether the fault hit it."""
     at = f"{operation} with {pages} pages free"
     root = fs / f"root-{OPERATIONS.index(operation)}-{pages}"
-    manager = manager_class(root, busy_timeout=TIMEOUT)
+    # No floor: the sweep is of the journal's own failures at every fill
+    # level, which a LowDisk refusal would otherwise pre-empt below 1%.
+    manager = manager_class(root, busy_timeout=TIMEOUT, min_free_bytes=0)
     try:
         held = prepare(manager, operation)
         before = committed(root)

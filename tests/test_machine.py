@@ -2,7 +2,8 @@
 
 A hypothesis state machine opens up to three managers on one root in this
 process and drives them at random: retain, release, rotate, acquire, lease
-release, write a file through a lease, close, crash (see
+release, write a file through a lease, measure (the measurement must find
+the directory and exactly the files the model says it holds), close, crash (see
 :func:`tests.model.simulate_kill`), open a new manager (whose open runs
 recovery), a standalone recovery, and a checkpoint of the journal, from
 which every later recovery starts.  Managers of two named sessions come and
@@ -185,6 +186,11 @@ class SessionMachine(RuleBasedStateMachine):
     @rule(i=picks, file=st.sampled_from(["a.txt", "b.txt", "c.txt"]))
     def write(self, i: int, file: str) -> None:
         self.world.write(self.lease(i), file)
+
+    @precondition(has_manager)
+    @rule(i=picks)
+    def measure(self, i: int) -> None:
+        self.world.measure(self.manager(i))
 
     @precondition(has_manager)
     @rule(i=picks)

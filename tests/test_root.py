@@ -224,7 +224,7 @@ def test_a_journal_with_a_newer_schema_version_is_refused_and_left_byte_for_byte
     finally:
         db.close()
     entries = sorted(os.listdir(root))
-    assert entries == [JOURNAL, "managers", "recovery.lock"]
+    assert entries == [JOURNAL, "managers", "recovery.lock", "space.reserve"]
     before = fingerprint(journal)
     with pytest.raises(JournalVersionError) as caught:
         Manager(root)
