@@ -14,6 +14,7 @@ import json
 import math
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -223,3 +224,57 @@ def test_usage_needs_a_root_and_a_journal_file_alone_is_refused(tmp_path: Path) 
     assert result.stdout == ""
     assert json.loads(run_inspect("--root", root, "usage", "--json").stdout)[
         "directories"] == []
+
+
+def test_measure_never_follows_a_symlink_out_of_the_directory(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "huge").write_bytes(b"h" * 2_000_000)
+    root = tmp_path / "root"
+    manager, (lease,) = grown(root, 1)
+    try:
+        (lease.path / "link").symlink_to(outside, target_is_directory=True)
+        (lease.path / "file-link").symlink_to(outside / "huge")
+        (d,) = inspect_json("--root", root, "usage", "--measure")["directories"]
+        assert d["bytes"] < 100_000
+        # du, which does not follow symlinks either, agrees to the KiB.
+        assert d["bytes"] == du_kib([lease.path])[lease.path] * 1024
+    finally:
+        lease.release()
+        manager.close()
+
+
+def test_measure_shows_progress_on_a_terminal_only(tmp_path: Path) -> None:
+    import pty
+
+    root = tmp_path / "root"
+    manager, leases = grown(root, 3)
+    script = Path(sys.executable).with_name("journal-inspect")
+    try:
+        assert "measuring" not in run_inspect("--root", root, "usage", "--measure").stderr
+        leader, follower = pty.openpty()
+        try:
+            done = subprocess.run([str(script), "--root", str(root), "usage", "--measure"],
+                                  stderr=follower, stdout=subprocess.PIPE, timeout=60,
+                                  check=True)
+            os.close(follower)
+            follower = -1
+            shown = b""
+            while True:
+                try:
+                    chunk = os.read(leader, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                shown += chunk
+            assert b"measuring: 100% (3 / 3 directories)" in shown
+            assert b"sessiontemp-gen-" in done.stdout
+        finally:
+            if follower >= 0:
+                os.close(follower)
+            os.close(leader)
+    finally:
+        for lease in leases:
+            lease.release()
+        manager.close()
