@@ -1,12 +1,15 @@
 """``sessiontemp`` (and ``python -m sessiontemp``): run a command in a private directory, recover.
 
-    sessiontemp run [--root DIR] [--session NAME] -- CMD ARGS...
+    sessiontemp run [--root DIR] [--max-bytes N] [--max-inodes N] [--min-free-bytes N]
+                    -- CMD ARGS...
     sessiontemp recover [--root DIR] [--json]
 
 Each subcommand calls one library function (:func:`sessiontemp.run.run_command`,
 :func:`sessiontemp.recover`) and formats its result.  Bad input (a bad
 argument, an unsafe root, a journal that cannot be used) is one line on
-stderr naming the path, the reason and the fix, and exit status 2.
+stderr naming the path, the reason and the fix, and exit status 2; a run
+refused for space (too little free, or a directory left over its budget)
+is one such line and exit status 75.
 """
 
 from __future__ import annotations
