@@ -9,6 +9,7 @@ the journal, not the directories.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import math
@@ -128,6 +129,11 @@ def test_usage_json_has_the_documented_schema_and_names_the_file_system(
         assert report["tmpfs"] is False
         assert measured["measured"] is True
         assert {d["session"] for d in report["directories"]} == {"chat"}
+        for d in report["directories"]:
+            # ISO 8601 in UTC, the same moment as the epoch seconds beside it.
+            moment = dt.datetime.fromisoformat(d["measured_at"])
+            assert moment.utcoffset() == dt.timedelta(0)
+            assert moment.timestamp() == pytest.approx(d["measured_time"], abs=0.001)
         assert [d["bytes"] for d in measured["directories"]] == [
             d["bytes"] for d in report["directories"]]
     finally:
