@@ -535,6 +535,12 @@ class Manager:
 
         await aio.complete(self.rotate)
 
+    async def measure_async(self) -> Usage:
+        """:meth:`measure` in a worker thread: the walk never runs on the event loop."""
+        from sessiontemp import aio
+
+        return await aio.complete(self.measure)
+
     async def close_async(self) -> None:
         """:meth:`close` in a worker thread; cancelled meanwhile, it still closes, then raises."""
         from sessiontemp import aio

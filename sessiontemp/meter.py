@@ -16,9 +16,12 @@ session costs nothing, and its journal is not filled with repeats: a
 periodic measurement that finds what the last one found is not journaled
 again.  After a walk of *d* seconds the thread waits at least ``d * 19``
 before the next, so measuring takes at most :data:`SHARE` (5%) of the
-process's time, however large the tree; the thread runs at the lowest
-CPU priority (nice 19), and the walk holds the GIL only between system
-calls.  An acquire never waits for it: it reads the last measurement in
+process's time, however large the tree.  The walk itself runs in a
+child process at the lowest CPU priority (nice 19), handed the directory
+as a descriptor: a walk in a thread of this process would take the GIL
+back after every system call, which cost a busy manager four fifths of
+its lease cycles when measured (BENCHMARKS.md); the thread only waits.
+An acquire never waits for it: it reads the last measurement in
 the state, and walks only when that one says "over budget" and is older
 than ``measure_every`` (so a directory cleaned up is let through again,
 at once after :meth:`~sessiontemp.Manager.measure`).
@@ -37,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -97,6 +101,8 @@ class Meter:
         self._active = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # The child the background walk runs in, while it runs.
+        self._child: subprocess.Popen[bytes] | None = None
 
     @property
     def root(self) -> Path:
@@ -164,13 +170,16 @@ class Meter:
         """A lease was handed out: the directory may change; start measuring it."""
         self._active = True
         if self._thread is None and math.isfinite(self.limits.measure_every):
+            thread = threading.Thread(target=self._run, daemon=True,
+                                      name=f"sessiontemp-measure-{self.manager[:8]}")
             try:
-                root_fd = os.dup(self._handles.root.fd)
-            except OSError:
-                return  # out of descriptors: the next lease tries again
-            self._thread = threading.Thread(target=self._run, args=(root_fd,), daemon=True,
-                                            name=f"sessiontemp-measure-{self.manager[:8]}")
-            self._thread.start()
+                thread.start()
+            except RuntimeError as e:
+                # No thread to be had (RLIMIT_NPROC, memory): the lease
+                # stands, unmeasured in the background; the next one tries.
+                self._log.warning("space.unmeasured", path=str(self.root), reason=str(e))
+                return
+            self._thread = thread
 
     def _largest(self) -> list[tuple[Path, int]]:
         """The largest live directories under the root, as last measured, largest first."""
@@ -200,8 +209,7 @@ class Meter:
 
     # -- measuring -----------------------------------------------------------------
 
-    def measure(self, *, periodic: bool = False, root_fd: int | None = None,
-                stop: Callable[[], bool] | None = None) -> Usage:
+    def measure(self, *, periodic: bool = False) -> Usage:
         """Measure the current generation now and journal it; zeros when there is none.
 
         Blocking, from any thread: the walk runs without the mutex, which
@@ -220,8 +228,7 @@ class Meter:
             name = generation_name(current)
             path = self.root / name
             try:
-                fd = os.open(name, DIR_FLAGS,
-                             dir_fd=self._handles.root.fd if root_fd is None else root_fd)
+                fd = os.open(name, DIR_FLAGS, dir_fd=self._handles.root.fd)
                 st = os.fstat(fd)
             except OSError:
                 return Usage(path)  # gone: it holds nothing
@@ -229,7 +236,10 @@ class Meter:
             if (st.st_dev, st.st_ino) != (known.device, known.inode):
                 return Usage(path)  # another directory under its name: not ours to measure
             try:
-                found = usage.measure_at(fd, path, stop=stop)
+                # In a child, for the background thread (see measure_elsewhere);
+                # here, for a caller who asked to wait for it.
+                found = usage.measure_elsewhere(fd, path, self._started) if periodic else (
+                    usage.measure_at(fd, path))
             except OSError as e:
                 # The directory itself cannot be read (a command made it 000).
                 self._log.warning("space.unmeasured", path=str(path), reason=str(e))
@@ -275,38 +285,43 @@ class Meter:
         return generation is not None and generation.ready and (
             self._active or bool(generation.leases))
 
-    def _run(self, root_fd: int) -> None:
-        """The background thread: measure when due, at most every measure_every seconds."""
-        # Its own descriptor of the root: a manager dropped unclosed closes
-        # its own from the garbage collector's thread, at any moment.
+    def _started(self, child: subprocess.Popen[bytes]) -> None:
+        self._child = child
+        if self._stop.is_set():
+            child.kill()
+
+    def _run(self) -> None:
+        """The background thread: measure when due, at most every measure_every seconds.
+
+        It holds no descriptor between walks (a manager dropped unclosed
+        lets go of its own from the garbage collector's thread, at any
+        moment), and opens one only under the mutex, with the manager open.
+        """
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _NICE)
         delay = self.limits.measure_every
-        try:
-            while not self._stop.wait(max(delay, _POLL)):
-                if self._handles.closed or self._handles.forked:
-                    return
-                delay = self.limits.measure_every
-                if not self._due():
-                    continue
-                self._active = False
-                started = time.monotonic()
-                try:
-                    self.measure(periodic=True, root_fd=root_fd, stop=self._stop.is_set)
-                except Exception as e:  # a thread of its own: nobody else would hear of it
-                    self._log.warning("space.measure_failed", reason=str(e))
-                spent = time.monotonic() - started
-                delay = max(delay, spent * (1 - SHARE) / SHARE)
-                if not self._reserved:
-                    with self._mutex:
-                        if not self._handles.closed:
-                            self._reserved = reserve.refill(root_fd, self.floor)
-        finally:
-            os.close(root_fd)
+        while not self._stop.wait(max(delay, _POLL)):
+            if self._handles.closed or self._handles.forked:
+                return
+            delay = self.limits.measure_every
+            if not self._due():
+                continue
+            self._active = False
+            started = time.monotonic()
+            try:
+                self.measure(periodic=True)
+            except Exception as e:  # a thread of its own: nobody else would hear of it
+                self._log.warning("space.measure_failed", reason=str(e))
+            spent = time.monotonic() - started
+            delay = max(delay, spent * (1 - SHARE) / SHARE)
 
     def stop(self) -> None:
         """Stop the background measurement (a walk under way ends at once); before a close."""
         self._stop.set()
+        child = self._child
+        if child is not None and child.poll() is None:
+            with contextlib.suppress(OSError):
+                child.kill()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(_JOIN)

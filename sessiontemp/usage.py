@@ -30,8 +30,11 @@ from __future__ import annotations
 
 import errno
 import heapq
+import json
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -42,7 +45,7 @@ from sessiontemp import nodes, walk
 from sessiontemp.nodes import Node
 from sessiontemp.root import DIR_FLAGS
 
-__all__ = ["LARGEST", "Usage", "measure_at", "measure_tree"]
+__all__ = ["LARGEST", "Usage", "measure_at", "measure_elsewhere", "measure_tree"]
 
 # How many of the largest entries a measurement names.
 LARGEST: Final = 3
@@ -58,8 +61,8 @@ class Usage:
     """What a directory held when it was measured.
 
     ``bytes`` is the space allocated (hard links once), ``inodes`` the
-    entries, the directory itself included; ``largest`` its
-    :data:`LARGEST` largest entries, as ``(name, bytes)``, largest first;
+    entries, the directory itself included; ``largest`` its three
+    largest entries, as ``(name, bytes)``, largest first;
     ``unread`` names, relative to ``path``, what the walk could not read
     (at most 20; ``unread_count`` counts them all), and ``mounts`` the
     file systems mounted inside it, which it did not enter.
@@ -147,6 +150,50 @@ def _measure(fd: int, path: Path, counter: _Counter) -> Usage:
         path, counter.bytes, counter.inodes, tuple(sorted(unread)[:_NAMED_UNREAD]),
         tuple((name, size) for size, name in largest), tuple(sorted(mounts)), len(unread),
     )
+
+
+# The child a walk runs in: the lowest CPU priority, the directory on fd 3.
+_CHILD: Final = (
+    "import json, os, sys\n"
+    "sys.path[:0] = json.loads(sys.argv[1])\n"
+    "os.nice(19)\n"
+    "from sessiontemp.usage import _answer\n"
+    "_answer(int(sys.argv[2]), sys.argv[3])\n"
+)
+
+
+def measure_elsewhere(fd: int, path: Path,
+                      started: Callable[[subprocess.Popen[bytes]], None]) -> Usage | None:
+    """:func:`measure_at`, in a child process at nice 19; None if it did not finish.
+
+    A walk in a thread of this process would take its GIL back after every
+    system call, and a busy thread here would give it up each time (the
+    measured cost: a fifth of a busy manager's lease cycles): in a child,
+    the walk shares nothing with this process but the directory, handed
+    over as the descriptor *fd*.  *started* is given the child, which it
+    may kill to stop the walk.
+    """
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, json.dumps(sys.path), str(fd), str(path)],
+        pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL)
+    started(child)
+    out, _ = child.communicate()
+    if child.returncode != 0:
+        return None
+    found = json.loads(out)
+    return Usage(path, found["bytes"], found["inodes"], tuple(found["unread"]),
+                 tuple((name, size) for name, size in found["largest"]),
+                 tuple(found["mounts"]), found["unread_count"])
+
+
+def _answer(fd: int, path: str) -> None:
+    """The child's part of :func:`measure_elsewhere`: measure, print as JSON."""
+    found = measure_at(fd, Path(path))
+    assert found is not None
+    print(json.dumps({"bytes": found.bytes, "inodes": found.inodes,
+                      "unread": list(found.unread), "largest": list(found.largest),
+                      "mounts": list(found.mounts), "unread_count": found.unread_count}))
 
 
 def _measure_entry(top_fd: int, top: Node, name: str, counter: _Counter,

@@ -654,7 +654,7 @@ class World:
         manager = self.real[self.manager_of(op)]
         result = self._call(manager, op)
         lease_name = self._done(op, manager, result)
-        self._settled(manager)
+        self._settled(manager, op[0])
         return lease_name
 
     def _call(self, manager: Manager, op: Op) -> Lease | None:
@@ -882,7 +882,7 @@ class World:
             if raised is not None:
                 raise raised
             self._done(op, manager, result)
-            self._settled(manager)
+            self._settled(manager, op[0])
             return None
         self.memory_agrees(manager)
         assert expected(raised), f"{op} with a fault at {fired} raised {raised!r}"
@@ -893,7 +893,7 @@ class World:
                 self._took(name, current, None)
             else:
                 self._done(op, manager, result)
-            self._settled(manager)
+            self._settled(manager, op[0])
             return fired
         self.owing.add(manager.id)
         if result is not None:
@@ -985,8 +985,14 @@ class World:
             f"{manager.id}'s memory disagrees with the journal: it has folded event "
             f"{manager.state.seq}, the journal ends at {journal.seq}")
 
-    def _settled(self, manager: Manager) -> None:
-        """After an operation of *manager* that no fault stopped: nothing it owed is left."""
+    def _settled(self, manager: Manager, kind: str = "") -> None:
+        """After an operation of *manager* that no fault stopped: nothing it owed is left.
+
+        A measurement is no such operation: it only looks (and journals
+        what it saw), and leaves owed work to the next one that settles.
+        """
+        if kind == "measure":
+            return
         if manager.id in self.owing:
             left = owed(manager.state, manager.id)
             assert not left, f"the next operation of {manager.id} left work owed: {left}"

@@ -136,6 +136,7 @@ EXPECTED: Final[dict[str, set[str]]] = {
     "retain_async": {"sqlite3", "step journal"},
     "acquire_async": {"os.mkdir", "sqlite3", "step mkdir"},
     "keep_async": {"os.fsync", "sqlite3", "step copy"},
+    "measure_async": {"sqlite3", "step journal"},
     "rotate_async": {"os.rename", "os.rmdir", "sqlite3", "step rename"},
     "release_async": {"os.rename", "os.rmdir", "sqlite3", "step rmdir"},
     "async with": {"os.remove", "sqlite3", "step unlock"},
@@ -160,6 +161,8 @@ def test_no_fsync_rename_rmdir_mkdir_unlink_or_sqlite_call_of_an_async_method_ru
         await asyncio.to_thread(shutil.copy, tmp_path / "out.txt", lease.path / "out.txt")
         with threads.named("keep_async"):
             await lease.keep_async("out.txt", "report")
+        with threads.named("measure_async"):
+            await manager.measure_async()
         async with lease:
             pass
         with threads.named("rotate_async"):

@@ -36,7 +36,7 @@ from sessiontemp import (
     Unavailable,
     recover,
 )
-from sessiontemp.root import GENERATION_PREFIX
+from sessiontemp.root import GENERATION_PREFIX, RESERVE
 from tests.test_root import assert_explains
 
 JOURNAL = "journal.sqlite3"
@@ -302,12 +302,15 @@ def test_a_full_disk_fails_acquire_before_any_directory_is_made_and_loses_nothin
 ) -> None:
     with small_file_system(tmp_path, "1m") as fs:
         root = fs / "root"
-        m = Manager(root)
+        # No floor, and the reserve spent: the journal's own refusal, which
+        # LowDisk would otherwise pre-empt (tests/test_space.py has that).
+        m = Manager(root, min_free_bytes=0)
         try:
             m.retain()
             with m.acquire():
                 pass
             m.rotate()
+            os.truncate(root / RESERVE, 0)
             before = committed(root)
             filler = fill(fs)
             with pytest.raises(Unavailable, match="the file system is full") as caught:

@@ -228,7 +228,8 @@ def test_the_readme_is_a_front_page_whose_links_all_lead_somewhere() -> None:
     assert len(text.splitlines()) < 200
     headings = re.findall(r"^## (.+)$", text, re.M)
     assert headings == [
-        "Install", "Two commands", "Example", "The guarantees", "Modules", "Documentation"]
+        "Install", "Two commands", "Example", "Space", "The guarantees", "Modules",
+        "Documentation"]
     guarantees = text.split("## The guarantees", 1)[1].split("##", 1)[0]
     assert len(re.findall(r"^- ", guarantees, re.M)) == 5
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)

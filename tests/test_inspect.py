@@ -220,6 +220,8 @@ def full_generation_states() -> st.SearchStrategy[GenerationState]:
         leases=st.frozensets(ids(), max_size=3), retired=st.booleans(),
         retired_seq=maybe_int, removal=maybe_text, removal_seq=maybe_int,
         removal_by=maybe_text, removal_reason=maybe_text, removal_outcome=maybe_text,
+        measured_bytes=maybe_int, measured_inodes=maybe_int, measured_at=st.none() | times(),
+        peak_bytes=st.integers(0, 10**6), peak_inodes=st.integers(0, 10**6),
     )
 
 
@@ -254,7 +256,8 @@ def test_the_fast_paths_name_every_field_of_the_states() -> None:
     assert [a.name for a in attrs.fields(GenerationState)] == [
         "id", "manager", "created_seq", "created_at", "ready", "device", "inode", "leases",
         "retired", "retired_seq", "removal", "removal_seq", "removal_by", "removal_reason",
-        "removal_outcome", "commands",
+        "removal_outcome", "commands", "measured_bytes", "measured_inodes", "measured_at",
+        "peak_bytes", "peak_inodes",
     ]
     assert [a.name for a in attrs.fields(ManagerState)] == [
         "id", "pid", "opened_seq", "opened_at", "owners", "sealed", "current", "generations",

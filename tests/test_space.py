@@ -22,14 +22,25 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from journal import Store, checkpoint, replay
-from journal.events import GenerationMeasured
+from journal import Record, RuleViolation, State, Store, checkpoint, replay
+from journal.events import (
+    Event,
+    GenerationCreated,
+    GenerationMeasured,
+    GenerationReady,
+    ManagerClosed,
+    ManagerOpened,
+    RemovalStarted,
+    Retained,
+    Rotated,
+)
 from sessiontemp import LowDisk, Manager, OverBudget, Unavailable, Usage, recover
 from sessiontemp.reserve import RESERVE_BYTES
 from sessiontemp.root import RESERVE, generation_name
 from sessiontemp.usage import measure_tree
 from tests.conftest import live_state
 from tests.nobody import as_root, nobodys_place, run_as_nobody
+from tests.strategies import generation_id, manager_id
 from tests.test_bad_journal import fill, small_file_system
 
 __all__ = ["nobodys_place"]  # a fixture, used by name
@@ -191,6 +202,48 @@ def test_a_negative_nan_or_bool_limit_is_refused_with_value_error_naming_it(
     with pytest.raises(ValueError, match=name):
         Manager(root, **options)
     assert not root.exists()
+
+
+# -- the rules ------------------------------------------------------------------------------
+
+M1, M2, G1 = manager_id("m1"), manager_id("m2"), generation_id("g1")
+
+
+def fold(*events: Event) -> State:
+    return replay([Record(seq, 1000.0 + seq, event) for seq, event in enumerate(events, 1)])
+
+
+def made(*more: Event) -> tuple[Event, ...]:
+    return (ManagerOpened(M1, 11), ManagerOpened(M2, 12), Retained(M1),
+            GenerationCreated(M1, G1), *more)
+
+
+def test_a_measurement_keeps_the_last_size_and_the_peak_of_a_live_generation() -> None:
+    state = fold(*made(GenerationReady(M1, G1, 1, 2),
+                       GenerationMeasured(M1, G1, 9000, 5, 1010.5, 0),
+                       GenerationMeasured(M1, G1, 4000, 7, 1011.5, 1),
+                       Rotated(M1), GenerationMeasured(M1, G1, 100, 1, 1012.5, 0)))
+    generation = state.generations[G1]
+    assert (generation.measured_bytes, generation.measured_inodes) == (100, 1)
+    assert generation.measured_at == 1012.5
+    assert (generation.peak_bytes, generation.peak_inodes) == (9000, 7)
+
+
+@pytest.mark.parametrize(("events", "why"), [
+    (made(GenerationMeasured(M1, G1, 1, 1, 1.0, 0)), "not live"),
+    (made(GenerationReady(M1, G1, 1, 2), GenerationMeasured(M2, G1, 1, 1, 1.0, 0)),
+     "not of"),
+    (made(GenerationReady(M1, G1, 1, 2), Rotated(M1),
+          RemovalStarted(G1, M1, "retired and no lease left"),
+          GenerationMeasured(M1, G1, 1, 1, 1.0, 0)), "not live"),
+    (made(GenerationReady(M1, G1, 1, 2), ManagerClosed(M2),
+          GenerationMeasured(M2, G1, 1, 1, 1.0, 0)), "not open"),
+], ids=["not ready", "another manager's", "being removed", "by an ended manager"])
+def test_a_measurement_of_a_generation_not_live_and_its_managers_is_refused(
+    events: tuple[Event, ...], why: str
+) -> None:
+    with pytest.raises(RuleViolation, match=why):
+        fold(*events)
 
 
 # -- measuring ------------------------------------------------------------------------------
@@ -507,3 +560,21 @@ def test_measure_of_a_directory_moved_away_from_its_name_returns_zeros_instead_o
                 assert (usage.bytes, usage.inodes) == (0, 0)
             finally:
                 (root / "moved-away").rename(lease.path)
+
+
+def test_measure_async_measures_and_journals_from_an_event_loop(root: Path) -> None:
+    import asyncio
+
+    async def main() -> Usage:
+        manager = await Manager.open_async(root, measure_every=math.inf)
+        try:
+            await manager.retain_async()
+            async with await manager.acquire_async() as lease:
+                (lease.path / "f").write_bytes(b"x" * 5000)
+                return await manager.measure_async()
+        finally:
+            await manager.close_async()
+
+    usage = asyncio.run(main())
+    assert usage.inodes == 2
+    assert [e.inodes for e in measured(root)] == [2]
