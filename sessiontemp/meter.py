@@ -268,11 +268,17 @@ class Meter:
                     return None  # removed meanwhile: its last size was already said
                 return self._owner.append(event, wait=False)
 
-        try:
-            pending = shielded(append)
+        def journal() -> None:
+            # Appended and waited for with no signal handler in between:
+            # memory never runs ahead of the journal.  The wait is outside
+            # the mutex, so that other threads' appends join its commit.
+            pending = append()
             if pending is not None:
                 self._owner.wait(pending)
                 self._journaled = key
+
+        try:
+            shielded(journal)
         except (JournalError, RuleViolation) as e:
             self._log.warning("space.unrecorded", generation=generation, reason=str(e))
 
