@@ -1,12 +1,15 @@
 """``sessiontemp`` (and ``python -m sessiontemp``): run a command in a private directory, recover.
 
-    sessiontemp run [--root DIR] [--session NAME] -- CMD ARGS...
+    sessiontemp run [--root DIR] [--max-bytes N] [--max-inodes N] [--min-free-bytes N]
+                    -- CMD ARGS...
     sessiontemp recover [--root DIR] [--json]
 
 Each subcommand calls one library function (:func:`sessiontemp.run.run_command`,
 :func:`sessiontemp.recover`) and formats its result.  Bad input (a bad
 argument, an unsafe root, a journal that cannot be used) is one line on
-stderr naming the path, the reason and the fix, and exit status 2.
+stderr naming the path, the reason and the fix, and exit status 2; a run
+refused for space (too little free, or a directory left over its budget)
+is one such line and exit status 75.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO
 
-from journal.errors import BadInput, CommandNotStarted, SessionTempError
+from journal.errors import BadInput, CommandNotStarted, LowDisk, OverBudget, SessionTempError
 from sessiontemp import console
 from sessiontemp.root import default_root
 from sessiontemp.run import run_command
@@ -47,11 +50,15 @@ examples:
                                           private directory, removed when it exits
   sessiontemp run --root ~/.cache/st -- pytest -x
                                           the same under another root
+  sessiontemp run --max-bytes 2G -- make  fail the run if its directory ends over 2 GiB
   sessiontemp recover                     remove what killed runs left in the default root
   sessiontemp recover --root DIR --json   the same for DIR, as JSON
 
 exit status: `run` passes the command's through (128+N when signal N killed it;
-127 not found, 126 not executable); 2 means bad input."""
+127 not found, 126 not executable); 75 when the run is refused for space (the
+root's file system has less free space than --min-free-bytes, so the command
+never started) or a command that succeeded left its directory over --max-bytes
+or --max-inodes; 2 means bad input."""
 
 RUN_HELP = """\
 Run CMD with TMPDIR, TMP and TEMP on a private 0700 directory leased for it
@@ -59,7 +66,10 @@ alone. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGWINCH are
 forwarded to it (not twice: a terminal's Ctrl-C already reaches it); its exit
 status is passed through, 128+N when signal N killed it. The directory is
 removed when CMD exits. If this wrapper is killed, CMD keeps its directory
-until CMD exits, and the next recovery removes it."""
+until CMD exits, and the next recovery removes it. With --max-bytes or
+--max-inodes the directory is measured as CMD runs and when it exits; one
+that ends over the budget is said on stderr with its largest entries, and a
+run whose CMD succeeded then exits 75 (CMD is never stopped for it)."""
 
 RECOVER_HELP = """\
 Run one recovery pass on the root: declare dead the managers whose process is
@@ -69,7 +79,11 @@ was removed and what was left, with why."""
 
 SUBCOMMANDS: Final = ("run", "recover")
 # The options that take the next word as their value, wherever they are given.
-_VALUED: Final = frozenset({"--root", "--session"})
+_VALUED: Final = frozenset({"--root", "--session", "--max-bytes", "--max-inodes",
+                            "--min-free-bytes"})
+# Refused for space: EX_TEMPFAIL of sysexits.h, "try again later" (once space is freed).
+SPACE_STATUS: Final = 75
+_UNITS: Final = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 def build_parser() -> Parser:
@@ -93,8 +107,18 @@ def build_parser() -> Parser:
     run = parser.add_subcommand(
         "run", prefix=f"{PROG} run", help="run a command in a private temporary directory",
         description=RUN_HELP, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
-        usage=f"{PROG} run [--root DIR] [--session NAME] -- CMD ARGS...")
+        usage=f"{PROG} run [--root DIR] [--max-bytes N] [--max-inodes N] "
+        "[--min-free-bytes N] -- CMD ARGS...")
     run.add_argument("--root", type=Path, metavar="DIR", help=root_help)
+    run.add_argument("--max-bytes", type=_size, metavar="N",
+                     help="the budget of the command's directory, in bytes allocated (K, M, "
+                     "G, T: binary units, as 2G); one that ends over it fails the run")
+    run.add_argument("--max-inodes", type=_size, metavar="N",
+                     help="the same, in inodes (files, directories, links)")
+    run.add_argument("--min-free-bytes", type=_size, metavar="N",
+                     help="refuse to start the command when the root's file system has less "
+                     "free space than this (default: the library's, 1%% of the file "
+                     "system, at most 1 GiB; 0 never refuses)")
     run.add_argument("--session", metavar="NAME",
                      help="refused: a run is a session of its own (see Manager(session=))")
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD ARGS...",
@@ -108,6 +132,17 @@ def build_parser() -> Parser:
     rec.add_argument("--json", action="store_true",
                      help="print one JSON object (schema: the documentation's JSON output page)")
     return parser
+
+
+def _size(text: str) -> int:
+    """A size of 0 or more, for argparse: digits, then K, M, G or T (binary units)."""
+    word = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = word[-1:] if word[-1:] in _UNITS and word[-1:] else ""
+    digits = word[:-1] if unit else word
+    if not digits.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size: pass a whole number of "
+                                         "bytes, or one with K, M, G or T, such as 500M")
+    return int(digits) * _UNITS[unit]
 
 
 def _fail(where: str, message: str, status: int = 2) -> int:
@@ -128,13 +163,19 @@ def cmd_run(args: argparse.Namespace | Plain, out: console.Out) -> int:
         return _fail("run", "no command given. Name it after --, as in "
                      f"`{PROG} run -- make test`")
     try:
-        finished = run_command(command, root=args.root)
+        finished = run_command(command, root=args.root, max_bytes=args.max_bytes,
+                               max_inodes=args.max_inodes, min_free_bytes=args.min_free_bytes)
     except CommandNotStarted as e:
         # As env(1), nohup(1) and shells report them.
         return _fail("run", str(e), 127 if e.errno == errno.ENOENT else 126)
+    except (LowDisk, OverBudget) as e:
+        return _fail("run", f"{e} (the command was not started)", SPACE_STATUS)
     if finished.kept:
         _fail("run", f"{finished.path} is still held by a process the command left running; "
                      f"the next `{PROG} recover` after it exits removes it")
+    if finished.over is not None:
+        _fail("run", f"{finished.over} (the command ran to its end; nothing was stopped)")
+        return finished.status or SPACE_STATUS
     return finished.status
 
 

@@ -30,10 +30,12 @@ from sessiontemp import console, inspect
 from sessiontemp.arguments import Parser, nearest, nearest_option, not_a_subcommand
 from sessiontemp.console import shown
 from sessiontemp.inspect.read import counted
+from sessiontemp.usage import human
 
 __all__ = ["main"]
 
-SUBCOMMANDS: Final = ("summary", "events", "state", "explain", "verify", "fsck", "timeline")
+SUBCOMMANDS: Final = ("summary", "events", "state", "explain", "verify", "fsck", "timeline",
+                      "usage")
 
 
 def _when(t: float | None) -> str:
@@ -89,6 +91,16 @@ def cmd_summary(args: argparse.Namespace, out: console.Out) -> int:
     out.write(f"sessions     {ss['claims']} claims of named sessions, {ss['resumed']} resumed "
               f"after a crash, {ss['discarded']} discarded\n")
     out.write(f"artifacts    {a['kept']} kept, {a['removed']} removed\n")
+    sp = s.space
+    if sp.get("measurements"):
+        out.write(f"space        {sp['measurements']:,} measurements journaled; the "
+                  f"{sp['measured']} measured directories of managers not ended hold "
+                  f"{human(int(sp['bytes'] or 0))} in {sp['inodes']:,} inodes")
+        if sp["largest"] is not None:
+            out.write(f", the largest {sp['largest']} ({human(int(sp['largest_bytes'] or 0))}"
+                      f"; the largest peak {human(int(sp['peak_bytes'] or 0))}, of "
+                      f"{sp['peak']})")
+        out.write("; `journal-inspect usage` lists every directory\n")
     if g["held_by_commands"]:
         out.write(f"             {g['held_by_commands']} directories of ended managers still held "
                   "by running commands (they go once the commands exit)\n")
@@ -282,6 +294,53 @@ def cmd_timeline(args: argparse.Namespace, out: console.Out) -> int:
     return 0
 
 
+def cmd_usage(args: argparse.Namespace, out: console.Out) -> int:
+    if args.path is not None and args.root is None:
+        raise SystemExit(_usage_error("usage reads the directories of a root: pass --root DIR"))
+    where = inspect.locate(None, args.root)
+    assert where.root is not None
+    report = inspect.usage(where.journal, where.root, measure=args.measure,
+                           progress=_progress(args, "replaying"),
+                           measuring=console.progress("measuring", unit="directories",
+                                                      hidden=args.no_progress))
+    if args.json:
+        _emit(inspect.as_json(report), out)
+        return 0
+    kind = " (tmpfs)" if report.tmpfs else ""
+    out.write(f"root         {report.root}{kind}: {human(report.free_bytes)} free of "
+              f"{human(report.total_bytes)}\n")
+    if report.tmpfs:
+        out.write("             on a RAM-backed file system: every byte here is a byte of "
+                  "memory. Fix: pass a root on disk (Manager(root=...), --root DIR)\n")
+    how = "measured now" if report.measured else "as last measured"
+    out.write(f"directories  {len(report.directories):,} not removed, holding "
+              f"{human(report.bytes)} ({how})\n")
+    if not report.directories:
+        return 0
+    out.write("\n")
+    _table([("size", "peak", "inodes", "measured", "status", "session", "manager", "pid",
+             "path", "labels"),
+            *[("-" if d.measured_at is None else human(d.bytes),
+               "-" if d.measured_at is None else human(d.peak_bytes),
+               "-" if d.measured_at is None else f"{d.inodes:,}",
+               "never" if d.measured_at is None else _when(d.measured_at),
+               d.status, d.session or "-", (d.manager or "(stray)")[:8],
+               d.pid or "-", d.path, _labels(d.labels))
+              for d in report.directories]], out)
+    for d in report.directories:
+        if d.unread:
+            out.write(f"{shown(d.path)}: {d.unread:,} entries could not be read; "
+                      "its size counts what could\n")
+    for p in report.problems:
+        out.write(f"problem: {shown(p.message)}\n")
+    return 0
+
+
+def _labels(labels: Sequence[str]) -> str:
+    text = ", ".join(labels) or "-"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 # -- parsing ------------------------------------------------------------------------
 
 
@@ -359,6 +418,11 @@ def build_parser() -> Parser:
                           help="draw stretches longer than this with no event and no lease "
                           f"held compressed and hatched (default {inspect.IDLE:g}; 0 draws "
                           "time to scale throughout)")
+    space = add("usage", cmd_usage, "each directory's size on disk, largest first, and the "
+                "root's free space (needs a root)")
+    space.add_argument("--measure", action="store_true",
+                       help="walk each directory now, read-only (never writes the journal), "
+                       "instead of the sizes its manager last journaled")
     timeline.add_argument("--all-lanes", action="store_true",
                           help="a lane for every manager, even one with nothing drawn in it")
     return parser

@@ -10,7 +10,12 @@ is enough.  Fixtures:
   with the test's node id, to start commands with (``lease.popen``,
   ``pass_fds``, ``create_subprocess_exec``).
 
-Option: ``--sessiontemp-root DIR`` (default: the library's per-user root).
+Options: ``--sessiontemp-root DIR`` (default: the library's per-user root);
+``--sessiontemp-max-bytes N`` and ``--sessiontemp-max-inodes N``, a budget
+for each test's directory: it is measured when the test ends, and one over
+the budget is an error of that test at teardown
+(:class:`~sessiontemp.OverBudget`, naming its size and largest entries),
+the test itself having run to its end, nothing stopped.
 
 Opt-in by use: nothing is opened or created until a test asks for one of
 the fixtures.  Then one manager per pytest process (per xdist worker: they
@@ -52,6 +57,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="root of the directories of the sessiontemp_path and sessiontemp_lease fixtures "
         "(default: the per-user root under the system temporary directory)",
     )
+    group.addoption(
+        "--sessiontemp-max-bytes", metavar="N", type=_whole, default=None,
+        help="budget of each test's directory, in bytes allocated: one measured over it "
+        "when the test ends is an error of that test (sessiontemp.OverBudget)",
+    )
+    group.addoption(
+        "--sessiontemp-max-inodes", metavar="N", type=_whole, default=None,
+        help="the same budget in inodes (files, directories, links)",
+    )
+
+
+def _whole(text: str) -> int:
+    """A whole number of 0 or more, for an option; pytest's usage error names the value."""
+    if not text.strip().isdigit():
+        raise ValueError(f"{text!r} is not a whole number of 0 or more")
+    return int(text)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -70,7 +91,8 @@ def _sessiontemp_manager(request: pytest.FixtureRequest) -> Iterator[Manager]:
     from sessiontemp.manager import Manager
 
     root: str | None = request.config.getoption("sessiontemp_root")
-    manager = Manager(root)
+    manager = Manager(root, max_bytes=request.config.getoption("sessiontemp_max_bytes"),
+                      max_inodes=request.config.getoption("sessiontemp_max_inodes"))
     try:
         manager.retain()
         yield manager
@@ -84,6 +106,7 @@ def sessiontemp_lease(
     request: pytest.FixtureRequest, _sessiontemp_manager: Manager
 ) -> Iterator[Lease]:
     """A lease on a private directory of this test's own, given back (and removed) after it."""
+    from sessiontemp import budget
     from sessiontemp.run import label
 
     manager = _sessiontemp_manager
@@ -91,11 +114,21 @@ def sessiontemp_lease(
     # retires it, so giving the lease back removes it at once.
     manager.rotate()
     lease = manager.acquire(label=label(f"pytest {request.node.nodeid}"))
+    over = None
     try:
         yield lease
+        limits = budget.Limits(request.config.getoption("sessiontemp_max_bytes"),
+                               request.config.getoption("sessiontemp_max_inodes"))
+        if limits.budgeted:
+            # Measured (and journaled) while the directory is still the current one.
+            usage = manager.measure()
+            if budget.over(limits, usage.bytes, usage.inodes):
+                over = budget.over_budget(limits, usage)
     finally:
         manager.rotate()
         lease.release()
+    if over is not None:
+        raise over
 
 
 @pytest.fixture

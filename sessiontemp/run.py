@@ -28,9 +28,12 @@ from typing import Final
 
 import attrs
 
-from journal.errors import BadInput, CommandNotStarted
+from journal.errors import BadInput, CommandNotStarted, OverBudget
+from sessiontemp import budget
+from sessiontemp.budget import Limits
 from sessiontemp.lease import Lease
 from sessiontemp.manager import Manager
+from sessiontemp.usage import Usage
 
 __all__ = ["FORWARDED", "Finished", "exit_status", "label", "run_command"]
 
@@ -55,12 +58,17 @@ class Finished:
 
     ``kept`` is True when the directory was still there after the wrapper
     let go of it: something the command left running still holds it, and a
-    later recovery removes it once that exits.
+    later recovery removes it once that exits.  With a budget, ``usage`` is
+    the directory's size when the command exited (measured and journaled
+    then), and ``over`` the :class:`~sessiontemp.OverBudget` it earned, if
+    it grew past the budget (the command was never stopped for it).
     """
 
     status: int
     path: Path
     kept: bool
+    usage: Usage | None = None
+    over: OverBudget | None = None
 
 
 def label(text: str) -> str:
@@ -75,7 +83,9 @@ def exit_status(wait_status: int) -> int:
 
 
 def run_command(
-    command: Sequence[str], *, root: os.PathLike[str] | str | None = None
+    command: Sequence[str], *, root: os.PathLike[str] | str | None = None,
+    max_bytes: int | None = None, max_inodes: int | None = None,
+    min_free_bytes: int | None = None,
 ) -> Finished:
     """Run *command* in a private leased directory under *root* until it exits.
 
@@ -85,6 +95,14 @@ def run_command(
     then releases the lease and closes the manager, which removes the
     directory unless something still holds it.  Call it from the main
     thread: it takes over SIGCHLD while it runs.
+
+    *max_bytes*, *max_inodes* and *min_free_bytes* go to the manager (None:
+    no budget, and its default floor of free space): a root whose file
+    system has less free space than the floor refuses the command before it
+    starts
+    (:class:`~sessiontemp.LowDisk`); with a budget, the directory is
+    measured once more when the command exits, and a size over the budget
+    is returned as ``Finished.over`` (the command is never stopped for it).
 
     A forwarded signal that comes before the command could start stops it
     from starting (the status is then 128+N), except SIGWINCH, which is
@@ -110,15 +128,24 @@ def run_command(
     # its exit status would be lost.
     previous_chld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
-        with Manager(root) as manager:
+        usage = over = None
+        limits = Limits(max_bytes, max_inodes, min_free_bytes)
+        with Manager(root, max_bytes=limits.max_bytes, max_inodes=limits.max_inodes,
+                     min_free_bytes=limits.min_free_bytes,
+                     measure_every=limits.measure_every) as manager:
             manager.retain()
             with manager.acquire(label=label(shlex.join(command))) as lease:
                 early = _pending_stop()
                 status = 128 + early if early else _start_and_wait(
                     lease, command, previous_mask)
+                if limits.budgeted:
+                    # Before the lease goes: the directory is the run's until then.
+                    usage = manager.measure()
+                    if budget.over(limits, usage.bytes, usage.inodes):
+                        over = budget.over_budget(limits, usage)
             # The last owner seals the session; its directory goes now unless held.
             manager.release()
-        return Finished(status, lease.path, kept=lease.path.exists())
+        return Finished(status, lease.path, kept=lease.path.exists(), usage=usage, over=over)
     finally:
         # What is still pending was meant for the command, which is gone.
         while signal.sigtimedwait(watched, 0) is not None:

@@ -477,7 +477,7 @@ def test_a_corrupt_or_foreign_file_is_one_clear_line_and_exit_2(
         extras: dict[str, list[str | Path]] = {"explain": ["x"],
                                                "timeline": ["-o", tmp_path / "t.svg"]}
         extra = extras.get(command, [])
-        where = ["--root", tmp_path] if command == "fsck" else [path]
+        where = ["--root", tmp_path] if command in ("fsck", "usage") else [path]
         result = inspect(*where, command, *extra, ok=2)
         assert len(result.stderr.strip().splitlines()) == 1
         assert str(path) in result.stderr
@@ -491,7 +491,7 @@ def test_a_users_file_given_as_the_journal_is_answered_with_the_path_to_pass(
     readme = tmp_path / "README.md"
     readme.write_text("# my project\n")
     for command in SUBCOMMANDS:
-        if command in ("fsck", "explain", "timeline"):
+        if command in ("fsck", "explain", "timeline", "usage"):
             continue
         result = inspect(readme, command, ok=2)
         assert result.stdout == ""

@@ -314,7 +314,7 @@ PLANTED = {
 }
 SUBCOMMANDS = [["summary"], ["events"], ["state"], ["verify"], ["fsck"],
                ["timeline", "-o", os.devnull],
-               ["explain", "aaaaaaaaaaaaaaaa"]]
+               ["explain", "aaaaaaaaaaaaaaaa"], ["usage"], ["usage", "--measure"]]
 ARTIFACT = "0123456789abcdef"
 
 

@@ -53,7 +53,9 @@ def pictures(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Path, int]]
     root = place / "root"
     plain = Manager(root)
     plain.retain()
-    plain.acquire(label="make test").release()
+    with plain.acquire(label="make test") as lease:
+        (lease.path / "data").write_bytes(b"x" * 100_000)
+        plain.measure()  # a size drawn: its legend entry and its note
     plain.close()
     named = Manager(root, session="a-session-name-longer-than-any-lane-label-holds")
     named.retain()

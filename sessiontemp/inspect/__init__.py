@@ -12,7 +12,8 @@ reference of the documentation ("JSON output") and versioned by its
 One module per question, each reading the journal only through named
 ``journal.store.Store`` methods: ``read`` (locating, opening, replaying,
 probing locks), ``summary``, ``events``, ``state``, ``story``
-(``explain``), ``verify``, ``fsck``, ``timeline`` and ``json``.
+(``explain``), ``verify``, ``fsck``, ``timeline``, ``space`` (``usage``)
+and ``json``.
 
 A journal is named either by its file (*journal*) or by its root (*root*);
 with a bare file, liveness of managers and the disk are unknown.
@@ -33,6 +34,7 @@ from sessiontemp.inspect.read import (
     probe_generation,
     probe_liveness,
 )
+from sessiontemp.inspect.space import DirectoryUsage, SpaceReport, usage
 from sessiontemp.inspect.state import StateAt, state_at
 from sessiontemp.inspect.story import Sentence, Story, explain
 from sessiontemp.inspect.summary import ManagerInfo, Summary, summary
@@ -43,6 +45,7 @@ __all__ = [
     "COLOURS",
     "IDLE",
     "SCHEMA",
+    "DirectoryUsage",
     "EventFilter",
     "EventRow",
     "Finding",
@@ -55,6 +58,7 @@ __all__ = [
     "Progress",
     "RepairReport",
     "Sentence",
+    "SpaceReport",
     "StateAt",
     "Story",
     "Summary",
@@ -74,5 +78,6 @@ __all__ = [
     "state_json",
     "summary",
     "timeline",
+    "usage",
     "verify",
 ]

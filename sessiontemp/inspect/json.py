@@ -7,6 +7,7 @@ without a new version.
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Any, Final
 
@@ -15,13 +16,14 @@ import attrs
 from journal.reducer import State
 from sessiontemp.inspect.events import EventRow
 from sessiontemp.inspect.fsck import Finding, FsckReport
+from sessiontemp.inspect.space import DirectoryUsage, SpaceReport
 from sessiontemp.inspect.state import StateAt
 from sessiontemp.inspect.story import Story
 from sessiontemp.inspect.summary import Summary
 from sessiontemp.inspect.timeline import Timeline
 from sessiontemp.inspect.verify import Verification
 
-__all__ = ["SCHEMA", "as_json", "state_json"]
+__all__ = ["SCHEMA", "as_json", "moment", "state_json"]
 
 SCHEMA: Final = 1
 
@@ -68,6 +70,7 @@ def _body(result: object) -> dict[str, Any]:
             "running_managers": [_asdict(m) for m in result.running],
             "generations": dict(result.generations), "held": list(result.held),
             "sessions": dict(result.sessions), "artifacts": dict(result.artifacts),
+            "space": dict(result.space),
             "verify": as_json(result.verify), "checkpoint": result.checkpoint,
             "history": None if result.history is None else {
                 "first": result.history.first, "first_time": result.history.first_time,
@@ -111,7 +114,33 @@ def _body(result: object) -> dict[str, Any]:
             "crashes": result.crashes, "recoveries": result.recoveries,
             "refused": list(result.refused),
         }
+    if isinstance(result, SpaceReport):
+        return {
+            "journal": str(result.journal), "root": str(result.root), "seq": result.seq,
+            "free_bytes": result.free_bytes, "total_bytes": result.total_bytes,
+            "tmpfs": result.tmpfs, "measured": result.measured,
+            "bytes": result.bytes, "directories": [_directory(d) for d in result.directories],
+            "problems": [_asdict(p) for p in result.problems],
+        }
     raise TypeError(f"no JSON form for {type(result).__name__}")
+
+
+def _directory(d: DirectoryUsage) -> dict[str, Any]:
+    return {
+        "path": str(d.path), "generation": d.generation, "status": d.status,
+        "session": d.session, "manager": d.manager, "pid": d.pid, "liveness": d.liveness,
+        "labels": list(d.labels), "leases": d.leases, "bytes": d.bytes, "inodes": d.inodes,
+        "measured_at": moment(d.measured_at), "measured_time": d.measured_at,
+        "peak_bytes": d.peak_bytes, "peak_inodes": d.peak_inodes, "unread": d.unread,
+        "measured_now": d.measured_now,
+    }
+
+
+def moment(t: float | None) -> str | None:
+    """*t* (epoch seconds) as ISO 8601 in UTC, to the millisecond; None stays None."""
+    if t is None:
+        return None
+    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="milliseconds")
 
 
 def _str(path: Path | None) -> str | None:

@@ -24,7 +24,9 @@ from xml.sax.saxutils import escape, quoteattr
 import attrs
 
 from sessiontemp.inspect.measure import fit, text_width, wrap
+from sessiontemp.inspect.read import counted
 from sessiontemp.inspect.scale import Scale, duration
+from sessiontemp.usage import human
 
 __all__ = ["COLOURS", "Ending", "Generation", "Lane", "Lease", "Manager", "Mark", "Picture",
            "clock", "xml_attribute", "xml_text"]
@@ -45,6 +47,8 @@ _LEASE: Final = "#1b1b1b"
 _CRASH: Final = "#cc0000"
 _RECOVERY: Final = "#7a5195"
 _LIFETIME: Final = "#888888"
+_SIZE_FILL: Final = "#000000"  # the size area, see-through over the bar's colour
+_SIZE_OPACITY: Final = 0.35
 LABEL: Final = 190  # the left column holding lane names
 _ROW: Final = 14  # one row of bars inside a lane
 _ROWS: Final = 4  # rows a lane packs overlapping bars into, at most
@@ -123,6 +127,13 @@ class Generation:
     reappeared: list[int] = attrs.field(factory=list)
     adopted: list[tuple[int, str]] = attrs.field(factory=list)  # (seq, manager)
     held: int | None = None  # the seq of a refused record that names it or its manager
+    sizes: list[tuple[float, int, int, int]] = attrs.field(factory=list)  # (time, bytes,
+    # inodes, seq) of each measurement journaled
+
+    @property
+    def peak(self) -> int:
+        """The largest size any measurement of it found, in bytes (0: never measured)."""
+        return max((b for _, b, _, _ in self.sizes), default=0)
 
     def ending(self) -> Ending:
         """How it ended, by the journal: its manager, a recovery, not yet, or refused."""
@@ -185,8 +196,10 @@ class Picture:
 
     def __init__(self, scale: Scale, end: float, width: int, lanes: Sequence[Lane],
                  lane_of: Mapping[str, str], caption: str, notes: Sequence[tuple[str, str]],
-                 grouped: bool) -> None:
+                 grouped: bool, largest: int = 0) -> None:
         self.scale, self.end, self.width = scale, end, width
+        # The largest peak drawn: a bar's full height on the size scale (0: no sizes).
+        self.largest = largest
         self.lanes = list(lanes)
         self.index = {lane.key: i for i, lane in enumerate(self.lanes)}
         self.lane_of = lane_of
@@ -242,6 +255,8 @@ class Picture:
             parts = [f'<rect class="generation {ending}" data-generation={xml_attribute(g.id)} '
                      f'x="{x0}" y="{y}" width="{round(w, 2)}" height="{_ROW - 3}" rx="2" '
                      f'fill="{COLOURS[ending]}"/>']
+            if g.sizes and self.largest:
+                parts.append(self._sizes(g, stop, y))
             parts += [self._lease(lease, stop, y) for lease in g.leases]
             self.body.append(f"<g><title>{self._about(g, ending)}</title>"
                              + "".join(parts) + "</g>")
@@ -264,6 +279,36 @@ class Picture:
             lines.append(f"kept: event {g.held}, which the lifecycle rules refuse, names it or "
                          "its manager")
         return "\n".join(xml_text(line) for line in lines)
+
+    def _sizes(self, g: Generation, stop: float, y: int) -> str:
+        """Its size over time as a step area rising from the bar's foot: each measurement
+        holds until the next, the last until the bar ends; a full bar is the largest peak."""
+        height = _ROW - 3
+        foot = y + height
+
+        def top(size: int) -> float:
+            # A directory that holds anything shows at least a pixel of it.
+            rise = height * size / self.largest
+            return round(foot - (max(rise, 1.0) if size else 0.0), 2)
+
+        x_end = max(self.x(stop), self.x(g.start) + 1.0)
+        points = [f"M{self.x(g.sizes[0][0])},{foot}"]
+        for i, (t, size, _inodes, _seq) in enumerate(g.sizes):
+            x0 = self.x(t)
+            x1 = self.x(g.sizes[i + 1][0]) if i + 1 < len(g.sizes) else x_end
+            points.append(f"L{x0},{top(size)} L{x1},{top(size)}")
+        points.append(f"L{x_end},{foot} Z")
+        t_last, last, last_inodes, seq_last = g.sizes[-1]
+        t_peak, peak, peak_inodes, seq_peak = max(g.sizes, key=lambda m: (m[1], -m[0]))
+        lines = [f"generation {g.id}: size on disk, {counted(len(g.sizes), 'measurement')}",
+                 f"last: {human(last)} in {last_inodes:,} inodes at event {seq_last} "
+                 f"({clock(t_last)})",
+                 f"peak: {human(peak)} in {peak_inodes:,} inodes at event {seq_peak} "
+                 f"({clock(t_peak)})"]
+        return (f'<g class="size" data-peak="{peak}"><title>'
+                f'{chr(10).join(xml_text(s) for s in lines)}</title>'
+                f'<path d="{" ".join(points)}" fill="{_SIZE_FILL}" '
+                f'fill-opacity="{_SIZE_OPACITY}"/></g>')
 
     def _lease(self, lease: Lease, stop: float, y: int) -> str:
         lstop = lease.stop(stop)
@@ -309,6 +354,9 @@ class Picture:
             seqs = f"events {members[0].start_seq} to {last}"
             text = (f"{len(members)} generations begun here ({seqs}): "
                     + ", ".join(f"{counts[k]} {k}" for k in COLOURS if counts[k]))
+            peak = max(g.peak for g in members)
+            if peak:
+                text += f"; the largest peaked at {human(peak)}"
             self.body.append(
                 f'<g><title>{xml_text(text)}</title><rect class="group {ending}" '
                 f'data-count="{len(members)}" x="{x0}" y="{y}" width="{GROUP_PX - 0.5}" '
@@ -437,6 +485,12 @@ class Picture:
             (lambda x, y: f'<path d="M{x},{y + 1} L{x + 10},{y + 1} L{x + 5},{y + 10} Z" '
              f'fill="{COLOURS["refused"]}"/>', 14, "record refused"),
         ]
+        if self.largest and not self.grouped:
+            # One path, as every legend mark is one element: a small step area.
+            items.append((lambda x, y: f'<path d="M{x},{y + 10} L{x},{y + 6} L{x + 5},{y + 6} '
+                          f'L{x + 5},{y + 3} L{x + 10},{y + 3} L{x + 10},{y} L{x + 14},{y} '
+                          f'L{x + 14},{y + 10} Z" fill="{_SIZE_FILL}" '
+                          f'fill-opacity="{_SIZE_OPACITY}"/>', 18, "size on disk"))
         if self.scale.idle:
             items.append((lambda x, y: f'<rect x="{x}" y="{y}" width="14" height="10" '
                           'fill="url(#idle)" stroke="#9a9a9a" stroke-width="0.5"/>', 18,

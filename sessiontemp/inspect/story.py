@@ -1,6 +1,8 @@
 """``explain``: one generation's life, told in plain sentences.
 
-Only the part of the journal that concerns the generation is replayed: from
+Its size on disk is told as its manager measured it: the first measurement,
+each that grew past what was told by a quarter, and at the end the last one
+and the peak.  Only the part of the journal that concerns the generation is replayed: from
 the newest checkpoint before it was first named to the end of its removal
 (or to the end of the journal while it is not removed).  Each event is told
 by a ``match`` on its type, as the replay reaches it.  The reducer's state
@@ -23,6 +25,7 @@ from journal.errors import RuleViolation
 from journal.events import (
     CommandStarted,
     GenerationCreated,
+    GenerationMeasured,
     GenerationReady,
     LeaseAcquired,
     LeaseReleased,
@@ -50,8 +53,17 @@ from journal.reducer import (
     resumed,
 )
 from journal.store import Store
-from sessiontemp.inspect.read import Problem, Progress, generation_of, opened, replay, when
+from sessiontemp.inspect.read import (
+    Problem,
+    Progress,
+    counted,
+    generation_of,
+    opened,
+    replay,
+    when,
+)
 from sessiontemp.root import GENERATION_PREFIX
+from sessiontemp.usage import human
 
 __all__ = ["Sentence", "Story", "explain"]
 
@@ -96,6 +108,9 @@ class _Teller:
     last: float = 0.0
     held: set[str] = attrs.field(factory=set)  # the generation's leases before this event
     kept_for: str | None = None  # the session keeping it for a resume, if any
+    told: int = -1  # the largest size a sentence has told (-1: none yet)
+    measurements: int = 0
+    peak: tuple[int, int, float] | None = None  # (bytes, inodes, time) of the peak
 
     def say(self, record: Record, text: str) -> None:
         self.said.append(Sentence(record.seq, record.time, record.event.kind, text))
@@ -177,6 +192,8 @@ class _Teller:
                          "its removal waits for that process as long as it runs.")
             case LeaseReleased(lease=lease):
                 self.say(record, f"Lease {lease} was released at {at}.")
+            case GenerationMeasured(bytes=size, inodes=inodes):
+                self.measured(record, size, inodes)
             case SessionAdopted(manager=m, session=name, previous=previous):
                 self.kept_for = None
                 self.say(record, f"Adopted at {at} by manager {m}{self.pid_of(m)}, the next "
@@ -196,6 +213,33 @@ class _Teller:
                 self.say(record, f"Removal finished at {at}: {what}.")
             case _:
                 pass
+
+    def measured(self, record: Record, size: int, inodes: int) -> None:
+        """Tell the first measurement and each that grew past what was told by a quarter:
+        how it grew, in a few sentences, however often it was measured."""
+        self.measurements += 1
+        if self.peak is None or size > self.peak[0]:
+            self.peak = (size, inodes, record.time)
+        if self.told >= 0 and size <= self.told * 1.25 + 4096:
+            return
+        first = "First measured" if self.told < 0 else "Grown to"
+        self.told = size
+        self.say(record, f"{first} at {when(record.time)}: {human(size)} on disk in "
+                 f"{inodes:,} inodes.")
+
+    def size(self, generation: GenerationState) -> str:
+        """Its last measurement and its peak, in a sentence ("" when never measured)."""
+        if generation.measured_at is None:
+            return ""
+        last = (f"{human(generation.measured_bytes or 0)} in "
+                f"{generation.measured_inodes or 0:,} inodes at {when(generation.measured_at)}")
+        peak = (f"{human(generation.peak_bytes)} in {generation.peak_inodes:,} inodes"
+                + (f" at {when(self.peak[2])}" if self.peak is not None
+                   and self.peak[0] == generation.peak_bytes else ""))
+        # Replayed from a checkpoint: the measurements before it are in its state only.
+        many = (f"{counted(self.measurements, 'measurement')} journaled, the last"
+                if self.measurements else "the last measurement")
+        return f"Its size on disk: {many} {last}; its peak {peak}."
 
     def remover(self, by: str, generation: GenerationState) -> str:
         """Who removed the generation, in words: its manager, or which recovery and why."""
@@ -301,8 +345,10 @@ def explain(journal: os.PathLike[str] | str, target: str, root: os.PathLike[str]
            "verify`)." if kept is not None and generation.removal != "finished" else
            _now(status, generation, state.managers.get(generation.manager or ""),
                 _keeper(state.sessions.values(), generation)))
-    if now:
-        said.append(Sentence(state.seq, teller.last, "now", now))
+    size = teller.size(generation)
+    if size or now:
+        said.append(Sentence(state.seq, teller.last, "now", " ".join(filter(None, [now,
+                                                                                  size]))))
     return Story(path, gid, where, status, generation.manager, tuple(said),
                  tuple(sorted(generation.leases)))
 

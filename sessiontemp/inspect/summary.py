@@ -38,7 +38,8 @@ __all__ = ["ManagerInfo", "Summary", "summary"]
 # be reported as problems.
 _COUNTED: Final = ("manager.opened", "manager.closed", "manager.dead", "generation.created",
                    "removal.started", "removal.finished", "session.claimed", "session.adopted",
-                   "session.discarded", "artifact.kept", "artifact.removed")
+                   "session.discarded", "artifact.kept", "artifact.removed",
+                   "generation.measured")
 
 
 @attrs.frozen
@@ -68,7 +69,10 @@ class Summary:
     managers that ended or are gone which a running command still holds
     (their leases died with the manager in the journal; only the kernel lock
     on the directory tells).  It is None without a root.  ``running`` lists
-    the managers not ended; ``verify`` is the quick check.
+    the managers not ended; ``verify`` is the quick check.  ``space``
+    counts the measurements journaled and, of the directories of the
+    managers not ended, those measured, the bytes and inodes they held as
+    last measured, the largest now and the largest peak (ids and bytes).
     """
 
     journal: Path
@@ -94,6 +98,27 @@ class Summary:
     # artifacts: kept, removed, and kept now.
     sessions: Mapping[str, int] = attrs.field(factory=dict)
     artifacts: Mapping[str, int] = attrs.field(factory=dict)
+    # Sizes on disk: measurements journaled, and of the directories of the
+    # managers not ended, as last measured (see :func:`summary`).
+    space: Mapping[str, int | str | None] = attrs.field(factory=dict)
+
+
+def _space(state: State, measurements: int) -> dict[str, int | str | None]:
+    """What the directories of the managers not ended held, as last measured."""
+    measured = [g for g in state.generations.values()
+                if g.manager in state.managers and g.measured_at is not None]
+    largest = max(measured, key=lambda g: (g.measured_bytes or 0, g.id), default=None)
+    peak = max(measured, key=lambda g: (g.peak_bytes, g.id), default=None)
+    return {
+        "measurements": measurements,
+        "measured": len(measured),
+        "bytes": sum(g.measured_bytes or 0 for g in measured),
+        "inodes": sum(g.measured_inodes or 0 for g in measured),
+        "largest": None if largest is None else largest.id,
+        "largest_bytes": 0 if largest is None else largest.measured_bytes or 0,
+        "peak": None if peak is None else peak.id,
+        "peak_bytes": 0 if peak is None else peak.peak_bytes,
+    }
 
 
 def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None = None
@@ -195,6 +220,7 @@ def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None
                   "discarded": kinds["session.discarded"]},
         artifacts={"kept": kinds["artifact.kept"] - kinds["artifact.removed"],
                    "removed": kinds["artifact.removed"]},
+        space=_space(state, kinds["generation.measured"]),
     )
 
 

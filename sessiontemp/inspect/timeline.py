@@ -3,7 +3,8 @@
 One lane per named session (its successive managers, after a crash and a
 resume, share it) or per manager without one, from its opening to its close
 or death; each generation a bar from creation to the end of its removal,
-coloured by how it ended; leases as inner bars, titled with their whole
+coloured by how it ended, shaded from its foot by its size on disk over
+time (its manager's measurements, to one scale); leases as inner bars, titled with their whole
 label and the commands started under them; crashes (a recovery finding a
 manager dead), recovery passes and records the reducer refused marked on
 the time axis.  Every mark has a ``<title>`` (the browser's hover text)
@@ -41,6 +42,7 @@ from journal.errors import BadInput
 from journal.events import (
     CommandStarted,
     GenerationCreated,
+    GenerationMeasured,
     LeaseAcquired,
     LeaseReleased,
     ManagerClosed,
@@ -69,6 +71,7 @@ from sessiontemp.inspect.picture import (
 )
 from sessiontemp.inspect.read import Problem, Progress, counted, opened, replay
 from sessiontemp.inspect.scale import Scale, duration, idle_stretches
+from sessiontemp.usage import human
 
 __all__ = ["COLOURS", "IDLE", "Ending", "Timeline", "timeline"]
 
@@ -189,6 +192,9 @@ class _Collector:
                 self.generations[g].manager = m
             case GenerationCreated(manager=m, generation=g):
                 self.generations[g] = Generation(g, m, t, seq)
+            case GenerationMeasured(generation=g, bytes=size, inodes=inodes):
+                # Drawn at the record's time, the clock every other mark is drawn on.
+                self.generations[g].sizes.append((t, size, inodes, seq))
             case LeaseAcquired(manager=m, generation=g, lease=lease, label=label):
                 taken = Lease(lease, t, seq, label, manager=m)
                 self.generations[g].leases.append(taken)
@@ -354,7 +360,13 @@ def timeline(
                + ("nothing drawn" if nothing else
                   (f"events {window[0]:,} to {window[1]:,} of {events:,}" if window
                    else "no event in the window") + f", {_span(lo, hi)}"))
-    picture = Picture(scale, end, width, lanes, lane_of, caption, notes, grouped)
+    largest = max((g.peak for g in generations), default=0)
+    if largest and not grouped:
+        notes.append(("#555", f"Sizes: the shaded part of a bar rising from its foot is its "
+                      "directory's size on disk as its manager measured it, to one scale: a "
+                      f"full bar is {human(largest)}, the largest peak drawn (hover for each "
+                      "one's last and peak)."))
+    picture = Picture(scale, end, width, lanes, lane_of, caption, notes, grouped, largest)
     drawn = picture.groups(generations) if grouped else picture.bars(generations)
     picture.marks(crashes, recoveries, [
         Mark(refused_at.get(p.seq or 0, lo), p.seq or 0, f"event {p.seq} refused: {p.message}")

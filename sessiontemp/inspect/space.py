@@ -1,0 +1,235 @@
+"""``usage``: what each directory of a root holds on disk, largest first, and what is free.
+
+The sizes are the managers' own measurements, as the journal keeps them
+(``generation.measured``: the last one and the peak of each generation);
+with *measure*, each directory is walked now instead, by the same read-only
+walk a manager measures with (:func:`sessiontemp.usage.measure_tree`: by
+descriptors, never following a symlink nor leaving the directory's mount).
+Either way nothing is written: not the journal (a measurement taken here is
+reported, never journaled, so an inspector needs no write access and never
+races a manager's appends), not the directories.
+
+Which directories: every generation the journal has not finished removing
+(its manager's current one, one retired and waiting for its last command,
+one whose removal was cut short), each with its session, its manager and
+that manager's pid and liveness, and the labels of the leases that used it.
+The root's file system says how much is free and whether it is RAM-backed
+(tmpfs or ramfs), where every byte a session holds is a byte of memory.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Final
+
+import attrs
+
+from journal import checkpoint
+from journal.errors import RuleViolation
+from journal.events import LeaseAcquired, decode
+from journal.reducer import GenerationState, State
+from journal.store import Store
+from sessiontemp import disk
+from sessiontemp.inspect.read import Liveness, Problem, Progress, opened, probe_liveness, replay
+from sessiontemp.root import GENERATION_PREFIX
+from sessiontemp.usage import measure_tree
+
+__all__ = ["LABELS", "DirectoryUsage", "SpaceReport", "usage"]
+
+LABELS: Final = 20
+"""The most lease labels listed for one directory: the newest distinct ones."""
+
+
+@attrs.frozen
+class DirectoryUsage:
+    """One directory the journal has not finished removing, and its size.
+
+    ``bytes`` and ``inodes`` are the last measurement (0 before the first:
+    ``measured_at`` None then), ``peak_bytes`` and ``peak_inodes`` the
+    largest any measurement found, ``unread`` how many entries the walk
+    could not read (None when unknown: a journaled measurement).
+    ``status`` is "live" (its manager's current directory), "retired"
+    (waiting for its last lease or command, or a recovery) or "removing"
+    (a removal started and not finished).  ``labels`` are the labels of the
+    leases taken on it, the newest 20 (``LABELS``) distinct ones, in the
+    order they were taken; ``leases`` counts every lease.  ``measured_now``
+    says the size was walked by this call, not read from the journal.
+    """
+
+    path: Path
+    generation: str
+    status: str
+    session: str | None
+    manager: str | None
+    pid: int | None
+    liveness: Liveness | None
+    labels: tuple[str, ...]
+    leases: int
+    bytes: int
+    inodes: int
+    measured_at: float | None
+    peak_bytes: int
+    peak_inodes: int
+    unread: int | None = None
+    measured_now: bool = False
+
+
+@attrs.frozen
+class SpaceReport:
+    """What :func:`usage` found: the directories largest first, and the root's file system.
+
+    ``free_bytes`` is what an unprivileged writer may still use
+    (``statvfs``'s available blocks), ``total_bytes`` the file system's
+    size, and ``tmpfs`` whether it is RAM-backed (tmpfs or ramfs, as the
+    kernel's mount table names its type).
+    ``seq`` is the last event the journal's state was read at; ``problems``
+    lists records the lifecycle rules refuse (skipped, as recovery skips them).
+    """
+
+    journal: Path
+    root: Path
+    seq: int
+    free_bytes: int
+    total_bytes: int
+    tmpfs: bool
+    measured: bool
+    directories: tuple[DirectoryUsage, ...]
+    problems: tuple[Problem, ...] = ()
+
+    @property
+    def bytes(self) -> int:
+        """What the directories hold together, as measured."""
+        return sum(d.bytes for d in self.directories)
+
+
+def usage(
+    journal: os.PathLike[str] | str,
+    root: os.PathLike[str] | str,
+    *,
+    measure: bool = False,
+    progress: Progress | None = None,
+    measuring: Progress | None = None,
+    now: float | None = None,
+) -> SpaceReport:
+    """Every directory of *root* the journal has not finished removing, largest first.
+
+    The state is replayed from the newest checkpoint (tolerantly, as
+    recovery replays it: a refused record is skipped and listed in
+    ``problems``), so the cost follows what is live, plus one read of the
+    lease records since the oldest such directory was created, for their
+    labels.  With *measure*, each directory is walked now, read-only
+    (*measuring* is called with (directories done, in all)); its time is
+    *now* (default: the clock's).  Never writes the journal.
+    """
+    path, base = Path(journal), Path(root)
+    problems: list[Problem] = []
+    with opened(path, snapshot=True) as store:
+        state = replay(store, lenient=problems, progress=progress,
+                       start=checkpoint.restore(store).state)
+        generations = sorted(state.generations.values(), key=lambda g: g.created_seq)
+        labels = _labels(store, generations)
+    space, tmpfs = _filesystem(base)
+    sessions = _sessions(state)
+    liveness: dict[str, Liveness] = {}
+    found = []
+    for i, g in enumerate(generations):
+        owner = state.managers.get(g.manager or "")
+        if owner is not None and owner.id not in liveness:
+            liveness[owner.id] = probe_liveness(base, owner.id)
+        taken = labels.get(g.id, [])
+        row = DirectoryUsage(
+            path=base / (GENERATION_PREFIX + g.id), generation=g.id, status=_status(g, state),
+            session=sessions.get(g.id) or sessions.get(g.manager or ""),
+            manager=g.manager, pid=None if owner is None else owner.pid,
+            liveness=None if owner is None else liveness[owner.id],
+            labels=tuple(_newest_distinct(taken)), leases=len(taken),
+            bytes=g.measured_bytes or 0, inodes=g.measured_inodes or 0,
+            measured_at=g.measured_at, peak_bytes=g.peak_bytes, peak_inodes=g.peak_inodes)
+        if measure:
+            row = _measured(row, time.time() if now is None else now)
+            if measuring is not None:
+                measuring(i + 1, len(generations))
+        found.append(row)
+    found.sort(key=lambda d: (-d.bytes, -d.inodes, d.generation))
+    return SpaceReport(
+        journal=path, root=base, seq=state.seq, free_bytes=space.free,
+        total_bytes=space.total, tmpfs=tmpfs, measured=measure, directories=tuple(found),
+        problems=tuple(p for p in problems if p.check in ("rules", "schema")))
+
+
+def _filesystem(root: Path) -> tuple[disk.Space, bool]:
+    """The space of *root*'s file system and whether it is RAM-backed, as a manager asks."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return disk.space_of(fd), disk.is_ram(fd)
+    finally:
+        os.close(fd)
+
+
+def _measured(row: DirectoryUsage, now: float) -> DirectoryUsage:
+    """*row* with its directory walked now; a directory that is gone measures zeros."""
+    try:
+        size = measure_tree(row.path)
+    except OSError:
+        # The directory itself cannot be read (replaced by a symlink, its mode
+        # taken away): nothing of it is counted, and that is said.
+        return attrs.evolve(row, bytes=0, inodes=0, measured_at=now, unread=1,
+                            measured_now=True)
+    return attrs.evolve(
+        row, bytes=size.bytes, inodes=size.inodes, measured_at=now, unread=size.unread_count,
+        peak_bytes=max(row.peak_bytes, size.bytes), peak_inodes=max(row.peak_inodes,
+                                                                    size.inodes),
+        measured_now=True)
+
+
+def _status(g: GenerationState, state: State) -> str:
+    if g.removal is not None:
+        return "removing"
+    owner = state.managers.get(g.manager or "")
+    return "live" if owner is not None and owner.current == g.id and not g.retired else (
+        "retired")
+
+
+def _sessions(state: State) -> dict[str, str]:
+    """The session of each manager that owns one, and of each directory kept for a resume."""
+    named: dict[str, str] = {}
+    for s in state.sessions.values():
+        named[s.owner] = s.name
+        if s.kept is not None:
+            named[s.kept] = s.name
+    return named
+
+
+def _labels(store: Store, generations: Iterable[GenerationState]) -> Mapping[str, list[str]]:
+    """The labels of the leases taken on each of *generations*, in the order taken.
+
+    One read of the lease records written since the oldest of them was
+    created: a lease names its generation only in its payload.
+    """
+    wanted = {g.id: g.created_seq for g in generations}
+    if not wanted:
+        return {}
+    labels: dict[str, list[str]] = {}
+    for seq, _time, kind, payload in store.rows_where(after=min(wanted.values()) - 1,
+                                                      kinds=[LeaseAcquired.kind]):
+        try:
+            event = decode(seq, kind, payload)
+        except RuleViolation:
+            continue  # the replay lists it as a problem
+        if isinstance(event, LeaseAcquired) and event.generation in wanted:
+            labels.setdefault(event.generation, []).append(event.label)
+    return labels
+
+
+def _newest_distinct(labels: list[str]) -> list[str]:
+    """The newest ``LABELS`` distinct non-empty labels, in the order first taken."""
+    seen: dict[str, None] = {}
+    for label in reversed(labels):
+        if label and label not in seen:
+            seen[label] = None
+            if len(seen) == LABELS:
+                break
+    return list(reversed(seen))

@@ -1,0 +1,134 @@
+"""``sessiontemp run --max-bytes`` and the plugin's ``--sessiontemp-max-bytes``: loud, never a kill.
+
+Real wrappers run real commands that write real files: a command that
+leaves its directory over the budget runs to its end, and then the run
+fails (exit 75) with a line naming the directory, its size, the budget,
+its largest entries and the fix; a root with too little free space refuses
+the command before it starts.  Inner pytest runs (``pytester``) check the
+plugin's option the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from journal.events import GenerationMeasured
+from tests.commands import journaled
+from tests.test_run import launcher, sessiontemp
+
+pytest_plugins = ["pytester"]
+
+WRITE = 'head -c {size} /dev/zero > "$TMPDIR/big.bin"; echo ran > {marker}; exit {status}'
+
+
+def run(root: Path, *options: str, size: int, marker: Path, status: int = 0
+        ) -> subprocess.CompletedProcess[str]:
+    script = WRITE.format(size=size, marker=marker, status=status)
+    return sessiontemp(launcher("script"), "run", "--root", os.fspath(root), *options, "--",
+                       "sh", "-c", script)
+
+
+def test_a_run_that_ends_over_max_bytes_fails_loudly_after_its_command_ran(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "ran"
+    result = run(tmp_path / "root", "--max-bytes", "100K", size=500_000, marker=marker)
+    assert result.returncode == 75, result.stderr
+    assert marker.read_text() == "ran\n"
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("sessiontemp run: ")
+    assert "sessiontemp-gen-" in line
+    assert "of a 100.0 KiB budget" in line
+    assert "big.bin (" in line
+    assert "raise the budget" in line
+    assert "nothing was stopped" in line
+    # The measurement is journaled: the size stays in the history.
+    (measured,) = journaled(tmp_path / "root", GenerationMeasured)
+    assert measured.bytes >= 500_000
+
+
+def test_a_run_within_its_budget_passes_its_status_through(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    ok = run(tmp_path / "root", "--max-bytes", "10M", "--max-inodes", "10", size=1000,
+             marker=marker)
+    assert (ok.returncode, ok.stderr) == (0, "")
+    failed = run(tmp_path / "root", "--max-bytes", "10M", size=1000, marker=marker, status=3)
+    assert failed.returncode == 3
+
+
+def test_a_failing_command_over_its_budget_keeps_its_own_status(tmp_path: Path) -> None:
+    result = run(tmp_path / "root", "--max-bytes", "1000", size=200_000,
+                 marker=tmp_path / "ran", status=4)
+    assert result.returncode == 4
+    assert "budget" in result.stderr
+    assert "big.bin" in result.stderr
+
+
+def test_max_inodes_counts_files(tmp_path: Path) -> None:
+    script = 'for i in 1 2 3 4 5 6; do touch "$TMPDIR/f$i"; done'
+    result = sessiontemp(launcher("script"), "run", "--root", os.fspath(tmp_path / "root"),
+                         "--max-inodes", "5", "--", "sh", "-c", script)
+    assert result.returncode == 75
+    assert "7 inodes of 5" in result.stderr
+
+
+def test_too_little_free_space_refuses_the_command_before_it_starts(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    result = run(tmp_path / "root", "--min-free-bytes", str(2**62), size=10, marker=marker)
+    assert result.returncode == 75, result.stderr
+    assert not marker.exists()
+    assert "the command was not started" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["-5", "lots", "1.5G", ""])
+def test_a_size_that_is_no_size_is_bad_input(tmp_path: Path, value: str) -> None:
+    result = sessiontemp(launcher("script"), "run", "--root", os.fspath(tmp_path / "root"),
+                         "--max-bytes", value, "--", "true")
+    assert result.returncode == 2
+    assert "is not a size" in result.stderr
+    assert "500M" in result.stderr
+    assert not (tmp_path / "root").exists()
+
+
+INNER = """
+def test_small(sessiontemp_path):
+    (sessiontemp_path / "small").write_bytes(b"x" * 10)
+
+def test_big(sessiontemp_path):
+    (sessiontemp_path / "big.bin").write_bytes(b"x" * 500_000)
+
+def test_after(sessiontemp_path):
+    assert list(sessiontemp_path.iterdir()) == []
+"""
+
+
+def test_the_plugin_fails_the_test_whose_directory_ends_over_its_budget(
+    pytester: pytest.Pytester, root: Path,
+) -> None:
+    pytester.makepyfile(INNER)
+    result = pytester.runpytest("--sessiontemp-root", os.fspath(root),
+                                "--sessiontemp-max-bytes", "100000")
+    # test_big ran to its end and passed; its teardown is the error. The next test is fresh.
+    result.assert_outcomes(passed=3, errors=1)
+    text = result.stdout.str()
+    assert "ERROR at teardown of test_big" in text
+    assert "OverBudget" in text
+    assert "big.bin (" in text
+    assert "97.7 KiB budget" in text
+    # Each test's directory measured as it ended (the manager may measure more on its own).
+    assert len(journaled(root, GenerationMeasured)) >= 3
+
+
+def test_the_plugin_refuses_a_budget_that_is_no_number(pytester: pytest.Pytester, root: Path
+                                                       ) -> None:
+    pytester.makepyfile(INNER)
+    result = pytester.runpytest("--sessiontemp-root", os.fspath(root),
+                                "--sessiontemp-max-bytes", "lots")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--sessiontemp-max-bytes" in result.stderr.str()
