@@ -254,6 +254,10 @@ class Plain:
 
     subcommand: Final = "run"
     session: Final = None
+    # A budget or a free-space floor is given by option: the parser's form.
+    max_bytes: Final = None
+    max_inodes: Final = None
+    min_free_bytes: Final = None
 
     def __init__(self, root: Path | None, command: list[str]) -> None:
         self.root = root
