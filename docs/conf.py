@@ -70,7 +70,7 @@ nitpick_ignore_regex = [
 # signature parser also cuts ``Callable[[], T]`` at its empty list.
 nitpick_ignore_regex += [
     (r"py:.*", r"sessiontemp\.sessions\.Resumable|"
-               r"journal\.((reducer|state)\.State|store\.(retirement\.)?History)"),
+               r"(sessiontemp\.)?journal\.((reducer|state)\.State|store\.(retirement\.)?History)"),
     (r"py:class", r"Callable\[\[.*"),
     # The step hook's alias: documented with Manager's step_hook parameter.
     (r"py:class", r"StepHook|sessiontemp\.steps\.StepHook"),

@@ -4,7 +4,7 @@ It knows nothing about directories' contents, only about the lifecycle that
 the events describe; :mod:`sessiontemp` puts it to work on a real root.
 
 Its names are loaded when first used, as :mod:`sessiontemp`'s are: importing
-one module (``journal.errors``, say) does not import the store and what it
+one module (``sessiontemp.journal.errors``, say) does not import the store and what it
 needs with it.
 """
 
@@ -14,7 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from journal.errors import (
+    from .errors import (
         CheckpointInvalid,
         JournalBusy,
         JournalCorrupt,
@@ -25,10 +25,10 @@ if TYPE_CHECKING:
         RuleViolation,
         SessionTempError,
     )
-    from journal.events import KINDS, Event, Record, decode, encode
-    from journal.reducer import EMPTY, GenerationState, ManagerState, State, apply, replay
-    from journal.segments import DEFAULT_RETENTION, Retention
-    from journal.store import SCHEMA_VERSION, SEGMENTED_VERSION, History, Store
+    from .events import KINDS, Event, Record, decode, encode
+    from .reducer import EMPTY, GenerationState, ManagerState, State, apply, replay
+    from .segments import DEFAULT_RETENTION, Retention
+    from .store import SCHEMA_VERSION, SEGMENTED_VERSION, History, Store
 
 __all__ = [
     "DEFAULT_RETENTION",
@@ -61,40 +61,40 @@ __all__ = [
 
 # Where each public name lives.
 _WHERE: dict[str, str] = {
-    "CheckpointInvalid": "journal.errors",
-    "DEFAULT_RETENTION": "journal.segments",
-    "EMPTY": "journal.reducer",
-    "Event": "journal.events",
-    "GenerationState": "journal.reducer",
-    "History": "journal.store",
-    "JournalBusy": "journal.errors",
-    "JournalCorrupt": "journal.errors",
-    "JournalError": "journal.errors",
-    "JournalFull": "journal.errors",
-    "JournalReadOnly": "journal.errors",
-    "JournalVersionError": "journal.errors",
-    "KINDS": "journal.events",
-    "ManagerState": "journal.reducer",
-    "Record": "journal.events",
-    "Retention": "journal.segments",
-    "RuleViolation": "journal.errors",
-    "SCHEMA_VERSION": "journal.store",
-    "SEGMENTED_VERSION": "journal.store",
-    "SessionTempError": "journal.errors",
-    "State": "journal.reducer",
-    "Store": "journal.store",
-    "apply": "journal.reducer",
-    "decode": "journal.events",
-    "encode": "journal.events",
-    "replay": "journal.reducer",
+    "CheckpointInvalid": ".errors",
+    "DEFAULT_RETENTION": ".segments",
+    "EMPTY": ".reducer",
+    "Event": ".events",
+    "GenerationState": ".reducer",
+    "History": ".store",
+    "JournalBusy": ".errors",
+    "JournalCorrupt": ".errors",
+    "JournalError": ".errors",
+    "JournalFull": ".errors",
+    "JournalReadOnly": ".errors",
+    "JournalVersionError": ".errors",
+    "KINDS": ".events",
+    "ManagerState": ".reducer",
+    "Record": ".events",
+    "Retention": ".segments",
+    "RuleViolation": ".errors",
+    "SCHEMA_VERSION": ".store",
+    "SEGMENTED_VERSION": ".store",
+    "SessionTempError": ".errors",
+    "State": ".reducer",
+    "Store": ".store",
+    "apply": ".reducer",
+    "decode": ".events",
+    "encode": ".events",
+    "replay": ".reducer",
 }
 
 
 def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
-        raise AttributeError(f"module 'journal' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+        raise AttributeError(f"module 'sessiontemp.journal' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
     # Cached as a module attribute: later lookups never come here again.
     globals()[name] = value
     return value

@@ -18,7 +18,7 @@ prefixed with a BLAKE2b digest of the compressed bytes.  Never pickle: a
 journal copied from another machine is input, not code.
 
 The state holds only what is alive or still owes work (see
-:mod:`journal.reducer`), so a checkpoint's size, and the time to restore
+:mod:`sessiontemp.journal.reducer`), so a checkpoint's size, and the time to restore
 it, follow the live managers and generations, not the history before it.
 A checkpoint of format 2 held every manager and generation ever seen: it is
 of another format, skipped like any other, and the replay starts from an
@@ -36,9 +36,9 @@ from typing import Any, Final
 
 import attrs
 
-from journal.errors import CheckpointInvalid
-from journal.events import Record
-from journal.reducer import (
+from .errors import CheckpointInvalid
+from .events import Record
+from .reducer import (
     EMPTY,
     ArtifactState,
     Fold,
@@ -47,7 +47,7 @@ from journal.reducer import (
     SessionState,
     State,
 )
-from journal.store import Store
+from .store import Store
 
 __all__ = ["EVERY", "FORMAT", "KEEP", "ON_OPEN", "Restored", "decode", "due", "encode", "newest",
            "origin", "restore", "save"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Final, Literal, TypeAlias
 
-from journal.events import (
+from .events import (
     KINDS,
     ArtifactKept,
     Event,

@@ -18,8 +18,8 @@ from typing import ClassVar, Final, TypeAlias
 
 import attrs
 
-from journal import ids
-from journal.errors import RuleViolation, UnknownKind
+from . import ids
+from .errors import RuleViolation, UnknownKind
 
 __all__ = [
     "KINDS",

@@ -1,11 +1,11 @@
 """Finished history: what the journal's records say of generations the state has let go of.
 
 The reducer's state forgets a generation once its removal finishes (see
-:mod:`journal.reducer`).  A few readers still need such a generation: a
+:mod:`sessiontemp.journal.reducer`).  A few readers still need such a generation: a
 recovery pass that finds one on disk again after a power loss (whose was
 it, what identity did it have, was its removal refused?) and ``fsck``
 (journaled as removed, still present).  They ask the journal, through
-:meth:`journal.store.Store.generation_rows`, which reads only the records
+:meth:`sessiontemp.journal.store.Store.generation_rows`, which reads only the records
 of the generations asked about, through an index.
 """
 
@@ -15,8 +15,8 @@ from collections.abc import Collection
 
 import attrs
 
-from journal.errors import RuleViolation
-from journal.events import (
+from .errors import RuleViolation
+from .events import (
     CommandStarted,
     GenerationCreated,
     GenerationReady,
@@ -25,8 +25,8 @@ from journal.events import (
     RemovalStarted,
     decode,
 )
-from journal.reducer import REAPPEARED, command_key
-from journal.store import Store
+from .reducer import REAPPEARED, command_key
+from .store import Store
 
 __all__ = ["Past", "pasts"]
 

@@ -23,10 +23,10 @@ import threading
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
-from journal.durability import Durability, synced
-from journal.events import Event, Record
-from journal.maintenance import Maintenance
-from journal.store import Pending, Store
+from .durability import Durability, synced
+from .events import Event, Record
+from .maintenance import Maintenance
+from .store import Pending, Store
 
 __all__ = ["Follower", "Ledger"]
 
@@ -35,7 +35,7 @@ S_co = TypeVar("S_co", covariant=True)
 
 
 class Follower(Protocol[S_co]):
-    """A fold kept open over the whole journal (a tolerant :class:`journal.reducer.Fold`)."""
+    """A fold kept open over the whole journal (a tolerant :class:`~.reducer.Fold`)."""
 
     def step(self, record: Record) -> None:
         """Fold *record*, the next the journal holds, in place."""
@@ -45,7 +45,7 @@ class Follower(Protocol[S_co]):
 
 
 class _Ahead(Generic[S]):
-    """One append of a ledger's, folded ahead: the commit's :class:`~journal.store.Settle`."""
+    """One append of a ledger's, folded ahead: the commit's :class:`~.store.Settle`."""
 
     __slots__ = ("base", "first", "folded", "ledger")
 
@@ -74,7 +74,7 @@ class Ledger(Generic[S]):
     """The folded state of one writer's appends to *store*, from *state* on, through *fold*.
 
     ``fold(records, state)`` is the state after *records* (the reducer's
-    :func:`~journal.reducer.replay`); it raises to refuse them.
+    :func:`~sessiontemp.journal.reducer.replay`); it raises to refuse them.
     *durability* says which appends are synced before they return.
     """
 

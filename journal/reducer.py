@@ -45,7 +45,8 @@ identity up in the journal's records.  ``held`` is kept whole: it names only
 what refused records named, and those are rare.
 
 Finished history lives in the journal's records.  A reader that tells the
-past (``journal-inspect state --at``, ``explain``) passes a :class:`~journal.state.Forgotten`
+past (``journal-inspect state --at``, ``explain``) passes a
+:class:`~sessiontemp.journal.state.Forgotten`
 to the fold, which keeps the last state of everything the fold let go of.
 """
 
@@ -55,10 +56,10 @@ from collections.abc import Iterable
 
 import attrs
 
-from journal.errors import RuleViolation
-from journal.events import Record, named_ids
-from journal.rules import RULES
-from journal.state import (
+from .errors import RuleViolation
+from .events import Record, named_ids
+from .rules import RULES
+from .state import (
     EMPTY,
     REAPPEARED,
     ArtifactState,

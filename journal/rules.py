@@ -1,8 +1,8 @@
 """The lifecycle's rules: how each event changes the fold, and what it refuses.
 
 One rule per event type, registered in :data:`RULES` and dispatched on the
-event's type by :meth:`journal.reducer.Fold.step`.  A rule raises
-:class:`~journal.errors.RuleViolation` before changing anything but the
+event's type by :meth:`sessiontemp.journal.reducer.Fold.step`.  A rule raises
+:class:`~sessiontemp.journal.errors.RuleViolation` before changing anything but the
 fold's ``seq``; otherwise it updates the fold's working maps in place, with
 new frozen values.  Pure: no I/O, no clock, no randomness.
 """
@@ -14,8 +14,8 @@ from typing import Any, Final, Protocol
 
 import attrs
 
-from journal.errors import RuleViolation, UnknownKind
-from journal.events import (
+from .errors import RuleViolation, UnknownKind
+from .events import (
     KINDS,
     ArtifactKept,
     ArtifactRemoved,
@@ -41,7 +41,7 @@ from journal.events import (
     SessionDiscarded,
     Unreadable,
 )
-from journal.state import (
+from .state import (
     REAPPEARED,
     ArtifactState,
     GenerationState,
@@ -54,7 +54,7 @@ from journal.state import (
 class Fold(Protocol):
     """What a rule works on: the working maps of a fold in progress, and its lookups.
 
-    :class:`journal.reducer.Fold` is the one implementation; named here so
+    :class:`sessiontemp.journal.reducer.Fold` is the one implementation; named here so
     that the rules, below the reducer, never import it.
     """
 

@@ -55,7 +55,7 @@ from typing import Final
 
 import attrs
 
-from journal.errors import UnsafeRoot
+from .errors import UnsafeRoot
 
 __all__ = [
     "DEFAULT_RETENTION",

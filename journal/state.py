@@ -1,7 +1,7 @@
 """The reducer's state: what is alive or still owes work, as frozen values, and questions of it.
 
-Every class here is a frozen attrs value; :mod:`journal.reducer` folds the
-events into a :class:`State`, and :mod:`journal.rules` says how each event
+Every class here is a frozen attrs value; :mod:`sessiontemp.journal.reducer` folds the
+events into a :class:`State`, and :mod:`sessiontemp.journal.rules` says how each event
 changes it.  A reader that tells the past hands the fold a
 :class:`Forgotten`, which keeps the last state of everything the fold let go
 of.

@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from journal.ledger import Ledger
-from journal.segments import Segment
-from journal.store import Store
+from .ledger import Ledger
+from .segments import Segment
+from .store import Store
 
 __all__ = [
     "commits",
@@ -86,7 +86,7 @@ def commits(record: Callable[[int], None]) -> Iterator[None]:
     try:
         yield
     finally:
-        from journal.store import commit
+        from .store import commit
 
         commit.GroupCommit.commit_batch = real  # type: ignore[method-assign]
 
@@ -94,7 +94,7 @@ def commits(record: Callable[[int], None]) -> Iterator[None]:
 def record_commits(record: Callable[[int], None]) -> Callable[..., None]:
     """:func:`commits` for the rest of the process (a child process's driver); returns what
     it stands in front of."""
-    from journal.store import commit
+    from .store import commit
 
     real = commit.GroupCommit.commit_batch
 
@@ -115,7 +115,7 @@ def spanning(store: Store) -> bool:
 @contextlib.contextmanager
 def spans() -> Iterator[list[list[Path]]]:
     """Record the segments each reader over kept segments is built for, in any store."""
-    from journal.store import reading
+    from .store import reading
 
     built: list[list[Path]] = []
     real = reading.Reader.span
@@ -155,14 +155,14 @@ def stale_listing(store: Store, stale: list[Segment]) -> Callable[..., list[Segm
 
 def remembered(journal: Path) -> dict[int, bool]:
     """What this process remembers of *journal*'s sealed segments: by base, whether read."""
-    from journal.store import sealed
+    from .store import sealed
 
     return sealed.remembered(journal)
 
 
 def forget_sealed() -> None:
     """Forget everything this process remembered of sealed segments (it is read again)."""
-    from journal.store import sealed
+    from .store import sealed
 
     sealed.forget_all()
 
@@ -178,7 +178,7 @@ def statements(hook: Callable[[str], None]) -> Iterator[None]:
     *hook* raises is lost (SQLite's trace callbacks cannot raise): record
     failures and assert after.
     """
-    from journal.store import link, reading
+    from .store import link, reading
 
     real_head, real_segment = link.Link.connect_head, link.Link.connect_segment
     real_span = reading.Reader.span

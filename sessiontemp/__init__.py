@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 from sessiontemp import platform as _platform
 
 if TYPE_CHECKING:
-    from journal.errors import (
+    from sessiontemp.artifacts import Artifact
+    from sessiontemp.cleanup import recover, remove_artifact, remove_session
+    from sessiontemp.journal.errors import (
         BadInput,
         CheckpointInvalid,
         CommandNotStarted,
@@ -44,9 +46,7 @@ if TYPE_CHECKING:
         UnsafeRoot,
         Unsupported,
     )
-    from journal.segments import DEFAULT_RETENTION, Retention
-    from sessiontemp.artifacts import Artifact
-    from sessiontemp.cleanup import recover, remove_artifact, remove_session
+    from sessiontemp.journal.segments import DEFAULT_RETENTION, Retention
     from sessiontemp.lease import Lease
     from sessiontemp.manager import Manager
     from sessiontemp.placement import InsideWorkdir
@@ -96,38 +96,38 @@ __all__ = [
 
 # Where each public name lives.
 _WHERE: dict[str, str] = {
-    "DEFAULT_RETENTION": "journal.segments",
+    "DEFAULT_RETENTION": "sessiontemp.journal.segments",
     "GENERATION_PREFIX": "sessiontemp.root",
     "TRASH_PREFIX": "sessiontemp.root",
     "Artifact": "sessiontemp.artifacts",
-    "BadInput": "journal.errors",
-    "CheckpointInvalid": "journal.errors",
-    "CommandNotStarted": "journal.errors",
-    "ForkedCopy": "journal.errors",
+    "BadInput": "sessiontemp.journal.errors",
+    "CheckpointInvalid": "sessiontemp.journal.errors",
+    "CommandNotStarted": "sessiontemp.journal.errors",
+    "ForkedCopy": "sessiontemp.journal.errors",
     "InsideWorkdir": "sessiontemp.placement",
-    "JournalBusy": "journal.errors",
-    "JournalCorrupt": "journal.errors",
-    "JournalError": "journal.errors",
-    "JournalFull": "journal.errors",
-    "JournalReadOnly": "journal.errors",
-    "JournalVersionError": "journal.errors",
+    "JournalBusy": "sessiontemp.journal.errors",
+    "JournalCorrupt": "sessiontemp.journal.errors",
+    "JournalError": "sessiontemp.journal.errors",
+    "JournalFull": "sessiontemp.journal.errors",
+    "JournalReadOnly": "sessiontemp.journal.errors",
+    "JournalVersionError": "sessiontemp.journal.errors",
     "Lease": "sessiontemp.lease",
-    "LowDisk": "journal.errors",
+    "LowDisk": "sessiontemp.journal.errors",
     "Manager": "sessiontemp.manager",
-    "NoSuchRoot": "journal.errors",
-    "OverBudget": "journal.errors",
+    "NoSuchRoot": "sessiontemp.journal.errors",
+    "OverBudget": "sessiontemp.journal.errors",
     "Removed": "sessiontemp.sweeps",
     "Report": "sessiontemp.recovery",
-    "Retention": "journal.segments",
-    "RootReadOnly": "journal.errors",
-    "RootUnusable": "journal.errors",
-    "SessionOwned": "journal.errors",
-    "SessionTempError": "journal.errors",
+    "Retention": "sessiontemp.journal.segments",
+    "RootReadOnly": "sessiontemp.journal.errors",
+    "RootUnusable": "sessiontemp.journal.errors",
+    "SessionOwned": "sessiontemp.journal.errors",
+    "SessionTempError": "sessiontemp.journal.errors",
     "Skipped": "sessiontemp.sweeps",
-    "Unavailable": "journal.errors",
-    "UnsafeRoot": "journal.errors",
+    "Unavailable": "sessiontemp.journal.errors",
+    "UnsafeRoot": "sessiontemp.journal.errors",
     "Usage": "sessiontemp.usage",
-    "Unsupported": "journal.errors",
+    "Unsupported": "sessiontemp.journal.errors",
     "default_root": "sessiontemp.root",
     "recover": "sessiontemp.cleanup",
     "remove_artifact": "sessiontemp.cleanup",

@@ -30,8 +30,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO
 
-from journal.errors import BadInput, CommandNotStarted, LowDisk, OverBudget, SessionTempError
 from sessiontemp import console
+from sessiontemp.journal.errors import (
+    BadInput,
+    CommandNotStarted,
+    LowDisk,
+    OverBudget,
+    SessionTempError,
+)
 from sessiontemp.root import default_root
 from sessiontemp.run import run_command
 

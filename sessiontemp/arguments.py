@@ -15,7 +15,7 @@ import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
-from journal.errors import BadInput
+from sessiontemp.journal.errors import BadInput
 
 __all__ = ["Parser", "nearest", "nearest_option", "not_a_subcommand"]
 

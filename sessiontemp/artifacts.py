@@ -40,11 +40,11 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from journal import ids
-from journal.errors import BadInput
-from journal.events import ArtifactKept
-from journal.reducer import ArtifactState
 from sessiontemp import resources
+from sessiontemp.journal import ids
+from sessiontemp.journal.errors import BadInput
+from sessiontemp.journal.events import ArtifactKept
+from sessiontemp.journal.reducer import ArtifactState
 from sessiontemp.locks import busy, try_exclusive
 from sessiontemp.root import ARTIFACTS_DIR, DIR_FLAGS, FILE_MODE, Root, os_error
 from sessiontemp.steps import Steps

@@ -23,8 +23,8 @@ from typing import Final
 
 import attrs
 
-from journal.errors import LowDisk, OverBudget
-from journal.reducer import GenerationState
+from sessiontemp.journal.errors import LowDisk, OverBudget
+from sessiontemp.journal.reducer import GenerationState
 from sessiontemp.usage import Usage, human
 
 __all__ = ["DEFAULT_MEASURE_EVERY", "Limits", "check_limits", "low_disk", "over", "over_budget",

@@ -21,11 +21,11 @@ import os
 import time
 from collections.abc import Callable, Sequence
 
-from journal import ids
-from journal.segments import DEFAULT_RETENTION, Retention
-from journal.store import Store
 from sessiontemp import recovery, resources
 from sessiontemp.artifacts import ON_REQUEST, Artifact, id_of
+from sessiontemp.journal import ids
+from sessiontemp.journal.segments import DEFAULT_RETENTION, Retention
+from sessiontemp.journal.store import Store
 from sessiontemp.recovery import DEFAULT_STALE_AFTER, Report, check_stale_after
 from sessiontemp.root import Root
 from sessiontemp.sessions import Claim, SessionLock, check_name
@@ -47,7 +47,7 @@ def recover(
     """Run one recovery pass on *root* (None: the per-user default), waiting for any other.
 
     *retention* bounds the journal: how large a segment grows and how much
-    retired history is kept (see :class:`journal.segments.Retention`).
+    retired history is kept (see :class:`sessiontemp.journal.segments.Retention`).
     *progress* is called with (directories handled, directories to remove)
     as the pass works through the generations it found orphaned.
     A root that does not exist is never created: :class:`~sessiontemp.NoSuchRoot`

@@ -25,11 +25,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from journal.errors import BadInput, SessionTempError
 from sessiontemp import console, inspect
 from sessiontemp.arguments import Parser, nearest, nearest_option, not_a_subcommand
 from sessiontemp.console import shown
 from sessiontemp.inspect.read import counted
+from sessiontemp.journal.errors import BadInput, SessionTempError
 from sessiontemp.usage import human
 
 __all__ = ["main"]

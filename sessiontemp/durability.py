@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from journal.durability import DURABILITY, Durability, check, synced
+from sessiontemp.journal.durability import DURABILITY, Durability, check, synced
 
 __all__ = ["DURABILITY", "Durability", "check", "synced"]

@@ -20,13 +20,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from journal import ids
-from journal.errors import SessionTempError, Unavailable
-from journal.events import GenerationCreated, GenerationReady, LeaseAcquired, Rotated
-from journal.reducer import removal_due
-from journal.store import Pending
 from sessiontemp import reserve, resources
 from sessiontemp.handles import Handles
+from sessiontemp.journal import ids
+from sessiontemp.journal.errors import SessionTempError, Unavailable
+from sessiontemp.journal.events import GenerationCreated, GenerationReady, LeaseAcquired, Rotated
+from sessiontemp.journal.reducer import removal_due
+from sessiontemp.journal.store import Pending
 from sessiontemp.liveness import lock_shared
 from sessiontemp.locks import refusal
 from sessiontemp.removal import Blocked, Target, remove

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from journal.errors import ForkedCopy
-from journal.store import Store
 from sessiontemp import resources
+from sessiontemp.journal.errors import ForkedCopy
+from sessiontemp.journal.store import Store
 from sessiontemp.liveness import LivenessLock
 from sessiontemp.root import Root
 from sessiontemp.sessions import SessionLock

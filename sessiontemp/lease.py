@@ -27,8 +27,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from journal.errors import Unavailable
 from sessiontemp import forks
+from sessiontemp.journal.errors import Unavailable
 
 if TYPE_CHECKING:
     import asyncio.subprocess

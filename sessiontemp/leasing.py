@@ -18,19 +18,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from journal.errors import (
+from sessiontemp import artifacts, processes, reserve
+from sessiontemp.cleanup import remove_artifact
+from sessiontemp.generations import Generations
+from sessiontemp.handles import Handles
+from sessiontemp.journal.errors import (
     JournalError,
     RuleViolation,
     SessionTempError,
     Unavailable,
     UnsafeRoot,
 )
-from journal.events import CommandStarted, LeaseReleased
-from journal.store import Pending
-from sessiontemp import artifacts, processes, reserve
-from sessiontemp.cleanup import remove_artifact
-from sessiontemp.generations import Generations
-from sessiontemp.handles import Handles
+from sessiontemp.journal.events import CommandStarted, LeaseReleased
+from sessiontemp.journal.store import Pending
 from sessiontemp.lease import Hold, Issuer, Lease
 from sessiontemp.log import debugging
 from sessiontemp.meter import Meter

@@ -37,8 +37,8 @@ import os
 from time import monotonic, sleep
 from typing import Final
 
-from journal.errors import Unavailable
 from sessiontemp import resources
+from sessiontemp.journal.errors import Unavailable
 
 __all__ = [
     "PROBE_PATIENCE",

@@ -41,27 +41,27 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Unpack
 
-from journal import ids
-from journal.errors import (
+from sessiontemp import budget, placement, recovery, reserve, resources, sessions
+from sessiontemp.durability import DURABILITY, Durability
+from sessiontemp.durability import check as check_durability
+from sessiontemp.generations import Generations
+from sessiontemp.handles import Handles, register
+from sessiontemp.journal import ids
+from sessiontemp.journal.errors import (
     JournalError,
     RuleViolation,
     Unavailable,
 )
-from journal.events import (
+from sessiontemp.journal.events import (
     ManagerClosed,
     ManagerOpened,
     Released,
     Retained,
     Rotated,
 )
-from journal.reducer import Fold, State
-from journal.segments import DEFAULT_RETENTION, Retention
-from journal.store import Pending, Store
-from sessiontemp import budget, placement, recovery, reserve, resources, sessions
-from sessiontemp.durability import DURABILITY, Durability
-from sessiontemp.durability import check as check_durability
-from sessiontemp.generations import Generations
-from sessiontemp.handles import Handles, register
+from sessiontemp.journal.reducer import Fold, State
+from sessiontemp.journal.segments import DEFAULT_RETENTION, Retention
+from sessiontemp.journal.store import Pending, Store
 from sessiontemp.lease import Lease
 from sessiontemp.leasing import Leases
 from sessiontemp.liveness import LivenessLock
@@ -79,7 +79,7 @@ __all__ = ["DEFAULT_RESUME_WINDOW", "DEFAULT_STALE_AFTER", "DURABILITY", "Durabi
 
 DEFAULT_STALE_AFTER: Final = recovery.DEFAULT_STALE_AFTER
 DEFAULT_RESUME_WINDOW: Final = sessions.DEFAULT_RESUME_WINDOW
-# The longest label the journal's schema accepts (journal.events decodes no longer text).
+# The longest label the journal's schema accepts (its events decode no longer text).
 MAX_LABEL: Final = 4096
 
 
@@ -112,7 +112,7 @@ class Manager:
     stale sweep; *busy_timeout* bounds the wait for another process's journal
     write; *step_hook* sees every durable step before it happens (tests use
     it to inject failures and crashes); *retention* bounds the journal's
-    disk use (:class:`journal.segments.Retention`: segment size, and the size
+    disk use (:class:`sessiontemp.journal.segments.Retention`: segment size, and the size
     and age of retired history kept).
 
     *session* names the logical session (1-64 characters of
@@ -137,7 +137,7 @@ class Manager:
     ValueError.
 
     A forked child owns nothing of its parent's manager: its copy refuses
-    every operation with :class:`~journal.errors.ForkedCopy`, and closing
+    every operation with :class:`~sessiontemp.journal.errors.ForkedCopy`, and closing
     it does nothing.
     """
 

@@ -49,12 +49,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from journal.errors import JournalError, RuleViolation
-from journal.events import GenerationMeasured, decode
-from journal.store import Pending
 from sessiontemp import budget, disk, reserve, usage
 from sessiontemp.budget import Limits
 from sessiontemp.handles import Handles
+from sessiontemp.journal.errors import JournalError, RuleViolation
+from sessiontemp.journal.events import GenerationMeasured, decode
+from sessiontemp.journal.store import Pending
 from sessiontemp.root import DIR_FLAGS, generation_name
 from sessiontemp.shield import shielded
 from sessiontemp.usage import Usage

@@ -13,8 +13,8 @@ import os
 from collections.abc import Callable
 from typing import TypedDict
 
-from journal.segments import Retention
 from sessiontemp.durability import Durability
+from sessiontemp.journal.segments import Retention
 from sessiontemp.placement import Policy
 from sessiontemp.steps import StepHook
 

@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Final, Literal, TypeAlias
 
-from journal.errors import UnsafeRoot
+from sessiontemp.journal.errors import UnsafeRoot
 from sessiontemp.log import logger
 
 __all__ = ["InsideWorkdir", "Policy", "check", "inside", "resolve"]

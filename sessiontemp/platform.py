@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Final
 
-from journal.errors import Unsupported
+from sessiontemp.journal.errors import Unsupported
 
 __all__ = ["SUPPORTED_PLATFORMS", "exit_if_unsupported", "lacking", "missing", "require"]
 

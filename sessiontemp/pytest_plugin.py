@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from journal.errors import Unsupported
 from sessiontemp import platform
+from sessiontemp.journal.errors import Unsupported
 
 if TYPE_CHECKING:
     from sessiontemp.lease import Lease

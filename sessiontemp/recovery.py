@@ -8,7 +8,7 @@ run a pass on a root are in :mod:`sessiontemp.cleanup`.
 A pass runs on every Manager open and from :func:`sessiontemp.recover`, one at a time
 per root (``ROOT/recovery.lock``).  It replays the journal, from the
 newest checkpoint on, and writes a new checkpoint when one is due (which
-may start a new journal segment, see :mod:`journal.segments`), retires
+may start a new journal segment, see :mod:`sessiontemp.journal.segments`), retires
 history the retention rule no longer keeps; then it:
 
 1. declares dead every manager whose liveness lock is free, journaling it;
@@ -52,7 +52,7 @@ The state holds only what is alive or owes work; what the sweep needs of
 generations and managers it has let go of (whose a reappeared directory was,
 its identity, whether a lock file's manager ended) is read from the
 journal's records through indexed :class:`Store` lookups
-(:mod:`journal.history`), for the few names found on disk only.
+(:mod:`sessiontemp.journal.history`), for the few names found on disk only.
 """
 
 from __future__ import annotations
@@ -66,18 +66,18 @@ from typing import Final
 
 import attrs
 
-from journal import checkpoint, ids
-from journal.errors import JournalError, SessionTempError
-from journal.events import (
+from sessiontemp import artifacts, reserve, sessions
+from sessiontemp.journal import checkpoint, ids
+from sessiontemp.journal.errors import JournalError, SessionTempError
+from sessiontemp.journal.events import (
     ArtifactRemoved,
     Event,
     ManagerDied,
     RecoveryStarted,
     SessionDiscarded,
 )
-from journal.reducer import Fold, GenerationState, State, kept_for_resume
-from journal.store import Store
-from sessiontemp import artifacts, reserve, sessions
+from sessiontemp.journal.reducer import Fold, GenerationState, State, kept_for_resume
+from sessiontemp.journal.store import Store
 from sessiontemp.liveness import RecoveryLock, take_liveness
 from sessiontemp.log import logger
 from sessiontemp.root import (

@@ -40,9 +40,9 @@ from typing import Final, Literal, TypeAlias
 
 import attrs
 
-from journal.events import Event, RemovalFinished, RemovalStarted
-from journal.reducer import GenerationState
 from sessiontemp import nodes, processes, walk
+from sessiontemp.journal.events import Event, RemovalFinished, RemovalStarted
+from sessiontemp.journal.reducer import GenerationState
 from sessiontemp.locks import try_exclusive, try_shared
 from sessiontemp.nodes import Node
 from sessiontemp.root import generation_name, trash_name

@@ -24,7 +24,7 @@ import resource
 from collections.abc import Iterator
 from typing import Final
 
-from journal.errors import SessionTempError, Unavailable
+from sessiontemp.journal.errors import SessionTempError, Unavailable
 
 __all__ = ["GONE", "SHORTAGES", "fix", "gone", "shortage", "translated", "unavailable"]
 

@@ -32,7 +32,7 @@ names, and it never probes plain files; it does skip a regular file with
 the sticky bit set (the XDG_RUNTIME_DIR convention; the bit means nothing
 else for a regular file on Linux).  So every file the library makes in the
 root carries the bit (:data:`FILE_MODE`; the journal's, which SQLite makes,
-are marked by :mod:`journal.sticky`), which protects them when no process
+are marked by :mod:`sessiontemp.journal.sticky`), which protects them when no process
 holds the root, and every open :class:`Root` holds a shared flock on each
 directory of the layout (``managers``, ``sessions``, ``artifacts``,
 ``journal.sqlite3.d``), so that a cleaner skips them whole while the root
@@ -50,15 +50,15 @@ from typing import Final
 
 import attrs
 
-from journal import ids
-from journal.errors import (
+from sessiontemp import resources
+from sessiontemp.journal import ids
+from sessiontemp.journal.errors import (
     NoSuchRoot,
     RootReadOnly,
     RootUnusable,
     SessionTempError,
     UnsafeRoot,
 )
-from sessiontemp import resources
 from sessiontemp.locks import hold_shared
 
 __all__ = [

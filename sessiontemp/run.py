@@ -28,9 +28,9 @@ from typing import Final
 
 import attrs
 
-from journal.errors import BadInput, CommandNotStarted, OverBudget
 from sessiontemp import budget
 from sessiontemp.budget import Limits
+from sessiontemp.journal.errors import BadInput, CommandNotStarted, OverBudget
 from sessiontemp.lease import Lease
 from sessiontemp.manager import Manager
 from sessiontemp.usage import Usage

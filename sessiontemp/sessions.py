@@ -18,7 +18,7 @@ the error a second owner gets.  The pid is never used to decide whether the
 owner lives (pids are reused); the lock alone says that.
 
 When an owner dies, the journal keeps its current generation for the
-session (:func:`journal.reducer.kept_for_resume`) for a resume window
+session (:func:`sessiontemp.journal.reducer.kept_for_resume`) for a resume window
 measured from its journaled death.  The next owner adopts it when it asks to
 resume within the window; otherwise, or once the window has passed, a
 recovery pass discards it (``session.discarded``) and removes it as any
@@ -37,11 +37,17 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from journal import ids
-from journal.errors import SessionOwned
-from journal.events import Event, ManagerOpened, SessionAdopted, SessionClaimed
-from journal.reducer import GenerationState, ManagerState, SessionState, State, kept_for_resume
 from sessiontemp import resources
+from sessiontemp.journal import ids
+from sessiontemp.journal.errors import SessionOwned
+from sessiontemp.journal.events import Event, ManagerOpened, SessionAdopted, SessionClaimed
+from sessiontemp.journal.reducer import (
+    GenerationState,
+    ManagerState,
+    SessionState,
+    State,
+    kept_for_resume,
+)
 from sessiontemp.liveness import lock_shared
 from sessiontemp.locks import refusal, still_named, try_exclusive
 from sessiontemp.root import (

@@ -32,11 +32,11 @@ from typing import Protocol
 
 import attrs
 
-from journal.errors import JournalError
-from journal.events import Event, Reappeared, RemovalStarted
-from journal.history import Past, pasts
-from journal.reducer import GenerationState, State, held_by
-from journal.store import Store
+from sessiontemp.journal.errors import JournalError
+from sessiontemp.journal.events import Event, Reappeared, RemovalStarted
+from sessiontemp.journal.history import Past, pasts
+from sessiontemp.journal.reducer import GenerationState, State, held_by
+from sessiontemp.journal.store import Store
 from sessiontemp.liveness import take_liveness
 from sessiontemp.locks import try_exclusive
 from sessiontemp.log import BoundLogger

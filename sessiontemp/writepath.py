@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from journal.events import Event
-    from journal.reducer import ManagerState, State
-    from journal.store import Pending
+    from sessiontemp.journal.events import Event
+    from sessiontemp.journal.reducer import ManagerState, State
+    from sessiontemp.journal.store import Pending
 
 __all__ = ["Owner", "WritePath"]
 

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from journal.durability import Durability
-from journal.errors import JournalError, RuleViolation
-from journal.events import Event
-from journal.ledger import Ledger
-from journal.reducer import EMPTY, ManagerState, State, replay
-from journal.store import Pending, Store
 from sessiontemp.handles import Handles
+from sessiontemp.journal.durability import Durability
+from sessiontemp.journal.errors import JournalError, RuleViolation
+from sessiontemp.journal.events import Event
+from sessiontemp.journal.ledger import Ledger
+from sessiontemp.journal.reducer import EMPTY, ManagerState, State, replay
+from sessiontemp.journal.store import Pending, Store
 from sessiontemp.steps import Steps
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ class Writer:
         """Remember this manager as the state last held it, or as it ended once let go of.
 
         The state forgets a manager once it has ended with nothing left to
-        remove (see :mod:`journal.reducer`); only its own close ends it here.
+        remove (see :mod:`sessiontemp.journal.reducer`); only its own close ends it here.
         """
         me = self.state.managers.get(self.manager)
         if me is not None:

@@ -15,8 +15,8 @@ from __future__ import annotations
 import sys
 import threading
 
-from journal import testing
 from sessiontemp import Manager
+from sessiontemp.journal import testing
 
 _print = threading.Lock()
 _batched = threading.Event()

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from journal import Store
-from journal.events import Event
+from sessiontemp.journal import Store
+from sessiontemp.journal.events import Event
 
 E = TypeVar("E", bound=Event)
 

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-from journal import State, Store, checkpoint, replay
-from journal.reducer import Forgotten
 from sessiontemp import Manager
+from sessiontemp.journal import State, Store, checkpoint, replay
+from sessiontemp.journal.reducer import Forgotten
 from tests import zygote
 
 # The one place budgets are set.  Every property test runs ``max_examples``

@@ -91,10 +91,10 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
-from journal import Retention, Store, checkpoint, replay
-from journal.errors import ForkedCopy, JournalError, RuleViolation
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Lease, Manager, recover
 from sessiontemp.handles import Handles
+from sessiontemp.journal import Retention, Store, checkpoint, replay
+from sessiontemp.journal.errors import ForkedCopy, JournalError, RuleViolation
 from sessiontemp.recovery import maintain
 from sessiontemp.root import Root, generation_name
 from sessiontemp.steps import Steps

@@ -32,7 +32,7 @@ from typing import Literal, TypeAlias
 
 import attrs
 
-from journal.errors import JournalBusy, JournalError, JournalFull, JournalReadOnly
+from sessiontemp.journal.errors import JournalBusy, JournalError, JournalFull, JournalReadOnly
 from sessiontemp.steps import StepKind
 
 __all__ = [

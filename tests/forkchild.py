@@ -45,8 +45,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from journal.errors import ForkedCopy, SessionTempError
 from sessiontemp import Lease, Manager, recover, remove_artifact
+from sessiontemp.journal.errors import ForkedCopy, SessionTempError
 from sessiontemp.lease import Hold
 from tests.childio import emit
 from tests.faultchild import agrees_with_journal, disk_agrees

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import attrs
 
-from journal.errors import ForkedCopy
 from sessiontemp import Manager
+from sessiontemp.journal.errors import ForkedCopy
 from sessiontemp.locks import flock_holders
 from sessiontemp.steps import StepKind
 from tests.faults import Faults

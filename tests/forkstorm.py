@@ -198,18 +198,18 @@ def pool_child(managers: list[Manager], leases: list[Lease]) -> None:
 
 def plant_locking_child_handler() -> None:
     """The old disarm: a forked store copy parked under the store module's lock."""
-    import journal.store
-    from journal.store import registry
+    import sessiontemp.journal.store
+    from sessiontemp.journal.store import registry
 
-    forget = journal.store.Store.forget
+    forget = sessiontemp.journal.store.Store.forget
     # The parent's lock object, as the old handler found it in the child: copied.
     lock = registry._OPEN_LOCK
 
-    def forget_under_lock(self: journal.store.Store) -> None:
+    def forget_under_lock(self: sessiontemp.journal.store.Store) -> None:
         with lock:
             forget(self)
 
-    journal.store.Store.forget = forget_under_lock  # type: ignore[method-assign]
+    sessiontemp.journal.store.Store.forget = forget_under_lock  # type: ignore[method-assign]
 
 
 def storm(root: Path, forks: int, main_forks: int, pool: int, deadline: float, *,

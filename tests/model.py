@@ -1,7 +1,7 @@
 """A reference model of sessiontemp, and a world that drives real managers beside it.
 
 :class:`Model` is the lifecycle written out again from the specification, in
-plain dicts and counters, and shares no code with :mod:`journal.reducer`:
+plain dicts and counters, and shares no code with :mod:`sessiontemp.journal.reducer`:
 
 * owners are a reference count; the release that takes them to zero (or a
   release with none) seals the manager for good and retires its current
@@ -48,9 +48,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypeAlias
 
-from journal import State, Store, checkpoint, replay
-from journal.errors import ForkedCopy, JournalBusy, NoSuchRoot
-from journal.reducer import Fold, Forgotten, kept_for_resume, removal_due
 from sessiontemp import (
     Artifact,
     Lease,
@@ -64,6 +61,9 @@ from sessiontemp import (
     remove_session,
 )
 from sessiontemp.artifacts import ARTIFACTS_DIR
+from sessiontemp.journal import State, Store, checkpoint, replay
+from sessiontemp.journal.errors import ForkedCopy, JournalBusy, NoSuchRoot
+from sessiontemp.journal.reducer import Fold, Forgotten, kept_for_resume, removal_due
 from sessiontemp.manager import Durability
 from sessiontemp.root import (
     GENERATION_PREFIX,

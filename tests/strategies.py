@@ -26,8 +26,9 @@ What is here, and how to reuse it:
   profile's examples (``default``, ``ci``, ``dev`` or ``long``, see ``conftest.py``), for
   tests whose examples are expensive, so every profile keeps its proportions.
 * Reducer states.  :func:`generation_states` draws any
-  :class:`journal.GenerationState` (for :func:`journal.reducer.removal_due`);
-  :func:`snapshot_of` projects a reducer :class:`journal.State` onto the
+  :class:`sessiontemp.journal.GenerationState` (for
+  :func:`sessiontemp.journal.reducer.removal_due`);
+  :func:`snapshot_of` projects a reducer :class:`sessiontemp.journal.State` onto the
   model's :class:`Snapshot`, so the two can be compared.  The model keeps
   the whole history; :func:`live_part` restricts one of its snapshots to
   what the reducer's state holds (what is alive or still owes work).
@@ -52,8 +53,8 @@ import attrs
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from journal import KINDS, Event, GenerationState, Record, State
-from journal.events import (
+from sessiontemp.journal import KINDS, Event, GenerationState, Record, State
+from sessiontemp.journal.events import (
     GenerationCreated,
     GenerationMeasured,
     GenerationReady,
@@ -72,7 +73,7 @@ from journal.events import (
     SessionClaimed,
     SessionDiscarded,
 )
-from journal.reducer import Fold
+from sessiontemp.journal.reducer import Fold
 from tests.faults import STORE_FAILURES, StoreFailure
 from tests.neighbour import MOVES, Move
 

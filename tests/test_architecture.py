@@ -23,12 +23,15 @@ import attrs
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("journal", "sessiontemp")
+# Each package's folder, and the name it is imported and installed by: journal/ is
+# installed inside sessiontemp (the top-level name ``journal`` belongs to another project
+# on PyPI), so its modules are named as they are imported.
+PACKAGES = {"journal": "sessiontemp.journal", "sessiontemp": "sessiontemp"}
 # A module longer than this holds several concepts: make it a package behind its facade.
 MAX_LINES = 600
 # Where SQL may be written: the store package (which also holds the inspector's named
 # reads, as Store methods) and nowhere else.
-SQL_HOMES = ("journal.store",)
+SQL_HOMES = ("sessiontemp.journal.store",)
 # The first word of an SQL statement, then what must follow it for the text to be SQL
 # rather than prose: a statement is written in capitals here.
 _SQL = re.compile(
@@ -77,11 +80,13 @@ class Tree:
     def read(cls, base: Path, packages: Iterable[str]) -> Tree:
         files: dict[str, Path] = {}
         for package in packages:
+            # rglob does not follow sessiontemp/journal, the link to journal/: each
+            # module is read once, under the name it is imported by.
             for path in sorted((base / package).rglob("*.py")):
-                parts = path.relative_to(base).with_suffix("").parts
+                parts = path.relative_to(base / package).with_suffix("").parts
                 if parts[-1] == "__init__":
                     parts = parts[:-1]
-                files[".".join(parts)] = path
+                files[".".join([PACKAGES.get(package, package), *parts])] = path
         return cls(files)
 
     def parsed(self, module: str) -> ast.Module:
@@ -137,9 +142,22 @@ class Tree:
         counted = ((m, len(p.read_text().splitlines())) for m, p in self.files.items())
         return [(m, n) for m, n in counted if n > limit]
 
-    def upward_imports(self, lower: str = "journal", upper: str = "sessiontemp") -> list[Import]:
+    def upward_imports(self, lower: str = "sessiontemp.journal",
+                       upper: str = "sessiontemp") -> list[Import]:
         return [imp for imp in self.imports()
-                if _within(imp.source, lower) and _within(imp.target, upper)]
+                if _within(imp.source, lower) and _within(imp.target, upper)
+                and not _within(imp.target, lower)]
+
+    def top_level_journal_imports(self) -> list[Import]:
+        """Imports of ``journal`` by its folder's name, which is not the name it is installed by."""
+        found: list[Import] = []
+        for module in self.files:
+            for node in _import_nodes(self.parsed(module)):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if node.level == 0 else [])
+                found.extend(Import(module, name, node.lineno) for name in names
+                             if _within(name, "journal"))
+        return found
 
     def stray_sql(self, homes: Iterable[str] = SQL_HOMES) -> list[tuple[str, int, str]]:
         homes = tuple(homes)
@@ -283,6 +301,17 @@ def test_journal_never_imports_sessiontemp() -> None:
         "code into sessiontemp/" for imp in upward)
 
 
+def test_nothing_imports_journal_by_its_folder_name() -> None:
+    # In a checkout the folder is importable as ``journal`` too; a module imported under
+    # both names would be two modules, with two of each class.
+    tree = Tree.read(REPO, [*PACKAGES, "tests", "tools"])
+    found = tree.top_level_journal_imports()
+    assert not found, "\n".join(
+        f"{imp.source} (line {imp.line}) imports {imp.target}: the package is installed as "
+        "sessiontemp.journal; import it by that name (inside journal/, import relatively)"
+        for imp in found)
+
+
 def test_sql_is_written_only_in_the_store_package() -> None:
     by_module: dict[str, list[tuple[int, str]]] = {}
     for module, line, text in LIBRARY.stray_sql():
@@ -347,9 +376,9 @@ def test_a_planted_long_module_an_upward_import_and_stray_sql_are_found(tmp_path
                                    '    return f"DELETE FROM events WHERE seq = {seq}"\n'
                                    'NOTE = "Begin again, once the lock is free"\n'),
     })
-    assert tree.long_modules() == [("journal.events", MAX_LINES + 1)]
+    assert tree.long_modules() == [("sessiontemp.journal.events", MAX_LINES + 1)]
     assert [(i.source, i.target, i.line) for i in tree.upward_imports()] == [
-        ("journal.events", "sessiontemp.manager", 1)]
+        ("sessiontemp.journal.events", "sessiontemp.manager", 1)]
     assert [(m, line) for m, line, _ in tree.stray_sql()] == [("sessiontemp.manager", 3)]
 
 

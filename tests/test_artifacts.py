@@ -21,8 +21,6 @@ from pathlib import Path
 
 import pytest
 
-from journal import ids
-from journal.errors import BadInput, UnsafeRoot
 from sessiontemp import Manager, recover, remove_artifact
 from sessiontemp.artifacts import (
     ARTIFACTS_DIR,
@@ -38,6 +36,8 @@ from sessiontemp.artifacts import (
     unreferenced,
 )
 from sessiontemp.inspect import fsck
+from sessiontemp.journal import ids
+from sessiontemp.journal.errors import BadInput, UnsafeRoot
 from sessiontemp.root import DIR_FLAGS, JOURNAL_NAME, Root
 from sessiontemp.steps import StepKind, Steps
 from tests import zygote

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from journal.events import CommandStarted, LeaseAcquired
 from sessiontemp import Manager, Unavailable
+from sessiontemp.journal.events import CommandStarted, LeaseAcquired
 from sessiontemp.steps import StepKind
 from tests.commands import SH, WRITER, assert_still_writing, journaled, wait_until, writer_env
 from tests.faults import Gate

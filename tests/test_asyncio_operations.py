@@ -36,7 +36,9 @@ from typing import Any, Final
 import pytest
 from structlog.testing import capture_logs
 
-from journal.events import (
+from sessiontemp import Manager, SessionOwned
+from sessiontemp.artifacts import ARTIFACTS_DIR
+from sessiontemp.journal.events import (
     ArtifactKept,
     ArtifactRemoved,
     ManagerClosed,
@@ -47,8 +49,6 @@ from journal.events import (
     Rotated,
     SessionAdopted,
 )
-from sessiontemp import Manager, SessionOwned
-from sessiontemp.artifacts import ARTIFACTS_DIR
 from sessiontemp.options import ManagerOptions
 from sessiontemp.steps import StepKind
 from tests.commands import journaled

@@ -25,8 +25,6 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from journal.errors import JournalError
-from journal.store import Store, chain
 from sessiontemp import (
     JournalBusy,
     JournalCorrupt,
@@ -36,6 +34,8 @@ from sessiontemp import (
     Unavailable,
     recover,
 )
+from sessiontemp.journal.errors import JournalError
+from sessiontemp.journal.store import Store, chain
 from sessiontemp.root import GENERATION_PREFIX, RESERVE
 from tests.test_root import assert_explains
 

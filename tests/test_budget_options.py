@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from journal.events import GenerationMeasured
+from sessiontemp.journal.events import GenerationMeasured
 from tests.commands import journaled
 from tests.test_run import launcher, sessiontemp
 

@@ -29,7 +29,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from journal import (
+from sessiontemp import Manager, inspect
+from sessiontemp.journal import (
     EMPTY,
     CheckpointInvalid,
     ManagerState,
@@ -39,9 +40,15 @@ from journal import (
     checkpoint,
     replay,
 )
-from journal.events import Event, ManagerClosed, ManagerOpened, Released, Retained, Rotated
-from journal.reducer import Forgotten
-from sessiontemp import Manager, inspect
+from sessiontemp.journal.events import (
+    Event,
+    ManagerClosed,
+    ManagerOpened,
+    Released,
+    Retained,
+    Rotated,
+)
+from sessiontemp.journal.reducer import Forgotten
 from sessiontemp.root import GENERATION_PREFIX
 from tests.strategies import (
     Lifecycle,
@@ -500,7 +507,7 @@ def test_recovery_from_a_checkpoint_removes_what_a_killed_manager_left(root: Pat
 
 WRITER = textwrap.dedent("""
     import sys
-    from journal import Store, checkpoint, replay
+    from sessiontemp.journal import Store, checkpoint, replay
     store = Store(sys.argv[1])
     state = replay(store.records())
     print("ready", flush=True)

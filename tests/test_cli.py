@@ -24,10 +24,10 @@ from xml.etree import ElementTree
 
 import pytest
 
-from journal import Store, checkpoint, replay
-from journal.events import LeaseReleased
 from sessiontemp import Manager
 from sessiontemp.cli import SUBCOMMANDS
+from sessiontemp.journal import Store, checkpoint, replay
+from sessiontemp.journal.events import LeaseReleased
 from tests import zygote
 from tests.test_crash import Command
 from tests.zygote import journal_inspect

@@ -37,8 +37,8 @@ import attrs
 import pytest
 
 import sessiontemp
-from journal import State, Store
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Lease, Manager, Report
+from sessiontemp.journal import State, Store
 from sessiontemp.root import JOURNAL_NAME, generation_name
 from tests import zygote
 from tests.childio import CutShort, JsonLines

@@ -58,11 +58,11 @@ from typing import Literal
 import attrs
 import pytest
 
-from journal.errors import SessionTempError
-from journal.events import GenerationCreated, GenerationReady
 from sessiontemp import Manager, handles
 from sessiontemp.generations import Generations, Made
 from sessiontemp.inspect import fsck, verify
+from sessiontemp.journal.errors import SessionTempError
+from sessiontemp.journal.events import GenerationCreated, GenerationReady
 from sessiontemp.liveness import lock_shared
 from sessiontemp.manager import DURABILITY, Durability
 from sessiontemp.root import JOURNAL_NAME, generation_name, new_generation_id

@@ -39,8 +39,8 @@ from typing import Any
 import attrs
 import pytest
 
-from journal.errors import SessionTempError
 from sessiontemp import Manager
+from sessiontemp.journal.errors import SessionTempError
 from sessiontemp.resources import GONE, SHORTAGES
 from sessiontemp.steps import StepKind
 from tests.faults import Faults

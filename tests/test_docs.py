@@ -12,10 +12,11 @@ from xml.etree import ElementTree
 
 import pytest
 
-# The public API: what users import.  (journal.store and journal.reducer are
-# the core's own parts.)
+# The public API: what users import.  (sessiontemp.journal.store and
+# sessiontemp.journal.reducer are the core's own parts.)
 MODULES = [
-    "journal.events", "journal.errors", "journal.checkpoint", "sessiontemp",
+    "sessiontemp.journal.events", "sessiontemp.journal.errors", "sessiontemp.journal.checkpoint",
+    "sessiontemp",
     "sessiontemp.inspect", "sessiontemp.platform",
     *[f"sessiontemp.inspect.{m}" for m in ("read", "summary", "events", "state", "story",
                                             "verify", "fsck", "timeline", "json")],

@@ -32,10 +32,10 @@ from typing import get_args
 import pytest
 
 import sessiontemp
-from journal.events import KINDS
 from sessiontemp import __main__ as sessiontemp_main
 from sessiontemp import cli
 from sessiontemp.inspect.timeline import COLOURS
+from sessiontemp.journal.events import KINDS
 from sessiontemp.removal import Outcome
 from tests.test_cli import conforms
 from tests.test_timeline import browser, png_pixels

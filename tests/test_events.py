@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from journal import KINDS, Event, RuleViolation, SessionTempError, decode, encode
-from journal.events import (
+from sessiontemp.journal import KINDS, Event, RuleViolation, SessionTempError, decode, encode
+from sessiontemp.journal.events import (
     ArtifactKept,
     LeaseAcquired,
     ManagerOpened,

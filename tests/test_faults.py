@@ -37,8 +37,6 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from journal import Record, replay
-from journal.errors import JournalError, JournalFull
 from sessiontemp import (
     GENERATION_PREFIX,
     TRASH_PREFIX,
@@ -48,6 +46,8 @@ from sessiontemp import (
     Unavailable,
     recover,
 )
+from sessiontemp.journal import Record, replay
+from sessiontemp.journal.errors import JournalError, JournalFull
 from sessiontemp.root import RESERVE, generation_name
 from sessiontemp.writer import Writer
 from tests import zygote

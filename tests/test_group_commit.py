@@ -25,13 +25,13 @@ from typing import Any
 
 import pytest
 
-from journal import ids, testing
-from journal.errors import JournalError, RuleViolation
-from journal.events import LeaseAcquired, LeaseReleased, ManagerOpened, Record, Retained
-from journal.ledger import Ledger
-from journal.reducer import EMPTY, State, replay
-from journal.store import Store
 from sessiontemp import Manager, handles, recover
+from sessiontemp.journal import ids, testing
+from sessiontemp.journal.errors import JournalError, RuleViolation
+from sessiontemp.journal.events import LeaseAcquired, LeaseReleased, ManagerOpened, Record, Retained
+from sessiontemp.journal.ledger import Ledger
+from sessiontemp.journal.reducer import EMPTY, State, replay
+from sessiontemp.journal.store import Store
 from sessiontemp.manager import DURABILITY, Durability
 from sessiontemp.root import JOURNAL_NAME
 from tests.conftest import assert_replay_matches

@@ -28,10 +28,10 @@ from pathlib import Path
 
 import pytest
 
-from journal import State, Store, checkpoint
-from journal.reducer import Fold
 from sessiontemp import Manager
 from sessiontemp.inspect import explain, fsck, state_at, timeline, verify
+from sessiontemp.journal import State, Store, checkpoint
+from sessiontemp.journal.reducer import Fold
 from tests import zygote
 from tests.model import SCRATCH
 from tests.test_faults import Child, child

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from journal.errors import UnsafeRoot
 from sessiontemp import Manager, Unavailable, handles, recover
 from sessiontemp import root as root_module
+from sessiontemp.journal.errors import UnsafeRoot
 from sessiontemp.recovery import run as run_recovery
 from sessiontemp.root import GENERATION_PREFIX, TRASH_PREFIX, Root
 from sessiontemp.steps import Steps

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from journal import checkpoint, rules
-from journal.events import Record
-from journal.reducer import Forgotten, GenerationState, ManagerState, State, replay
-from journal.store import Store
 from sessiontemp import Manager, inspect
+from sessiontemp.journal import checkpoint, rules
+from sessiontemp.journal.events import Record
+from sessiontemp.journal.reducer import Forgotten, GenerationState, ManagerState, State, replay
+from sessiontemp.journal.store import Store
 from tests.strategies import ids, legal_records, scaled, times
 
 _SETTINGS = scaled(0.25)

@@ -15,9 +15,9 @@ from xml.etree import ElementTree
 
 import pytest
 
-from journal.events import GenerationMeasured
-from journal.store import Store
 from sessiontemp import Manager, inspect
+from sessiontemp.journal.events import GenerationMeasured
+from sessiontemp.journal.store import Store
 from sessiontemp.usage import human
 from tests.test_cli import assert_documented, inspect_json
 from tests.test_cli import inspect as run_inspect

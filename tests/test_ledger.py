@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from journal import checkpoint, ids, testing
-from journal.errors import RuleViolation
-from journal.events import ManagerOpened, Retained, Rotated
-from journal.ledger import Ledger
-from journal.reducer import EMPTY, Fold, State, replay
-from journal.store import Store
 from sessiontemp import Manager, handles
+from sessiontemp.journal import checkpoint, ids, testing
+from sessiontemp.journal.errors import RuleViolation
+from sessiontemp.journal.events import ManagerOpened, Retained, Rotated
+from sessiontemp.journal.ledger import Ledger
+from sessiontemp.journal.reducer import EMPTY, Fold, State, replay
+from sessiontemp.journal.store import Store
 
 
 @pytest.fixture

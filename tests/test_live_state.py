@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from journal import State, Store, checkpoint, replay, testing
 from sessiontemp import Manager, recover
+from sessiontemp.journal import State, Store, checkpoint, replay, testing
 from sessiontemp.root import GENERATION_PREFIX
 
 

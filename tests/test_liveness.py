@@ -34,9 +34,9 @@ import attrs
 import pytest
 from structlog.testing import capture_logs
 
-from journal import Store
-from journal.events import CommandStarted
 from sessiontemp import Manager, liveness, locks, processes, recover
+from sessiontemp.journal import Store
+from sessiontemp.journal.events import CommandStarted
 from sessiontemp.liveness import is_locked
 from sessiontemp.root import DIR_FLAGS
 from tests.conftest import journal_state, locked_by_another

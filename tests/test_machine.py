@@ -71,10 +71,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from journal import Event, Record, replay
-from journal.errors import RuleViolation
 from sessiontemp import Manager
 from sessiontemp.generations import Generations
+from sessiontemp.journal import Event, Record, replay
+from sessiontemp.journal.errors import RuleViolation
 from sessiontemp.manager import Durability
 from sessiontemp.root import JOURNAL_NAME, generation_name
 from sessiontemp.writer import Writer

@@ -33,10 +33,10 @@ from pathlib import Path
 
 import pytest
 
-from journal import Retention, Store, testing
-from journal.errors import JournalBusy, JournalError, RuleViolation
 from sessiontemp import Lease, Manager, Unavailable, handles
 from sessiontemp.inspect import fsck, verify
+from sessiontemp.journal import Retention, Store, testing
+from sessiontemp.journal.errors import JournalBusy, JournalError, RuleViolation
 from sessiontemp.recovery import maintain
 from sessiontemp.root import Root
 from sessiontemp.steps import Steps

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from journal.errors import UnsafeRoot
+from sessiontemp.journal.errors import UnsafeRoot
 from sessiontemp.placement import InsideWorkdir, check, inside, resolve
 
 

@@ -20,12 +20,12 @@ import attrs
 import pytest
 from structlog.testing import capture_logs
 
-from journal import ids
-from journal.events import Reappeared, RecoveryStarted, RemovalFinished, RemovalStarted
-from journal.history import pasts
-from journal.reducer import REAPPEARED as REAPPEARED_STATE
-from journal.store import Store
 from sessiontemp import Manager, recover
+from sessiontemp.journal import ids
+from sessiontemp.journal.events import Reappeared, RecoveryStarted, RemovalFinished, RemovalStarted
+from sessiontemp.journal.history import pasts
+from sessiontemp.journal.reducer import REAPPEARED as REAPPEARED_STATE
+from sessiontemp.journal.store import Store
 from sessiontemp.steps import Steps
 from tests.conftest import live_state
 from tests.model import simulate_kill

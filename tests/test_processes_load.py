@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from journal.store import Store
 from sessiontemp import recover
+from sessiontemp.journal.store import Store
 from sessiontemp.manager import DURABILITY, Durability
 from sessiontemp.root import JOURNAL_NAME
 

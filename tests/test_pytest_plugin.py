@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from journal.events import LeaseAcquired
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX
+from sessiontemp.journal.events import LeaseAcquired
 from tests.commands import journaled
 
 pytest_plugins = ["pytester"]

@@ -31,10 +31,10 @@ from pathlib import Path
 
 import pytest
 
-from journal.errors import SessionTempError
-from journal.segments import Retention
 from sessiontemp import Manager, recover
 from sessiontemp.inspect import events, fsck, state_at, summary, timeline, verify
+from sessiontemp.journal.errors import SessionTempError
+from sessiontemp.journal.segments import Retention
 from sessiontemp.root import JOURNAL_NAME
 from tests import zygote
 from tests.faultchild import segment_files
@@ -105,7 +105,7 @@ def test_verify_in_a_loop_while_another_process_retires_answers_no_problems_ever
 # segment: the head records the retirement, and every file is still there.
 KILLED_RETIRING = textwrap.dedent("""
     import os, signal, sys
-    from journal import Retention
+    from sessiontemp.journal import Retention
     from sessiontemp import recover
     def hook(kind, detail):
         print(detail, flush=True)

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from journal import EMPTY, Event, Record, RuleViolation, State, apply, replay
-from journal.events import (
+from sessiontemp.journal import EMPTY, Event, Record, RuleViolation, State, apply, replay
+from sessiontemp.journal.events import (
     GenerationCreated,
     GenerationReady,
     LeaseAcquired,
@@ -36,7 +36,7 @@ from journal.events import (
     Rotated,
     named_ids,
 )
-from journal.reducer import REAPPEARED, Forgotten, GenerationState, removal_due
+from sessiontemp.journal.reducer import REAPPEARED, Forgotten, GenerationState, removal_due
 from tests.strategies import (
     MANAGER_EVENT_CLASSES,
     Lifecycle,

@@ -43,8 +43,8 @@ from pathlib import Path
 
 import pytest
 
-from journal.errors import JournalError, SessionTempError
 from sessiontemp import Manager
+from sessiontemp.journal.errors import JournalError, SessionTempError
 from sessiontemp.root import JOURNAL_NAME
 from sessiontemp.steps import StepKind
 from tests.faults import STORE_FAILURES, Faults, StoreFailure, raising, store_error

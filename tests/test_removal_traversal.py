@@ -39,9 +39,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from journal.segments import Retention
 from sessiontemp import Manager, nodes, processes, recover
 from sessiontemp.inspect import state_at
+from sessiontemp.journal.segments import Retention
 from sessiontemp.root import GENERATION_PREFIX, TRASH_PREFIX
 from tests.conftest import journal_state
 from tests.nobody import NOBODY, as_root

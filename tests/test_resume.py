@@ -23,13 +23,6 @@ from typing import Any
 
 import pytest
 
-from journal.events import (
-    ArtifactKept,
-    ArtifactRemoved,
-    RemovalFinished,
-    SessionAdopted,
-    SessionDiscarded,
-)
 from sessiontemp import (
     BadInput,
     Manager,
@@ -41,6 +34,13 @@ from sessiontemp import (
     remove_session,
 )
 from sessiontemp.inspect import fsck
+from sessiontemp.journal.events import (
+    ArtifactKept,
+    ArtifactRemoved,
+    RemovalFinished,
+    SessionAdopted,
+    SessionDiscarded,
+)
 from tests import zygote
 from tests.commands import exited, journaled, wait_until
 

@@ -25,7 +25,6 @@ from pathlib import Path
 
 import pytest
 
-from journal.errors import NoSuchRoot, RootReadOnly
 from sessiontemp import (
     JournalBusy,
     JournalCorrupt,
@@ -43,6 +42,7 @@ from sessiontemp import (
     remove_session,
 )
 from sessiontemp.inspect import fsck
+from sessiontemp.journal.errors import NoSuchRoot, RootReadOnly
 from tests import zygote
 from tests.nobody import NOBODY, as_root, nobodys_place, outcome
 

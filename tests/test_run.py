@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from journal.events import CommandStarted, LeaseAcquired
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX
 from sessiontemp.inspect import SCHEMA
+from sessiontemp.journal.events import CommandStarted, LeaseAcquired
 from sessiontemp.run import FORWARDED, exit_status
 from tests.commands import (
     SH,

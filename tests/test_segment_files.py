@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from journal import Retention
 from sessiontemp import Manager, UnsafeRoot, recover
+from sessiontemp.journal import Retention
 from tests import zygote
 
 JOURNAL = "journal.sqlite3"

@@ -28,7 +28,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from journal import (
+from sessiontemp import Manager, handles, recover
+from sessiontemp.journal import (
     EMPTY,
     JournalCorrupt,
     Record,
@@ -39,9 +40,15 @@ from journal import (
     replay,
     testing,
 )
-from journal.events import Event, ManagerClosed, ManagerOpened, Released, Retained, Rotated
-from journal.segments import ROLL_FLOOR, Segment, directory, size_of
-from sessiontemp import Manager, handles, recover
+from sessiontemp.journal.events import (
+    Event,
+    ManagerClosed,
+    ManagerOpened,
+    Released,
+    Retained,
+    Rotated,
+)
+from sessiontemp.journal.segments import ROLL_FLOOR, Segment, directory, size_of
 from sessiontemp.recovery import maintain
 from sessiontemp.steps import Steps
 from tests import zygote
@@ -410,7 +417,7 @@ KILL_AT_STEP = textwrap.dedent("""
 """)
 
 PASS_CRASHER = KILL_AT_STEP + textwrap.dedent("""
-    from journal import Retention
+    from sessiontemp.journal import Retention
     from sessiontemp import recover
     recover(sys.argv[1], retention=Retention(history_bytes=0), step_hook=hook)
 """)
@@ -509,7 +516,7 @@ def test_a_reader_whose_listing_another_process_retired_meanwhile_lists_again(
 
 APPENDER = textwrap.dedent("""
     import sys
-    from journal import Retention, Store, checkpoint, replay
+    from sessiontemp.journal import Retention, Store, checkpoint, replay
     from tests.test_segments import lives
     path, tag, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
     store = Store(path, retention=Retention(segment_bytes=0, history_bytes=0))
@@ -561,7 +568,7 @@ def test_two_processes_appending_through_rollovers_lose_nothing_and_keep_the_cha
 # -- crashes -------------------------------------------------------------------------------
 
 CRASHER = KILL_AT_STEP + textwrap.dedent("""
-    from journal import Retention, Store, checkpoint, replay
+    from sessiontemp.journal import Retention, Store, checkpoint, replay
     from tests.test_segments import lives
     path = sys.argv[1]
     store = Store(path, retention=Retention(segment_bytes=0, history_bytes=0), step_hook=hook)

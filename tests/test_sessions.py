@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 
-from journal import Record, RuleViolation, checkpoint, replay
-from journal.errors import SessionOwned, SessionTempError, UnsafeRoot
-from journal.events import (
+from sessiontemp.journal import Record, RuleViolation, checkpoint, replay
+from sessiontemp.journal.errors import SessionOwned, SessionTempError, UnsafeRoot
+from sessiontemp.journal.events import (
     ArtifactKept,
     ArtifactRemoved,
     Event,
@@ -38,7 +38,7 @@ from journal.events import (
     SessionClaimed,
     SessionDiscarded,
 )
-from journal.reducer import Fold, Forgotten, State, kept_for_resume
+from sessiontemp.journal.reducer import Fold, Forgotten, State, kept_for_resume
 from sessiontemp.root import Root
 from sessiontemp.sessions import (
     SESSIONS_DIR,

@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from journal import Record, RuleViolation, State, Store, checkpoint, replay
-from journal.events import (
+from sessiontemp import LowDisk, Manager, OverBudget, Unavailable, Usage, recover
+from sessiontemp.journal import Record, RuleViolation, State, Store, checkpoint, replay
+from sessiontemp.journal.events import (
     Event,
     GenerationCreated,
     GenerationMeasured,
@@ -34,7 +35,6 @@ from journal.events import (
     Retained,
     Rotated,
 )
-from sessiontemp import LowDisk, Manager, OverBudget, Unavailable, Usage, recover
 from sessiontemp.reserve import RESERVE_BYTES
 from sessiontemp.root import RESERVE, generation_name
 from sessiontemp.usage import measure_tree

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from journal import (
+from sessiontemp.journal import (
     SCHEMA_VERSION,
     SEGMENTED_VERSION,
     Event,
@@ -35,10 +35,10 @@ from journal import (
     Store,
     testing,
 )
-from journal.events import ManagerOpened, RecoveryStarted, Retained, Rotated
-from journal.ledger import Ledger
-from journal.reducer import EMPTY, replay
-from journal.store import APPLICATION_ID
+from sessiontemp.journal.events import ManagerOpened, RecoveryStarted, Retained, Rotated
+from sessiontemp.journal.ledger import Ledger
+from sessiontemp.journal.reducer import EMPTY, replay
+from sessiontemp.journal.store import APPLICATION_ID
 from tests.strategies import events, manager_id, scaled, times
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -311,7 +311,7 @@ def test_a_sqlite_failure_mid_transaction_commits_nothing(store: Store, path: Pa
 def test_an_interruption_mid_transaction_commits_nothing(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from journal.store import commit, digests
+    from sessiontemp.journal.store import commit, digests
 
     before = fill(store, 3)
     real_chain = digests.chain
@@ -347,8 +347,8 @@ WRITER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from journal import Store
-    from journal.events import RecoveryStarted
+    from sessiontemp.journal import Store
+    from sessiontemp.journal.events import RecoveryStarted
 
     path, name, count, open_first = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     ready, go = Path(path + "." + name + ".ready"), Path(path + ".go")
@@ -399,7 +399,7 @@ OPENER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from journal import Store
+    from sessiontemp.journal import Store
 
     # One round after another: say it is ready, wait for the word, open that round's
     # new journal.  Starting once for every round keeps the start-up out of the race.

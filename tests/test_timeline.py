@@ -21,7 +21,9 @@ from xml.etree import ElementTree
 
 import pytest
 
-from journal.events import (
+from sessiontemp import Manager, inspect, recover
+from sessiontemp.inspect import COLOURS
+from sessiontemp.journal.events import (
     Event,
     GenerationCreated,
     GenerationReady,
@@ -36,10 +38,8 @@ from journal.events import (
     Retained,
     Rotated,
 )
-from journal.reducer import Forgotten, GenerationState, State, replay
-from journal.store import Store
-from sessiontemp import Manager, inspect, recover
-from sessiontemp.inspect import COLOURS
+from sessiontemp.journal.reducer import Forgotten, GenerationState, State, replay
+from sessiontemp.journal.store import Store
 from tests.test_cli import Child, inspect_json
 from tests.test_cli import inspect as run_inspect
 from tests.test_inspect_sessions import killed_owner

@@ -40,9 +40,9 @@ from typing import Any
 
 import pytest
 
-from journal import Store
 from sessiontemp import Manager, SessionOwned, recover
 from sessiontemp.inspect import fsck, verify
+from sessiontemp.journal import Store
 from tests import zygote
 from tests.commands import exited, wait_until
 from tests.conftest import journal_state

@@ -36,8 +36,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from journal import State, Store, events, ids, replay
-from journal.events import (
+from sessiontemp import Manager, Report, recover
+from sessiontemp.journal import State, Store, events, ids, replay
+from sessiontemp.journal.events import (
     GenerationCreated,
     GenerationReady,
     LeaseAcquired,
@@ -45,8 +46,7 @@ from journal.events import (
     RemovalStarted,
     Rotated,
 )
-from journal.store import chain
-from sessiontemp import Manager, Report, recover
+from sessiontemp.journal.store import chain
 from sessiontemp.root import generation_name
 from tests.conftest import journal_state
 from tests.model import simulate_kill

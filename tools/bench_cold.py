@@ -42,9 +42,9 @@ from pathlib import Path
 
 import benchlib
 
-from journal import ids
-from journal.events import GenerationCreated, RemovalStarted, encode
 from sessiontemp import Lease, Manager
+from sessiontemp.journal import ids
+from sessiontemp.journal.events import GenerationCreated, RemovalStarted, encode
 
 BASELINE = "mkdtemp + write one file + rmtree + two bare commits: the baseline"
 DURABLE_FLOOR = ("the baseline and a third bare commit: the least a durable cold cycle "

@@ -46,10 +46,10 @@ from typing import Any
 
 import benchlib
 
-from journal import testing
-from journal.events import Event
-from journal.store import Store
 from sessiontemp import Lease, Manager, handles, recover
+from sessiontemp.journal import testing
+from sessiontemp.journal.events import Event
+from sessiontemp.journal.store import Store
 from sessiontemp.root import JOURNAL_NAME
 
 BATCH = 20_000
@@ -165,7 +165,7 @@ def retention() -> tuple[Any, Any] | None:
     """The default retention and one that keeps no retired history, if the journal has one."""
     if "retention" not in inspect.signature(recover).parameters:
         return None
-    segments = importlib.import_module("journal.segments")
+    segments = importlib.import_module("sessiontemp.journal.segments")
     return (segments.DEFAULT_RETENTION,
             segments.Retention(segment_bytes=0, history_bytes=0, history_age=0))
 

@@ -35,8 +35,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from journal import Store, checkpoint
 from sessiontemp import Manager
+from sessiontemp.journal import Store, checkpoint
 
 
 def median_ms(runs: int, operation: Callable[[], object]) -> float:
@@ -99,10 +99,10 @@ def warm_after(rotations: int, cycles: int) -> tuple[float, int]:
 
 
 def append_costs(count: int) -> None:
-    from journal import testing
-    from journal.events import GenerationCreated, LeaseAcquired, ManagerOpened, Retained
-    from journal.ids import new_generation, new_lease
-    from journal.store.schema import INDEXES
+    from sessiontemp.journal import testing
+    from sessiontemp.journal.events import GenerationCreated, LeaseAcquired, ManagerOpened, Retained
+    from sessiontemp.journal.ids import new_generation, new_lease
+    from sessiontemp.journal.store.schema import INDEXES
 
     with tempfile.TemporaryDirectory() as scratch:
         stores = {"with indexes": Store(Path(scratch) / "a.sqlite3"),

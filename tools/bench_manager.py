@@ -93,7 +93,7 @@ def _open_close(root: Path) -> None:
 
 
 def _count(root: Path) -> int:
-    from journal import Store
+    from sessiontemp.journal import Store
 
     store = Store(root / "journal.sqlite3", readonly=True)
     try:

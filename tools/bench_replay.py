@@ -4,7 +4,7 @@
 
 Builds (once; reused when PATH already holds one) a journal of about N events
 (default 1,000,000) the way real managers write it: through the real
-:class:`journal.store.Store`, in large batches, with managers that open, retain,
+:class:`sessiontemp.journal.store.Store`, in large batches, with managers that open, retain,
 lease, rotate, remove, release and close, some that die and are recovered, and
 a few still live at the end.  After each batch it writes a checkpoint when one
 is due, as the recovery pass of each Manager open does.  Then it times, as the
@@ -43,8 +43,9 @@ from pathlib import Path
 
 from benchlib import lifetimes
 
-from journal import checkpoint, segments
-from journal.events import (
+from sessiontemp import Manager, inspect
+from sessiontemp.journal import checkpoint, segments
+from sessiontemp.journal.events import (
     Event,
     GenerationCreated,
     GenerationReady,
@@ -52,9 +53,8 @@ from journal.events import (
     ManagerOpened,
     Retained,
 )
-from journal.reducer import State, replay
-from journal.store import Store
-from sessiontemp import Manager, inspect
+from sessiontemp.journal.reducer import State, replay
+from sessiontemp.journal.store import Store
 
 BATCH = 20_000
 

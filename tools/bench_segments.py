@@ -4,8 +4,8 @@
 
 Builds a journal of about N events (default 1,000,000) the way
 ``tools/bench_replay.py`` does (its ``lifetimes``: real managers' events, in
-batches of 20,000, through the real :class:`journal.store.Store`), with the
-default :class:`journal.segments.Retention`.  After each batch it does what
+batches of 20,000, through the real :class:`sessiontemp.journal.store.Store`), with the
+default :class:`sessiontemp.journal.segments.Retention`.  After each batch it does what
 a recovery pass does: replays from the newest checkpoint, writes one when
 due (which rolls over to a new segment once the active one is over its
 size) and retires what the retention rule no longer keeps.  It reports:
@@ -37,12 +37,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_replay import BATCH
 from benchlib import lifetimes
 
-from journal import checkpoint
-from journal.events import Event
-from journal.reducer import State, replay
-from journal.segments import DEFAULT_RETENTION, Retention
-from journal.store import Store
 from sessiontemp import Manager
+from sessiontemp.journal import checkpoint
+from sessiontemp.journal.events import Event
+from sessiontemp.journal.reducer import State, replay
+from sessiontemp.journal.segments import DEFAULT_RETENTION, Retention
+from sessiontemp.journal.store import Store
 
 
 def disk(root: Path) -> int:

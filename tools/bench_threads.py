@@ -37,8 +37,8 @@ from typing import Any
 
 import benchlib
 
-from journal.store import commit
 from sessiontemp import Manager
+from sessiontemp.journal.store import commit
 
 WIDTHS = (1, 2, 4, 8, 16)
 PROCESSES = 4

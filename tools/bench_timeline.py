@@ -3,7 +3,7 @@
     python tools/bench_timeline.py [--generations N ...] [--runs R] [--quick]
 
 For each N (default 10,000 and 100,000) builds a journal the way managers
-write it, through the real :class:`journal.store.Store`: managers one after
+write it, through the real :class:`sessiontemp.journal.store.Store`: managers one after
 another, each making, leasing, rotating and removing 20 generations, one in
 ten killed and its last generation removed by a recovery pass.  Then times
 :func:`sessiontemp.inspect.timeline` (median of R runs in this process) and
@@ -22,7 +22,8 @@ from pathlib import Path
 
 from benchlib import generation_id
 
-from journal.events import (
+from sessiontemp import inspect
+from sessiontemp.journal.events import (
     Event,
     GenerationCreated,
     GenerationReady,
@@ -38,8 +39,7 @@ from journal.events import (
     Retained,
     Rotated,
 )
-from journal.store import Store
-from sessiontemp import inspect
+from sessiontemp.journal.store import Store
 
 PER_MANAGER = 20
 

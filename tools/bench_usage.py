@@ -38,8 +38,8 @@ from pathlib import Path
 
 from benchlib import arguments, environment, scratch, table
 
-from journal import Store
 from sessiontemp import Manager
+from sessiontemp.journal import Store
 from sessiontemp.meter import SHARE
 from sessiontemp.usage import measure_tree
 

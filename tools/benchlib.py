@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from journal.events import (
+from sessiontemp import Manager
+from sessiontemp.journal.events import (
     Event,
     GenerationCreated,
     GenerationReady,
@@ -42,7 +43,6 @@ from journal.events import (
     Rotated,
     encode,
 )
-from sessiontemp import Manager
 
 # -- options and places ----------------------------------------------------------------
 
@@ -226,7 +226,7 @@ class BareCommits:
 
 def lease_cycle_rows() -> list[tuple[str, str]]:
     """The (kind, payload) rows of a warm lease cycle, with ids of real lengths."""
-    from journal import ids
+    from sessiontemp.journal import ids
 
     m, g, lease = ids.new_manager(), ids.new_generation(), ids.new_lease()
     return [encode(LeaseAcquired(m, g, lease)), encode(LeaseReleased(m, g, lease))]
@@ -297,7 +297,7 @@ class CommitCounter:
 class CommitTally:
     """Counts the group commits of this process while active, and those that carried a sync.
 
-    It wraps :meth:`journal.store.commit.GroupCommit.commit_batch`, the one
+    It wraps :meth:`sessiontemp.journal.store.commit.GroupCommit.commit_batch`, the one
     place events are written (one transaction, one sync at most), with a
     few integer additions per commit: cheap enough to stay on while timing,
     unlike :class:`CommitCounter`'s statement trace.  A commit carried a
@@ -312,7 +312,7 @@ class CommitTally:
         self._real: Callable[..., None] | None = None
 
     def __enter__(self) -> CommitTally:
-        from journal.store import commit
+        from sessiontemp.journal.store import commit
 
         self._real = real = commit.GroupCommit.commit_batch
         tally = self
@@ -331,7 +331,7 @@ class CommitTally:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from journal.store import commit
+        from sessiontemp.journal.store import commit
 
         assert self._real is not None
         commit.GroupCommit.commit_batch = self._real  # type: ignore[method-assign]

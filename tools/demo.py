@@ -23,8 +23,8 @@ from pathlib import Path
 
 import attrs
 
-from journal import Store
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Manager, inspect, recover
+from sessiontemp.journal import Store
 
 # The crashing session: a second process with its own manager, which starts
 # a long command, reports what it holds, and waits to be killed.

@@ -81,7 +81,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from journal import Retention, Store, checkpoint, replay
 from sessiontemp import (
     GENERATION_PREFIX,
     TRASH_PREFIX,
@@ -93,6 +92,7 @@ from sessiontemp import (
     remove_session,
 )
 from sessiontemp.inspect import fsck
+from sessiontemp.journal import Retention, Store, checkpoint, replay
 from sessiontemp.liveness import RecoveryLock
 from sessiontemp.recovery import maintain
 from sessiontemp.root import JOURNAL_NAME, Root

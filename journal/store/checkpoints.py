@@ -1,11 +1,11 @@
 """Checkpoint rows: the reducer's state at a few events, tied to their digests.
 
-A cache of what :mod:`journal.checkpoint` derives from the events, so that a
+A cache of what :mod:`sessiontemp.journal.checkpoint` derives from the events, so that a
 replay can start there: any row may be deleted and nothing is lost.  A row
 counts only for the history whose event it names carries the digest it
 records (``chained``); a segment's first row, the state at its base, is
 tied to the digest that segment records for the event before it.  Writing
-one may roll the active segment over (:mod:`journal.store.rollover`), in
+one may roll the active segment over (:mod:`sessiontemp.journal.store.rollover`), in
 the same transaction.
 """
 
@@ -14,11 +14,11 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from journal.segments import Retention
-from journal.store import schema
-from journal.store.link import Link
-from journal.store.reading import Reader
-from journal.store.rollover import CatchUp, Rollover
+from ..segments import Retention
+from . import schema
+from .link import Link
+from .reading import Reader
+from .rollover import CatchUp, Rollover
 
 __all__ = ["Checkpoints"]
 

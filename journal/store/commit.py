@@ -26,12 +26,12 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from journal.errors import JournalError
-from journal.events import Event, Record, encode
-from journal.store import schema
-from journal.store.digests import chain
-from journal.store.errors import RETRY
-from journal.store.link import Link
+from ..errors import JournalError
+from ..events import Event, Record, encode
+from . import schema
+from .digests import chain
+from .errors import RETRY
+from .link import Link
 
 __all__ = ["GroupCommit", "Keeper", "Pending", "Settle"]
 

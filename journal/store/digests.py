@@ -1,7 +1,7 @@
 """The digest chain: each record's digest covers its predecessor's, and its check.
 
 A changed, removed or reordered record breaks the chain from there on, which
-is what :meth:`journal.store.Store.verify` reports.
+is what :meth:`sessiontemp.journal.store.Store.verify` reports.
 """
 
 from __future__ import annotations

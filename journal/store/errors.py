@@ -13,8 +13,8 @@ import sqlite3
 from pathlib import Path
 from typing import Final
 
-from journal import segments
-from journal.errors import (
+from .. import segments
+from ..errors import (
     JournalBusy,
     JournalCorrupt,
     JournalError,

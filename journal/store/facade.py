@@ -5,7 +5,7 @@ database itself refuses UPDATE and DELETE (triggers), so nothing written is
 ever rewritten.  Each record carries a digest chained over its predecessor's,
 so a changed, removed or reordered record is detected by :meth:`Store.verify`.
 
-A second table, ``checkpoints``, holds what :mod:`journal.checkpoint` derives
+A second table, ``checkpoints``, holds what :mod:`sessiontemp.journal.checkpoint` derives
 from the events: the reducer's state at a few sequence numbers, each tied to
 the digest of its event, so that a replay can start there.  It is a cache:
 any row of it may be deleted and nothing is lost.
@@ -29,20 +29,20 @@ from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from journal.errors import JournalCorrupt, JournalError, RuleViolation
-from journal.events import Event, Record
-from journal.segments import DEFAULT_RETENTION, Retention
-from journal.store import errors, opening, registry
-from journal.store.checkpoints import Checkpoints
-from journal.store.commit import Ahead, GroupCommit, Keeper, Pending, Settle
-from journal.store.digests import chain
-from journal.store.link import Link, SegmentHook
-from journal.store.queries import Queries
-from journal.store.reading import Reader
-from journal.store.retirement import History, Retirement, SegmentInfo
-from journal.store.rollover import CatchUp, Rollover
-from journal.store.schema import APPLICATION_ID, SCHEMA_VERSION, SEGMENTED_VERSION
-from journal.store.verify import verify
+from ..errors import JournalCorrupt, JournalError, RuleViolation
+from ..events import Event, Record
+from ..segments import DEFAULT_RETENTION, Retention
+from . import errors, opening, registry
+from .checkpoints import Checkpoints
+from .commit import Ahead, GroupCommit, Keeper, Pending, Settle
+from .digests import chain
+from .link import Link, SegmentHook
+from .queries import Queries
+from .reading import Reader
+from .retirement import History, Retirement, SegmentInfo
+from .rollover import CatchUp, Rollover
+from .schema import APPLICATION_ID, SCHEMA_VERSION, SEGMENTED_VERSION
+from .verify import verify
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SEGMENTED_VERSION", "History", "Keeper",
            "Pending", "SegmentInfo", "Settle", "Store", "chain"]
@@ -259,7 +259,7 @@ class Store:
         Raises :class:`JournalCorrupt` at a gap in the sequence or a record
         that does not decode: nothing after such a point is trusted.  With
         *tolerant*, a gap is passed over and a record that does not decode
-        comes as an :class:`~journal.events.Unreadable` event, for a
+        comes as an :class:`~sessiontemp.journal.events.Unreadable` event, for a
         tolerant fold to refuse and hold on to what it may name.
         """
         return self._reader.records(after=after, until=until, tolerant=tolerant)

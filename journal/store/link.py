@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import quote
 
-from journal import segments, sticky
-from journal.errors import JournalCorrupt, JournalError
-from journal.segments import Segment
-from journal.store import errors, schema, sealed
-from journal.store.digests import GENESIS
+from .. import segments, sticky
+from ..errors import JournalCorrupt, JournalError
+from ..segments import Segment
+from . import errors, schema, sealed
+from .digests import GENESIS
 
 __all__ = ["Link", "SegmentHook"]
 

@@ -18,17 +18,17 @@ import stat
 from time import monotonic, sleep
 from typing import Protocol
 
-from journal import segments, sticky
-from journal.errors import (
+from .. import segments, sticky
+from ..errors import (
     JournalCorrupt,
     JournalError,
     JournalReadOnly,
     JournalVersionError,
     UnsafeRoot,
 )
-from journal.store import registry, schema
-from journal.store.errors import MOVE_ASIDE, unopenable
-from journal.store.link import Link
+from . import registry, schema
+from .errors import MOVE_ASIDE, unopenable
+from .link import Link
 
 __all__ = ["check_header", "ensure_indexes", "open_link", "prepare"]
 
@@ -213,7 +213,7 @@ def ensure_indexes(link: Link, *, active: bool = True) -> None:
     append) is built again with today's (readers use either), and an
     empty ``sealed`` table is added where there is none: with it, an
     append alone checks the seal inside its own INSERT (see
-    :meth:`journal.store.commit.GroupCommit.write_alone`).  Only speed is at
+    :meth:`sessiontemp.journal.store.commit.GroupCommit.write_alone`).  Only speed is at
     stake: a file that cannot take them now (a full disk) is read by a scan
     and appended to as before, and the next open tries again.
     """

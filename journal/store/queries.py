@@ -2,7 +2,7 @@
 
 So no reader outside the store writes SQL over the payload format.  Two of
 them (:meth:`Queries.generation_rows`, :meth:`Queries.manager_ends`) read
-through the partial indexes of :data:`journal.store.schema.INDEXES`, so
+through the partial indexes of :data:`sessiontemp.journal.store.schema.INDEXES`, so
 their cost follows the rows found, not the journal's length.
 """
 
@@ -13,10 +13,10 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Final
 
-from journal.errors import RuleViolation
-from journal.events import Record, decode
-from journal.store import errors, schema
-from journal.store.reading import Reader
+from ..errors import RuleViolation
+from ..events import Record, decode
+from . import errors, schema
+from .reading import Reader
 
 __all__ = ["IDS_PER_QUERY", "Queries"]
 
@@ -25,7 +25,7 @@ IDS_PER_QUERY: Final = 500
 
 
 class Queries:
-    """The named reads of one store, through its :class:`~journal.store.reading.Reader`."""
+    """The named reads of one store, through its :class:`.reading.Reader`."""
 
     def __init__(self, path: Path, reader: Reader) -> None:
         self._path = path

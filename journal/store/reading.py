@@ -23,18 +23,18 @@ import sqlite3
 from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any, Final, TypeAlias, TypeVar
 
-from journal import segments
-from journal.errors import (
+from .. import segments
+from ..errors import (
     JournalBusy,
     JournalError,
     RuleViolation,
     SessionTempError,
 )
-from journal.events import Event, Record, Unreadable, decode
-from journal.segments import MAX_KEPT, Segment
-from journal.store import errors
-from journal.store.link import Link
-from journal.store.spanning import attach, table_names
+from ..events import Event, Record, Unreadable, decode
+from ..segments import MAX_KEPT, Segment
+from . import errors
+from .link import Link
+from .spanning import attach, table_names
 
 __all__ = ["TRIES", "Layout", "Reader"]
 

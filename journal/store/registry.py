@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Final, Protocol
 
-from journal.store import sealed
+from . import sealed
 
 __all__ = ["Member", "abandon", "close_abandoned", "closed", "is_open", "join", "look_up",
            "opened", "opening", "park", "peers"]

@@ -2,7 +2,7 @@
 
 A sealed segment is retired once a later segment starts with the checkpoint
 of its base; retired ones are kept as read-only history while
-:class:`~journal.segments.Retention` allows, then deleted oldest first (the
+:class:`~sessiontemp.journal.segments.Retention` allows, then deleted oldest first (the
 head is emptied, never unlinked).  Each step is safe to crash after: the
 head records the retirement first, then files go oldest first, so what is
 kept is always one unbroken run of history up to the active segment.
@@ -18,13 +18,13 @@ from typing import Any
 
 import attrs
 
-from journal import segments
-from journal.errors import JournalError, JournalReadOnly
-from journal.segments import MAX_KEPT, Retention, Segment
-from journal.store import registry
-from journal.store import sealed as seals
-from journal.store.link import Link
-from journal.store.reading import Reader
+from .. import segments
+from ..errors import JournalError, JournalReadOnly
+from ..segments import MAX_KEPT, Retention, Segment
+from . import registry
+from . import sealed as seals
+from .link import Link
+from .reading import Reader
 
 __all__ = ["History", "Retirement", "SegmentInfo"]
 

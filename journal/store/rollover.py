@@ -1,7 +1,7 @@
 """Rollover: a new segment after the last event, beginning with the state there; the old one sealed.
 
 While holding the old segment's write lock (the transaction that wrote the
-checkpoint), as :mod:`journal.segments` tells in full:
+checkpoint), as :mod:`sessiontemp.journal.segments` tells in full:
 
 1. the new file is made under a temporary name, with its schema and the
    checkpoint, closed and fsynced;
@@ -23,12 +23,12 @@ import time as _time
 from collections.abc import Callable, Sequence
 from typing import TypeAlias
 
-from journal import segments
-from journal.errors import RuleViolation
-from journal.events import Event, Record, Unreadable, decode
-from journal.store import schema
-from journal.store.link import Link
-from journal.store.reading import Reader
+from .. import segments
+from ..errors import RuleViolation
+from ..events import Event, Record, Unreadable, decode
+from . import schema
+from .link import Link
+from .reading import Reader
 
 __all__ = ["CatchUp", "Rollover", "create_segment"]
 

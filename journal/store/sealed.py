@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from typing import Final, TypeAlias
 
-from journal.segments import Segment
+from ..segments import Segment
 
 __all__ = ["Facts", "Identity", "after_fork", "forget_all", "forget_unlisted", "identity",
            "known", "remember", "remembered", "vacuumed", "was_vacuumed"]

@@ -3,7 +3,7 @@
 A connection of its own (in memory) attaches each kept segment file read-only
 and defines temporary views ``events``, ``checkpoints`` and ``bases`` over
 them all, so that every query reads the kept history as one table.  The
-:class:`~journal.store.reading.Reader` decides when one is built and when it is
+:class:`~sessiontemp.journal.store.reading.Reader` decides when one is built and when it is
 let go of; this module only builds it.
 """
 
@@ -15,9 +15,9 @@ from urllib.parse import quote
 
 import attrs
 
-from journal.errors import JournalCorrupt
-from journal.segments import MAX_KEPT, Segment
-from journal.store.link import Link
+from ..errors import JournalCorrupt
+from ..segments import MAX_KEPT, Segment
+from .link import Link
 
 __all__ = ["Span", "attach", "table_names"]
 

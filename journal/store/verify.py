@@ -1,6 +1,6 @@
 """Verify: SQLite's integrity of every kept file, the sequence and the digest chain.
 
-What :meth:`journal.store.Store.verify` reports: each problem as one line,
+What :meth:`sessiontemp.journal.store.Store.verify` reports: each problem as one line,
 and where damage stops the reading, that too, after what was found.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from journal.errors import JournalCorrupt
-from journal.store.digests import GENESIS, check
-from journal.store.link import Link
-from journal.store.reading import Reader
+from ..errors import JournalCorrupt
+from .digests import GENESIS, check
+from .link import Link
+from .reading import Reader
 
 __all__ = ["verify"]
 

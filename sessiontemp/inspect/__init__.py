@@ -10,7 +10,7 @@ reference of the documentation ("JSON output") and versioned by its
 ``"schema"`` field.
 
 One module per question, each reading the journal only through named
-``journal.store.Store`` methods: ``read`` (locating, opening, replaying,
+``sessiontemp.journal.store.Store`` methods: ``read`` (locating, opening, replaying,
 probing locks), ``summary``, ``events``, ``state``, ``story``
 (``explain``), ``verify``, ``fsck``, ``timeline``, ``space`` (``usage``)
 and ``json``.

@@ -12,9 +12,9 @@ from typing import Any
 
 import attrs
 
-from journal.errors import BadInput
-from journal.events import KINDS
 from sessiontemp.inspect.read import opened
+from sessiontemp.journal.errors import BadInput
+from sessiontemp.journal.events import KINDS
 
 __all__ = ["EventFilter", "EventRow", "check_kind", "events"]
 

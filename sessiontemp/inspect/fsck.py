@@ -7,7 +7,7 @@ they are nobody's fault and go by themselves.
 
 The state replayed holds only what is alive or owes work; whether an entry
 it does not know was journaled as removed is read from the records of that
-generation alone (:func:`journal.history.pasts`, through an index).
+generation alone (:func:`sessiontemp.journal.history.pasts`, through an index).
 """
 
 from __future__ import annotations
@@ -18,10 +18,6 @@ from pathlib import Path
 
 import attrs
 
-from journal import checkpoint
-from journal.errors import BadInput
-from journal.history import pasts
-from journal.reducer import GenerationState, ManagerState, State, held_by, kept_for_resume
 from sessiontemp import artifacts
 from sessiontemp.inspect.read import (
     ROOT_FILES,
@@ -31,6 +27,16 @@ from sessiontemp.inspect.read import (
     probe_generation,
     probe_liveness,
     replay,
+)
+from sessiontemp.journal import checkpoint
+from sessiontemp.journal.errors import BadInput
+from sessiontemp.journal.history import pasts
+from sessiontemp.journal.reducer import (
+    GenerationState,
+    ManagerState,
+    State,
+    held_by,
+    kept_for_resume,
 )
 from sessiontemp.processes import running
 from sessiontemp.root import (

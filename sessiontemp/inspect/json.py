@@ -13,7 +13,6 @@ from typing import Any, Final
 
 import attrs
 
-from journal.reducer import State
 from sessiontemp.inspect.events import EventRow
 from sessiontemp.inspect.fsck import Finding, FsckReport
 from sessiontemp.inspect.space import DirectoryUsage, SpaceReport
@@ -22,6 +21,7 @@ from sessiontemp.inspect.story import Story
 from sessiontemp.inspect.summary import Summary
 from sessiontemp.inspect.timeline import Timeline
 from sessiontemp.inspect.verify import Verification
+from sessiontemp.journal.reducer import State
 
 __all__ = ["SCHEMA", "as_json", "moment", "state_json"]
 

@@ -17,11 +17,11 @@ from typing import Final, Literal, TypeAlias
 
 import attrs
 
-from journal import checkpoint
-from journal.errors import BadInput, JournalCorrupt, JournalError, RuleViolation
-from journal.events import Event, Record, Unreadable, decode
-from journal.reducer import EMPTY, Fold, Forgotten, State
-from journal.store import Store
+from sessiontemp.journal import checkpoint
+from sessiontemp.journal.errors import BadInput, JournalCorrupt, JournalError, RuleViolation
+from sessiontemp.journal.events import Event, Record, Unreadable, decode
+from sessiontemp.journal.reducer import EMPTY, Fold, Forgotten, State
+from sessiontemp.journal.store import Store
 from sessiontemp.locks import flock_holders
 from sessiontemp.root import (
     ENTRIES,
@@ -221,7 +221,7 @@ def replay(
 
     A *start* from before where the kept history starts (the empty state,
     once history was retired) starts there instead: from the checkpoint of
-    the last event retired (:func:`journal.checkpoint.origin`).
+    the last event retired (:func:`sessiontemp.journal.checkpoint.origin`).
     """
     if start.seq < store.history().retired_until:
         start = max(start, checkpoint.origin(store).state, key=lambda s: s.seq)

@@ -27,13 +27,13 @@ from typing import Final
 
 import attrs
 
-from journal import checkpoint
-from journal.errors import RuleViolation
-from journal.events import LeaseAcquired, decode
-from journal.reducer import GenerationState, State
-from journal.store import Store
 from sessiontemp import disk
 from sessiontemp.inspect.read import Liveness, Problem, Progress, opened, probe_liveness, replay
+from sessiontemp.journal import checkpoint
+from sessiontemp.journal.errors import RuleViolation
+from sessiontemp.journal.events import LeaseAcquired, decode
+from sessiontemp.journal.reducer import GenerationState, State
+from sessiontemp.journal.store import Store
 from sessiontemp.root import GENERATION_PREFIX
 from sessiontemp.usage import measure_tree
 

@@ -3,7 +3,7 @@
 The reducer's state holds only what is alive or owes work; ``state`` lists
 every manager and generation seen up to that moment, so the finished ones
 come from the records: the replay starts from event 1 and keeps what the
-fold lets go of (a :class:`~journal.reducer.Forgotten`).  With *live* only,
+fold lets go of (a :class:`~sessiontemp.journal.reducer.Forgotten`).  With *live* only,
 it lists what the state holds, from the newest checkpoint on.
 """
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import attrs
 
-from journal import checkpoint
-from journal.reducer import Forgotten, State
 from sessiontemp.inspect.read import Problem, Progress, opened, replay
+from sessiontemp.journal import checkpoint
+from sessiontemp.journal.reducer import Forgotten, State
 
 __all__ = ["StateAt", "state_at"]
 

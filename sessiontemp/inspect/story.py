@@ -8,7 +8,7 @@ the newest checkpoint before it was first named to the end of its removal
 by a ``match`` on its type, as the replay reaches it.  The reducer's state
 lets go of a generation when its removal ends, and of a manager once it has
 ended with nothing left: the replay keeps them in a
-:class:`~journal.reducer.Forgotten`, so the story can still name them.
+:class:`~sessiontemp.journal.reducer.Forgotten`, so the story can still name them.
 """
 
 from __future__ import annotations
@@ -20,9 +20,18 @@ from typing import Final
 
 import attrs
 
-from journal import checkpoint
-from journal.errors import RuleViolation
-from journal.events import (
+from sessiontemp.inspect.read import (
+    Problem,
+    Progress,
+    counted,
+    generation_of,
+    opened,
+    replay,
+    when,
+)
+from sessiontemp.journal import checkpoint
+from sessiontemp.journal.errors import RuleViolation
+from sessiontemp.journal.events import (
     CommandStarted,
     GenerationCreated,
     GenerationMeasured,
@@ -43,7 +52,7 @@ from journal.events import (
     SessionDiscarded,
     decode,
 )
-from journal.reducer import (
+from sessiontemp.journal.reducer import (
     Fold,
     Forgotten,
     GenerationState,
@@ -52,16 +61,7 @@ from journal.reducer import (
     held_by,
     resumed,
 )
-from journal.store import Store
-from sessiontemp.inspect.read import (
-    Problem,
-    Progress,
-    counted,
-    generation_of,
-    opened,
-    replay,
-    when,
-)
+from sessiontemp.journal.store import Store
 from sessiontemp.root import GENERATION_PREFIX
 from sessiontemp.usage import human
 

@@ -16,11 +16,6 @@ from typing import Final
 
 import attrs
 
-from journal import checkpoint
-from journal.errors import RuleViolation
-from journal.events import KINDS, Record, SessionAdopted, decode
-from journal.reducer import Fold, State
-from journal.store import History, Store
 from sessiontemp.inspect.read import (
     Liveness,
     Problem,
@@ -30,6 +25,11 @@ from sessiontemp.inspect.read import (
     replay,
 )
 from sessiontemp.inspect.verify import Verification
+from sessiontemp.journal import checkpoint
+from sessiontemp.journal.errors import RuleViolation
+from sessiontemp.journal.events import KINDS, Record, SessionAdopted, decode
+from sessiontemp.journal.reducer import Fold, State
+from sessiontemp.journal.store import History, Store
 from sessiontemp.root import GENERATION_PREFIX, generation_id_of
 
 __all__ = ["ManagerInfo", "Summary", "summary"]

@@ -37,9 +37,23 @@ from typing import Final
 
 import attrs
 
-from journal import checkpoint
-from journal.errors import BadInput
-from journal.events import (
+from sessiontemp.inspect.picture import (
+    COLOURS,
+    GROUP_PX,
+    LABEL,
+    Ending,
+    Generation,
+    Lane,
+    Lease,
+    Manager,
+    Mark,
+    Picture,
+)
+from sessiontemp.inspect.read import Problem, Progress, counted, opened, replay
+from sessiontemp.inspect.scale import Scale, duration, idle_stretches
+from sessiontemp.journal import checkpoint
+from sessiontemp.journal.errors import BadInput
+from sessiontemp.journal.events import (
     CommandStarted,
     GenerationCreated,
     GenerationMeasured,
@@ -56,21 +70,7 @@ from journal.events import (
     SessionAdopted,
     SessionClaimed,
 )
-from journal.reducer import Fold, State
-from sessiontemp.inspect.picture import (
-    COLOURS,
-    GROUP_PX,
-    LABEL,
-    Ending,
-    Generation,
-    Lane,
-    Lease,
-    Manager,
-    Mark,
-    Picture,
-)
-from sessiontemp.inspect.read import Problem, Progress, counted, opened, replay
-from sessiontemp.inspect.scale import Scale, duration, idle_stretches
+from sessiontemp.journal.reducer import Fold, State
 from sessiontemp.usage import human
 
 __all__ = ["COLOURS", "IDLE", "Ending", "Timeline", "timeline"]

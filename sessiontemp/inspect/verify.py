@@ -15,12 +15,12 @@ from typing import Literal
 
 import attrs
 
-from journal import checkpoint
-from journal.errors import CheckpointInvalid
-from journal.events import Record
-from journal.reducer import EMPTY, Fold, State
-from journal.store import Store
 from sessiontemp.inspect.read import Problem, Progress, opened, replay
+from sessiontemp.journal import checkpoint
+from sessiontemp.journal.errors import CheckpointInvalid
+from sessiontemp.journal.events import Record
+from sessiontemp.journal.reducer import EMPTY, Fold, State
+from sessiontemp.journal.store import Store
 
 __all__ = ["Verification", "verify"]
 
