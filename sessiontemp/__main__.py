@@ -142,6 +142,9 @@ def build_parser() -> Parser:
 
 def _size(text: str) -> int:
     """A size of 0 or more, for argparse: digits, then K, M, G or T (binary units)."""
+    # Called by the parser only, which has imported argparse (a plain run does not).
+    import argparse
+
     word = text.strip().upper().removesuffix("IB").removesuffix("B")
     unit = word[-1:] if word[-1:] in _UNITS and word[-1:] else ""
     digits = word[:-1] if unit else word
