@@ -1,6 +1,7 @@
 """How the crash and fault tests' driver processes talk to the test: one JSON line a message.
 
 The child writes with :func:`emit`; the test reads with :class:`JsonLines`.
+:func:`terminal_output` reads what a child wrote to a pseudo-terminal.
 """
 
 from __future__ import annotations
@@ -90,3 +91,20 @@ def report_json(report: Report) -> dict[str, Any]:
         "dead": list(report.dead),
         "ran": report.ran,
     }
+
+
+def terminal_output(leader: int) -> bytes:
+    """Everything written to the pseudo-terminal whose leader is *leader*, once its writer closed.
+
+    Linux answers EIO, not an end of file, when the last follower is closed.
+    """
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        shown += chunk
+    return shown

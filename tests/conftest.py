@@ -14,7 +14,7 @@ import os
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -23,6 +23,9 @@ from sessiontemp import Manager
 from sessiontemp.journal import State, Store, checkpoint, replay
 from sessiontemp.journal.reducer import Forgotten
 from tests import zygote
+
+if TYPE_CHECKING:
+    from tests.neighbour import Neighbour
 
 # The one place budgets are set.  Every property test runs ``max_examples``
 # (or a fraction of it: tests/strategies.py ``scaled``); the state machine
@@ -136,3 +139,21 @@ def locked_by_another(path: Path) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+@pytest.fixture
+def neighbour() -> Iterator[Neighbour]:
+    """A real second process on the test's root, moving when told (tests/neighbour.py).
+
+    Modules whose neighbour is another kind of child define a fixture of
+    this name of their own, which takes precedence in them.
+    """
+    # Imported here: tests/neighbour.py imports the fault tests' child, which
+    # the modules that never meet a neighbour need not load.
+    from tests.neighbour import Neighbour
+
+    other = Neighbour()
+    try:
+        yield other
+    finally:
+        other.end()

@@ -29,6 +29,7 @@ from sessiontemp.cli import SUBCOMMANDS
 from sessiontemp.journal import Store, checkpoint, replay
 from sessiontemp.journal.events import LeaseReleased
 from tests import zygote
+from tests.childio import terminal_output
 from tests.test_crash import Command
 from tests.zygote import journal_inspect
 
@@ -629,15 +630,7 @@ def test_long_replays_show_progress_on_a_terminal_only(
                               stdout=subprocess.PIPE, timeout=60, check=True)
         os.close(follower)
         follower = -1
-        shown = b""
-        while True:
-            try:
-                chunk = os.read(leader, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            shown += chunk
+        shown = terminal_output(leader)
         assert b"100%" in shown
         assert done.returncode == 0
     finally:

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from sessiontemp import Lease, Manager, inspect
+from tests.childio import terminal_output
 from tests.test_cli import assert_documented, inspect_json
 from tests.test_cli import inspect as run_inspect
 from tests.test_root import small_file_system
@@ -265,15 +266,7 @@ def test_measure_shows_progress_on_a_terminal_only(tmp_path: Path) -> None:
                                   check=True)
             os.close(follower)
             follower = -1
-            shown = b""
-            while True:
-                try:
-                    chunk = os.read(leader, 4096)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                shown += chunk
+            shown = terminal_output(leader)
             assert b"measuring: 100% (3 / 3 directories)" in shown
             assert b"sessiontemp-gen-" in done.stdout
         finally:

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,15 +26,6 @@ from tests.zygote import JOURNAL_INSPECT
 
 SUBCOMMANDS = (["summary"], ["verify"], ["state"], ["events"], ["fsck"], ["timeline"],
                ["explain", "00000000000000000000000000000000"])
-
-
-@pytest.fixture
-def neighbour() -> Iterator[Neighbour]:
-    other = Neighbour()
-    try:
-        yield other
-    finally:
-        other.end()
 
 
 def busy_root(root: Path, neighbour: Neighbour, rounds: int = 4) -> None:

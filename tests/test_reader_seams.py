@@ -30,7 +30,7 @@ import os
 import signal
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
@@ -69,15 +69,6 @@ DIES = textwrap.dedent("""
     manager.acquire(label="dies")
     os.kill(os.getpid(), signal.SIGKILL)
 """)
-
-
-@pytest.fixture
-def neighbour() -> Iterator[Neighbour]:
-    other = Neighbour()
-    try:
-        yield other
-    finally:
-        other.end()
 
 
 def read(reader: Reader, root: Path, gid: str, seam: Seam) -> list[str]:

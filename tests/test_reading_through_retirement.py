@@ -26,7 +26,6 @@ import signal
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -47,15 +46,6 @@ READS = 450
 RETIREMENTS = 30
 # A bound on the test's time whatever the machine's load (it takes some 5 s).
 SECONDS = 60.0
-
-
-@pytest.fixture
-def neighbour() -> Iterator[Neighbour]:
-    other = Neighbour()
-    try:
-        yield other
-    finally:
-        other.end()
 
 
 @pytest.mark.parametrize(("wanted", "retirements", "seconds"), [
