@@ -282,6 +282,10 @@ WITHOUT_THREADS = """
 import asyncio, concurrent.futures.thread, json, os, resource, sys
 import sqlite_utils.plugins
 from sessiontemp import Manager
+# Every module the program uses is loaded while it is root: the checkout may lie
+# where nobody cannot read (a clone in a 0700 temporary directory), and the
+# library loads its asyncio half only when an async method is first awaited.
+import sessiontemp.aio
 sqlite_utils.plugins.ensure_plugins_loaded()
 os.setgroups([]); os.setgid(65534); os.setuid(65534)
 manager = Manager(sys.argv[1])
