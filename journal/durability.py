@@ -35,9 +35,11 @@ DURABILITY: Final[tuple[Durability, ...]] = ("full", "relaxed")
 # An artifact's record is synced in both too: its caller is told the file is
 # kept, and without the record a recovery would remove it as unreferenced.
 _WRITE_AHEAD: Final = (GenerationCreated, RemovalStarted, ManagerClosed, ArtifactKept)
-# Synced in neither mode either: a measurement is telemetry, and one lost
+# Synced in neither mode: a measurement is telemetry, and one lost
 # leaves the last one before it as the generation's size.  Not syncing it
-# also keeps a periodic measurement from costing an fsync.
+# also keeps a periodic measurement from costing an fsync.  A refusal for
+# space (SpaceRefused) is in neither list: in "full" it is on disk before
+# its caller is told, as every answer is; in "relaxed" no effect follows it.
 _NEVER_SYNCED: Final = (RemovalFinished, GenerationMeasured)
 
 # Looked up by the event's class (events are final classes).

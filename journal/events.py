@@ -46,6 +46,7 @@ __all__ = [
     "SessionAdopted",
     "SessionClaimed",
     "SessionDiscarded",
+    "SpaceRefused",
     "Unreadable",
     "decode",
     "encode",
@@ -127,6 +128,28 @@ class GenerationMeasured:
     inodes: int
     time: float
     unread: int
+
+
+@attrs.frozen
+class SpaceRefused:
+    """An acquire was refused for space, and no command started.
+
+    ``cause`` names the limit that refused it, as the manager's option is
+    named: ``"max_bytes"`` or ``"max_inodes"`` (the directory, as last
+    measured, is over its budget) or ``"min_free_bytes"`` (the root's file
+    system has less free than that).  ``found`` is what was found (the
+    directory's bytes or inodes, or the free bytes), ``limit`` the limit.
+    ``generation`` is the directory refused; for a low disk, the current
+    one, or "" when the manager had none yet.  A record of the answer the
+    caller was given: it changes nothing in the lifecycle.
+    """
+
+    kind: ClassVar[str] = "space.refused"
+    manager: str
+    generation: str
+    cause: str
+    found: int
+    limit: int
 
 
 @attrs.frozen
@@ -330,6 +353,7 @@ Event: TypeAlias = (
     | GenerationCreated
     | GenerationReady
     | GenerationMeasured
+    | SpaceRefused
     | LeaseAcquired
     | LeaseReleased
     | CommandStarted
@@ -357,6 +381,7 @@ KINDS: Final[dict[str, type[Event]]] = {
         GenerationCreated,
         GenerationReady,
         GenerationMeasured,
+        SpaceRefused,
         LeaseAcquired,
         LeaseReleased,
         CommandStarted,
@@ -450,6 +475,8 @@ _CHECKS: Final[dict[str, Callable[[object], str | None]]] = {
     "bytes": _at_least(0),
     "inodes": _at_least(0),
     "unread": _at_least(0),
+    "found": _at_least(0),
+    "limit": _at_least(0),
     "time": _finite_time,
 }
 # Checks of one kind's field that are stricter than the field's own: an
@@ -458,6 +485,12 @@ _KIND_CHECKS: Final[dict[tuple[str, str], Callable[[object], str | None]]] = {
     ("artifact.kept", "label"): _pattern(
         ids.ARTIFACT_LABEL, "an artifact label (1-80 of A-Z a-z 0-9 . _ -, starting with a "
         "letter or digit)"),
+    # A low disk may be refused before the manager made any directory.
+    ("space.refused", "generation"): _pattern(
+        re.compile(f"(?:{ids.GENERATION.pattern})?"), "a canonical generation id, or empty"),
+    ("space.refused", "cause"): _pattern(
+        re.compile("max_bytes|max_inodes|min_free_bytes"),
+        "one of max_bytes, max_inodes, min_free_bytes"),
 }
 _ID_FIELDS: Final = ("manager", "generation", "by", "recovery", "previous")
 # Anything in a damaged payload that looks like an id: a reader holds on to
@@ -543,5 +576,6 @@ def named_ids(event: Event) -> frozenset[str]:
     if isinstance(event, Unreadable):
         return frozenset(_ID_LIKE.findall(event.payload))
     return frozenset(
-        value for name in _ID_FIELDS if isinstance(value := getattr(event, name, None), str)
+        value for name in _ID_FIELDS
+        if isinstance(value := getattr(event, name, None), str) and value
     )

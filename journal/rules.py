@@ -39,6 +39,7 @@ from .events import (
     SessionAdopted,
     SessionClaimed,
     SessionDiscarded,
+    SpaceRefused,
     Unreadable,
 )
 from .state import (
@@ -203,6 +204,22 @@ def _measured(d: Fold, r: Record, e: GenerationMeasured) -> None:
         peak_bytes=max(generation.peak_bytes, e.bytes),
         peak_inodes=max(generation.peak_inodes, e.inodes),
     )
+
+
+@_rule(SpaceRefused)
+def _refused(d: Fold, r: Record, e: SpaceRefused) -> None:
+    # Changes nothing: no lease was granted, no directory made.  Checked
+    # all the same, so that the history of refusals names only what was
+    # there to refuse: a live manager's own directory, not yet being removed,
+    # and a budget's refusal always names one.
+    d.live_manager(r.seq, e.manager)
+    if not e.generation:
+        if e.cause != "min_free_bytes":
+            raise RuleViolation(r.seq, f"refuses for {e.cause} without naming a directory")
+        return
+    generation = d.owned_generation(r.seq, e.manager, e.generation)
+    if generation.removal is not None:
+        raise RuleViolation(r.seq, f"refuses generation {e.generation}, which is being removed")
 
 
 @_rule(LeaseAcquired)

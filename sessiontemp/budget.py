@@ -27,8 +27,8 @@ from sessiontemp.journal.errors import LowDisk, OverBudget
 from sessiontemp.journal.reducer import GenerationState
 from sessiontemp.usage import Usage, human
 
-__all__ = ["DEFAULT_MEASURE_EVERY", "Limits", "check_limits", "low_disk", "over", "over_budget",
-           "over_generation"]
+__all__ = ["DEFAULT_MEASURE_EVERY", "Limits", "check_limits", "described", "low_disk", "over",
+           "over_budget", "over_generation"]
 
 DEFAULT_MEASURE_EVERY: Final = 30.0
 
@@ -115,3 +115,13 @@ def low_disk(root: os.PathLike[str] | str, free: int, floor: int,
            "pass a root on a larger file system, or lower min_free_bytes; see "
            "`journal-inspect --root ROOT usage`")
     return LowDisk(root, reason, fix, free_bytes=free, min_free_bytes=floor)
+
+
+def described(cause: str, found: int, limit: int) -> str:
+    """Why a journaled refusal (``space.refused``) was made, in words, for the inspector."""
+    if cause == "max_bytes":
+        return f"the directory held {human(found)}, over its budget of {human(limit)} (max_bytes)"
+    if cause == "max_inodes":
+        return f"the directory held {found:,} inodes, over its budget of {limit:,} (max_inodes)"
+    return (f"the root's file system had {human(found)} free, less than the {human(limit)} "
+            "kept free (min_free_bytes)")

@@ -101,6 +101,10 @@ def cmd_summary(args: argparse.Namespace, out: console.Out) -> int:
                       f"; the largest peak {human(int(sp['peak_bytes'] or 0))}, of "
                       f"{sp['peak']})")
         out.write("; `journal-inspect usage` lists every directory\n")
+    if sp.get("refused"):
+        lead = "             " if sp.get("measurements") else "space        "
+        out.write(f"{lead}{sp['refused']:,} acquires refused for space were journaled "
+                  "(`journal-inspect events --kind space.refused` lists them)\n")
     if g["held_by_commands"]:
         out.write(f"             {g['held_by_commands']} directories of ended managers still held "
                   "by running commands (they go once the commands exit)\n")
@@ -289,7 +293,10 @@ def cmd_timeline(args: argparse.Namespace, out: console.Out) -> int:
                   f"{counted(result.managers, 'manager')}, "
                   f"{counted(result.crashes, 'crash', 'crashes')}, "
                   f"{counted(result.recoveries, 'recovery pass', 'recovery passes')}, "
-                  f"{counted(len(result.refused), 'refused record')}; {window}{idle}"
+                  f"{counted(len(result.refused), 'refused record')}"
+                  + (f", {counted(result.space_refused, 'acquire')} refused for space"
+                     if result.space_refused else "")
+                  + f"; {window}{idle}"
                   f"{'; bars grouped' if result.grouped else ''}\n")
     return 0
 
@@ -331,6 +338,10 @@ def cmd_usage(args: argparse.Namespace, out: console.Out) -> int:
         if d.unread:
             out.write(f"{shown(d.path)}: {d.unread:,} entries could not be read; "
                       "its size counts what could\n")
+        if d.refused and d.refused_at is not None:
+            out.write(f"{shown(d.path)}: {counted(d.refused, 'acquire')} refused for space, "
+                      f"the last at {_when(d.refused_at)} (`journal-inspect explain` says "
+                      "why)\n")
     for p in report.problems:
         out.write(f"problem: {shown(p.message)}\n")
     return 0

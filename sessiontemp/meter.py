@@ -35,6 +35,16 @@ commands run, between them, which only something running on its own sees.
 **The disk.**  ``statvfs`` on every acquire (a few microseconds); the
 reserve (:mod:`sessiontemp.reserve`) is refilled when space allows.  A
 root on tmpfs is warned of once per root and process.
+
+**Refusals are journaled** (``space.refused``), so that the history says
+which session was turned away, why and when, after the fact.  Not every
+one: a caller that retries in a loop must not fill the journal, least of
+all a full disk's.  The first refusal of a cause for a directory is
+journaled; the same one again only :data:`REFUSALS_EVERY` seconds later,
+or once an acquire was let through in between.  On a full disk the
+record borrows from the reserve, never its last half
+(:func:`sessiontemp.reserve.lend`); past that, or when the journal
+refuses the record, the refusal is still raised, and logged.
 """
 
 from __future__ import annotations
@@ -53,7 +63,7 @@ from sessiontemp import budget, disk, reserve, usage
 from sessiontemp.budget import Limits
 from sessiontemp.handles import Handles
 from sessiontemp.journal.errors import JournalError, RuleViolation
-from sessiontemp.journal.events import GenerationMeasured, decode
+from sessiontemp.journal.events import Event, GenerationMeasured, SpaceRefused, decode
 from sessiontemp.journal.store import Pending
 from sessiontemp.root import DIR_FLAGS, generation_name
 from sessiontemp.shield import shielded
@@ -63,10 +73,12 @@ from sessiontemp.writepath import Owner
 if TYPE_CHECKING:
     from sessiontemp.log import BoundLogger
 
-__all__ = ["SHARE", "Meter"]
+__all__ = ["REFUSALS_EVERY", "SHARE", "Meter"]
 
 # The most of the process's wall-clock time the background measurement takes.
 SHARE: Final = 0.05
+# How long before the same refusal, nothing let through since, is journaled again.
+REFUSALS_EVERY: Final = 60.0
 # The background thread's CPU priority (it only waits for its child).
 _NICE: Final = 19
 # How long a close waits for the background walk to notice it must stop.
@@ -99,6 +111,9 @@ class Meter:
         self._last: tuple[str, Usage, float] | None = None
         # What was journaled last, so a periodic repeat is not.
         self._journaled: tuple[str, int, int, int] | None = None
+        # The last refusal journaled since an acquire was let through:
+        # (cause, generation, the clock's time when journaled).
+        self._refused: tuple[str, str, float] | None = None
         self._reserved = False
         self._active = False
         self._stop = threading.Event()
@@ -140,7 +155,9 @@ class Meter:
         state = self._owner.state
         current = self._owner.me.current
         generation = None if current is None else state.generations.get(current)
-        if generation is None or not budget.over_generation(self.limits, generation):
+        if current is None or generation is None or (
+            not budget.over_generation(self.limits, generation)
+        ):
             return
         last = self._last
         if last is not None and last[0] == current and (
@@ -155,7 +172,16 @@ class Meter:
             self._log.warning("space.over_budget", path=str(found.path), bytes=found.bytes,
                               inodes=found.inodes, max_bytes=self.limits.max_bytes,
                               max_inodes=self.limits.max_inodes)
-            raise budget.over_budget(self.limits, found)
+            error = budget.over_budget(self.limits, found)
+            max_bytes, max_inodes = self.limits.max_bytes, self.limits.max_inodes
+            if max_bytes is not None and found.bytes > max_bytes:
+                refusal = SpaceRefused(self.manager, current, "max_bytes", found.bytes, max_bytes)
+            else:
+                assert max_inodes is not None, "over budget, and not in bytes"
+                refusal = SpaceRefused(self.manager, current, "max_inodes", found.inodes,
+                                       max_inodes)
+            self._refuse(refusal)
+            raise error
 
     def check_disk(self) -> None:
         """Refuse with LowDisk below the floor; refill a short reserve.  Under the mutex."""
@@ -164,9 +190,42 @@ class Meter:
         if free < self.floor:
             self._log.warning("space.low_disk", path=str(self.root), free=free,
                               min_free_bytes=self.floor)
-            raise budget.low_disk(self.root, free, self.floor, self._largest())
+            error = budget.low_disk(self.root, free, self.floor, self._largest())
+            self._refuse(SpaceRefused(self.manager, self._owner.me.current or "",
+                                      "min_free_bytes", free, self.floor))
+            raise error
+        # Let through: the next refusal is news again.
+        self._refused = None
         if not self._reserved:
             self._reserved = reserve.refill(fd, self.floor)
+
+    def _refuse(self, refusal: SpaceRefused) -> None:
+        """Journal *refusal*, unless it repeats the last one (see the module's docstring)."""
+        last = self._refused
+        # The manager's clock, as its records' times are; one set back
+        # counts as time gone by.
+        now = float(self._clock())
+        if last is not None and last[:2] == (refusal.cause, refusal.generation) and (
+            0 <= now - last[2] < REFUSALS_EVERY
+        ):
+            return
+        if refusal.cause == "min_free_bytes":
+            # The reserve may be short of a loan now: refilled once there is room.
+            self._reserved = False
+            if not reserve.lend(self._handles.root.fd):
+                self._log.warning("space.refusal_unrecorded", path=str(self.root),
+                                  reason="the disk is full, and what is left of the reserve "
+                                  "is kept for removals")
+                return
+
+        def live() -> bool:
+            if not refusal.generation:
+                return True
+            refused = self._owner.state.generations.get(refusal.generation)
+            return refused is not None and refused.removal is None
+
+        if self._journal(refusal, live):
+            self._refused = (refusal.cause, refusal.generation, now)
 
     def leased(self) -> None:
         """A lease was handed out: the directory may change; start measuring it."""
@@ -261,28 +320,42 @@ class Meter:
         event = GenerationMeasured(self.manager, generation, found.bytes, found.inodes,
                                    float(self._clock()), found.unread_count)
 
+        def live() -> bool:
+            # Removed meanwhile: its last size was already said.
+            now = self._owner.state.generations.get(generation)
+            return now is not None and now.ready and now.removal is None
+
+        if self._journal(event, live):
+            self._journaled = key
+
+    def _journal(self, event: Event, live: Callable[[], bool]) -> bool:
+        """Append *event* if *live()* still holds under the mutex; True once it is durable.
+
+        Telemetry and records of refusals: a journal that refuses one is
+        logged, never raised, and leaves memory and journal agreeing.
+        """
         def append() -> Pending | None:
             with self._mutex:
-                if self._owner.closed:
+                if self._owner.closed or not live():
                     return None
-                now = self._owner.state.generations.get(generation)
-                if now is None or not now.ready or now.removal is not None:
-                    return None  # removed meanwhile: its last size was already said
                 return self._owner.append(event, wait=False)
 
-        def journal() -> None:
+        def journal() -> bool:
             # Appended and waited for with no signal handler in between:
             # memory never runs ahead of the journal.  The wait is outside
-            # the mutex, so that other threads' appends join its commit.
+            # the mutex (unless the caller holds it), so that other
+            # threads' appends join its commit.
             pending = append()
-            if pending is not None:
-                self._owner.wait(pending)
-                self._journaled = key
+            if pending is None:
+                return False
+            self._owner.wait(pending)
+            return True
 
         try:
-            shielded(journal)
+            return shielded(journal)
         except (JournalError, RuleViolation) as e:
-            self._log.warning("space.unrecorded", generation=generation, reason=str(e))
+            self._log.warning("space.unrecorded", kind=event.kind, reason=str(e))
+            return False
 
     def _due(self) -> bool:
         """Whether the directory may have changed since the last measurement."""

@@ -13,9 +13,13 @@ Once space is free again, :func:`refill` allocates it anew.
 The file is one of the root's own (private, sticky like the journal, so an
 age cleaner leaves it, and checked like them when a root is opened).  It is
 shared by every manager of the root: any of them may release it, and any
-refills it.  A refusal (:class:`~sessiontemp.LowDisk`,
-:class:`~sessiontemp.OverBudget`) is raised before anything is written, so
-it needs no room at all.
+refills it.
+
+A refusal for space (:class:`~sessiontemp.LowDisk`) is journaled too, and
+on a full disk it borrows from the reserve (:func:`lend`): a slice of
+:data:`LOAN_BYTES` at a time, and never its last half, which stays for the
+removals that free space.  Past that, a refusal is still raised, and only
+logged.
 """
 
 from __future__ import annotations
@@ -24,12 +28,13 @@ import contextlib
 import errno
 import os
 import stat
+from collections.abc import Callable
 from typing import Final
 
 from sessiontemp.disk import space_of
 from sessiontemp.root import FILE_MODE, RESERVE
 
-__all__ = ["LOW", "RESERVE_BYTES", "make_room", "refill"]
+__all__ = ["LOAN_BYTES", "LOW", "RESERVE_BYTES", "lend", "make_room", "refill"]
 
 # What the reserve holds: some sixty 4 KiB pages, which a few commits of a
 # removal, a close and a checkpoint of a small state fit in, and no more
@@ -37,6 +42,9 @@ __all__ = ["LOW", "RESERVE_BYTES", "make_room", "refill"]
 RESERVE_BYTES: Final = 256 << 10
 # Below this much free space, the reserve is given back before a removal.
 LOW: Final = 2 * RESERVE_BYTES
+# What one refusal's record may take: its WAL frames (a few 4 KiB pages,
+# with their headers) and the page a checkpoint may add to the journal.
+LOAN_BYTES: Final = 32 << 10
 _FLAGS: Final = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _CHUNK: Final = 64 << 10
 
@@ -48,16 +56,44 @@ def make_room(root_fd: int) -> bool:
     reserve that cannot be released leaves the caller's commit to fail as
     it would have, and say so.
     """
+    if _free(root_fd) >= LOW:
+        return False
+    return _shrink(root_fd, lambda held: 0 if held else None)
+
+
+def lend(root_fd: int) -> bool:
+    """Room for one small record on a nearly full disk; True if it is there.
+
+    There when :data:`LOAN_BYTES` are free already; otherwise the reserve's
+    last :data:`LOAN_BYTES` are given back, unless that would leave it less
+    than half of :data:`RESERVE_BYTES`.  Never raises.
+    """
+    if _free(root_fd) >= LOAN_BYTES:
+        return True
+    return _shrink(root_fd, lambda held: (
+        held - LOAN_BYTES if held - LOAN_BYTES >= RESERVE_BYTES // 2 else None))
+
+
+def _free(root_fd: int) -> int:
     try:
-        if space_of(root_fd).free >= LOW:
-            return False
+        return space_of(root_fd).free
+    except OSError:
+        return 0  # unknown: as if full, so that the reserve is what gives room
+
+
+def _shrink(root_fd: int, to: Callable[[int], int | None]) -> bool:
+    """Truncate the reserve to ``to(held)`` bytes (None: leave it); True if done."""
+    try:
         fd = os.open(RESERVE, _FLAGS, dir_fd=root_fd)
     except OSError:
         return False
     try:
-        if os.fstat(fd).st_blocks == 0:
+        st = os.fstat(fd)
+        size = to(min(st.st_size, st.st_blocks * 512))
+        if size is None:
             return False
-        os.ftruncate(fd, 0)
+        # Truncating gives back the blocks past the new end, and no others.
+        os.ftruncate(fd, size)
         return True
     except OSError:
         return False

@@ -72,6 +72,7 @@ from sessiontemp.journal.events import (
     SessionAdopted,
     SessionClaimed,
     SessionDiscarded,
+    SpaceRefused,
 )
 from sessiontemp.journal.reducer import Fold
 from tests.faults import STORE_FAILURES, StoreFailure
@@ -189,12 +190,16 @@ NAMED_FIELD_VALUES: Final[Mapping[str, st.SearchStrategy[Any]]] = {
     "bytes": st.integers(0, 2**62),
     "inodes": st.integers(0, 2**62),
     "unread": st.integers(0, 2**62),
+    "found": st.integers(0, 2**62),
+    "limit": st.integers(0, 2**62),
     "time": st.floats(min_value=0.0, max_value=4e9, allow_nan=False, allow_infinity=False),
 }
 # Fields one kind checks more strictly than the field name alone says.
 KIND_FIELD_VALUES: Final[Mapping[tuple[str, str], st.SearchStrategy[Any]]] = {
     ("artifact.kept", "label"): st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}",
                                               fullmatch=True),
+    ("space.refused", "generation"): st.just("") | NAMED_FIELD_VALUES["generation"],
+    ("space.refused", "cause"): st.sampled_from(["max_bytes", "max_inodes", "min_free_bytes"]),
 }
 # One valid value of every field name, for tests that build an event by hand.
 FIELD_EXAMPLES: Final[Mapping[str, Any]] = {
@@ -216,6 +221,9 @@ FIELD_EXAMPLES: Final[Mapping[str, Any]] = {
     "bytes": 7,
     "inodes": 7,
     "unread": 0,
+    "found": 7,
+    "limit": 7,
+    "cause": "max_bytes",
     "time": 1_700_000_000.5,
 }
 
@@ -579,6 +587,28 @@ class Lifecycle:
         self._emit(GenerationMeasured(manager, generation, size, inodes,
                                       self._start_time + len(self.records), 0))
 
+    def refuse(self, manager: str, generation: str | None, cause: str, found: int,
+               limit: int) -> None:
+        """``space.refused``: an acquire turned away, which changes nothing the model predicts.
+
+        *generation* None: a low disk's refusal naming no directory.
+        """
+        self._live(manager)
+        if generation is None:
+            _require(cause == "min_free_bytes", cause)
+        else:
+            g = self.generations[generation]
+            _require(g.manager == manager and g.removal is None, g)
+        self._emit(SpaceRefused(manager, generation or "", cause, found, limit))
+
+    def refusable(self) -> list[tuple[str, str | None]]:
+        """Every ``(manager, generation)`` a refusal may name: a live manager's own directory
+        not being removed, or none."""
+        live = self.live_managers()
+        return [(m, None) for m in live] + [
+            (g.manager, g.id) for g in self.generations.values()
+            if g.manager in live and g.removal is None]
+
     def abandon_generation(self, manager: str) -> str:
         """A generation whose ``mkdir`` failed: created, then removed at once."""
         generation = self.create_generation(manager)
@@ -730,6 +760,14 @@ def _measure(draw: st.DrawFn, lc: Lifecycle) -> None:
     lc.measure(manager, generation, draw(st.integers(0, 2**40)), draw(st.integers(0, 2**20)))
 
 
+def _refuse(draw: st.DrawFn, lc: Lifecycle) -> None:
+    manager, generation = draw(st.sampled_from(lc.refusable()))
+    causes = ["min_free_bytes"] if generation is None else ["max_bytes", "max_inodes",
+                                                             "min_free_bytes"]
+    lc.refuse(manager, generation, draw(st.sampled_from(causes)), draw(st.integers(0, 2**40)),
+              draw(st.integers(0, 2**40)))
+
+
 def _acquire(draw: st.DrawFn, lc: Lifecycle) -> None:
     lc.acquire(_pick(draw, lc.leasing_managers()))
 
@@ -771,6 +809,8 @@ def _enabled(lc: Lifecycle, max_live: int) -> list[_Step]:
         steps += [_release_lease] * 3
     if lc.measurable():
         steps.append(_measure)
+    if lc.refusable():
+        steps.append(_refuse)
     if lc.due_generations():
         steps += [_remove] * 3
     if lc.started_removals():

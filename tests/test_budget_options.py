@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sessiontemp.journal.events import GenerationMeasured
+from sessiontemp.journal.events import GenerationMeasured, SpaceRefused
 from tests.commands import journaled
 from tests.test_run import launcher, sessiontemp
 
@@ -84,6 +84,9 @@ def test_too_little_free_space_refuses_the_command_before_it_starts(tmp_path: Pa
     assert "the command was not started" in result.stderr
     assert "Traceback" not in result.stderr
     assert len(result.stderr.splitlines()) == 1
+    # The journal says so too: which limit, how much was free.
+    [refusal] = journaled(tmp_path / "root", SpaceRefused)
+    assert (refusal.cause, refusal.limit) == ("min_free_bytes", 2**62)
 
 
 @pytest.mark.parametrize("value", ["-5", "lots", "1.5G", ""])

@@ -55,7 +55,7 @@ def payload_of(event: Event) -> dict[str, Any]:
 
 
 def test_every_event_class_is_registered_under_its_own_kind() -> None:
-    assert len(KINDS) == 21
+    assert len(KINDS) == 22
     for kind, cls in KINDS.items():
         assert cls.kind == kind
 

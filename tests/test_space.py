@@ -34,10 +34,12 @@ from sessiontemp.journal.events import (
     RemovalStarted,
     Retained,
     Rotated,
+    SpaceRefused,
 )
 from sessiontemp.reserve import RESERVE_BYTES
 from sessiontemp.root import RESERVE, generation_name
 from sessiontemp.usage import measure_tree
+from tests.commands import journaled
 from tests.conftest import live_state
 from tests.nobody import as_root, nobodys_place, run_as_nobody
 from tests.strategies import generation_id, manager_id
@@ -454,6 +456,7 @@ def test_a_full_file_system_refuses_with_low_disk_before_any_command_starts_and_
         (held.path / "data").write_bytes(b"d" * MIB)
         manager.rotate()  # retired, removed with its last lease
         assert (root / RESERVE).stat().st_blocks * 512 >= RESERVE_BYTES
+        (fs / "more").mkdir()
         filler = fill_up(fs)
         try:
             before = records(root)
@@ -465,9 +468,14 @@ def test_a_full_file_system_refuses_with_low_disk_before_any_command_starts_and_
             assert error.free_bytes == 0
             assert "free" in str(error)
             assert "min_free_bytes" in str(error)
-            # Nothing was journaled for it: nothing needs space to refuse.
-            assert records(root) == before
-            # The disk is still full to the last block: the release's removal works.
+            # Journaled (naming no directory: none is current since the rotate), on
+            # room the reserve lent, of which at least half is left.
+            assert records(root) == before + 1
+            assert journaled(root, SpaceRefused) == [
+                SpaceRefused(manager.id, "", "min_free_bytes", 0, error.min_free_bytes)]
+            assert (root / RESERVE).stat().st_blocks * 512 >= RESERVE_BYTES // 2
+            # Full to the last block again: the release's removal works.
+            fill(fs / "more")
             assert os.statvfs(fs).f_bavail == 0
             held.release()
             assert not held.path.exists()
@@ -480,6 +488,7 @@ def test_a_full_file_system_refuses_with_low_disk_before_any_command_starts_and_
             assert state.managers.get(manager.id) is None
         finally:
             filler.unlink()
+            shutil.rmtree(fs / "more", ignore_errors=True)
     finally:
         manager.close()
     # Space is back: the reserve is whole again at the next open.

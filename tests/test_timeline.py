@@ -501,7 +501,7 @@ LEGEND_NAMES = {
     "lease": "lease", "manager": "manager open", "crash": "manager found dead",
     "recovery-pass": "recovery pass", "refused-record": "record refused",
     "idle": "idle, compressed", "group": "generations begun there",
-    "size": "size on disk",
+    "size": "size on disk", "space-refused": "acquire refused for space",
 }
 
 
@@ -533,9 +533,10 @@ def test_every_kind_of_mark_drawn_is_named_in_the_legend(lived_root: Path, tmp_p
         kinds = drawn_kinds(svg)
         seen |= kinds
         assert {LEGEND_NAMES[k] for k in kinds} <= legend_of(svg), drawn.output
-    # Between them the pictures hold every kind but a refused record and a size, which have
-    # their own tests (tests/test_inspect_sizes.py for sizes).
-    assert seen == set(LEGEND_NAMES) - {"refused", "refused-record", "size"}
+    # Between them the pictures hold every kind but a refused record, a size and an acquire
+    # refused for space, which have their own tests (tests/test_inspect_sizes.py for sizes,
+    # tests/test_space_refusals.py for refusals).
+    assert seen == set(LEGEND_NAMES) - {"refused", "refused-record", "size", "space-refused"}
 
 
 @pytest.fixture(scope="module")

@@ -112,7 +112,7 @@ def _body(result: object) -> dict[str, Any]:
             "generations": result.generations, "drawn": result.drawn,
             "grouped": result.grouped, "ended": dict(result.ended),
             "crashes": result.crashes, "recoveries": result.recoveries,
-            "refused": list(result.refused),
+            "refused": list(result.refused), "space_refused": result.space_refused,
         }
     if isinstance(result, SpaceReport):
         return {
@@ -132,7 +132,8 @@ def _directory(d: DirectoryUsage) -> dict[str, Any]:
         "labels": list(d.labels), "leases": d.leases, "bytes": d.bytes, "inodes": d.inodes,
         "measured_at": moment(d.measured_at), "measured_time": d.measured_at,
         "peak_bytes": d.peak_bytes, "peak_inodes": d.peak_inodes, "unread": d.unread,
-        "measured_now": d.measured_now,
+        "measured_now": d.measured_now, "refused": d.refused,
+        "refused_at": moment(d.refused_at),
     }
 
 

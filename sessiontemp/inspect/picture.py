@@ -46,6 +46,7 @@ COLOURS: Final[Mapping[str, str]] = {
 _LEASE: Final = "#1b1b1b"
 _CRASH: Final = "#cc0000"
 _RECOVERY: Final = "#7a5195"
+_TURNED_AWAY: Final = "#cc79a7"  # an acquire refused for space: a no-entry sign
 _LIFETIME: Final = "#888888"
 _SIZE_FILL: Final = "#000000"  # the size area, see-through over the bar's colour
 _SIZE_OPACITY: Final = 0.35
@@ -196,10 +197,12 @@ class Picture:
 
     def __init__(self, scale: Scale, end: float, width: int, lanes: Sequence[Lane],
                  lane_of: Mapping[str, str], caption: str, notes: Sequence[tuple[str, str]],
-                 grouped: bool, largest: int = 0) -> None:
+                 grouped: bool, largest: int = 0, turned_away: bool = False) -> None:
         self.scale, self.end, self.width = scale, end, width
         # The largest peak drawn: a bar's full height on the size scale (0: no sizes).
         self.largest = largest
+        # Whether an acquire refused for space is marked (its legend item).
+        self.turned_away = turned_away
         self.lanes = list(lanes)
         self.index = {lane.key: i for i, lane in enumerate(self.lanes)}
         self.lane_of = lane_of
@@ -366,7 +369,7 @@ class Picture:
     # -- moments and idle stretches ------------------------------------------------------
 
     def marks(self, crashes: Sequence[Mark], recoveries: Sequence[Mark],
-              refused: Sequence[Mark]) -> None:
+              refused: Sequence[Mark], turned_away: Sequence[Mark] = ()) -> None:
         bottom = self.top + len(self.lanes) * self.lane_height
         for r in recoveries:
             x = self.x(r.time)
@@ -376,13 +379,18 @@ class Picture:
                 f'stroke-width="1" stroke-dasharray="3,3" opacity="0.6"/>'
                 f'<circle cx="{x}" cy="{self.top - 8}" r="3" fill="{_RECOVERY}"/></g>')
         for c in crashes:
-            x = self.x(c.time)
-            lane = self.lane_of.get(c.manager or "")
-            y = self.top if lane is None else self.lane_y(lane) + self.lane_height / 2
+            x, y = self.in_lane(c)
             self.axis_marks.append(
                 f'<g class="crash"><title>{xml_text(c.text)}</title>'
                 f'<path d="M{x - 5},{y - 5} L{x + 5},{y + 5} M{x - 5},{y + 5} L{x + 5},{y - 5}" '
                 f'stroke="{_CRASH}" stroke-width="2.5"/></g>')
+        for a in turned_away:
+            x, y = self.in_lane(a)
+            self.axis_marks.append(
+                f'<g class="space-refused"><title>{xml_text(a.text)}</title>'
+                f'<circle cx="{x}" cy="{y}" r="5" fill="#ffffff" stroke="{_TURNED_AWAY}" '
+                f'stroke-width="2"/><line x1="{x - 3.5}" y1="{y + 3.5}" x2="{x + 3.5}" '
+                f'y2="{y - 3.5}" stroke="{_TURNED_AWAY}" stroke-width="2"/></g>')
         for f in refused:
             x = self.x(f.time)
             y = self.top - 20
@@ -390,6 +398,12 @@ class Picture:
                 f'<g class="refused-record"><title>{xml_text(f.text)}</title>'
                 f'<path d="M{x - 5},{y - 6} L{x + 5},{y - 6} L{x},{y + 3} Z" '
                 f'fill="{COLOURS["refused"]}"/></g>')
+
+    def in_lane(self, mark: Mark) -> tuple[float, float]:
+        """Where *mark* goes: its time, across the middle of its manager's lane (or the top)."""
+        lane = self.lane_of.get(mark.manager or "")
+        y = self.top if lane is None else self.lane_y(lane) + self.lane_height / 2
+        return self.x(mark.time), y
 
     def idle_bands(self) -> list[str]:
         bottom = self.top + len(self.lanes) * self.lane_height
@@ -485,6 +499,10 @@ class Picture:
             (lambda x, y: f'<path d="M{x},{y + 1} L{x + 10},{y + 1} L{x + 5},{y + 10} Z" '
              f'fill="{COLOURS["refused"]}"/>', 14, "record refused"),
         ]
+        if self.turned_away:
+            items.append((lambda x, y: f'<circle cx="{x + 5}" cy="{y + 5}" r="4" fill="#ffffff" '
+                          f'stroke="{_TURNED_AWAY}" stroke-width="2"/>', 13,
+                          "acquire refused for space"))
         if self.largest and not self.grouped:
             # One path, as every legend mark is one element: a small step area.
             items.append((lambda x, y: f'<path d="M{x},{y + 10} L{x},{y + 6} L{x + 5},{y + 6} '

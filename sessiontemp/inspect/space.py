@@ -12,7 +12,8 @@ races a manager's appends), not the directories.
 Which directories: every generation the journal has not finished removing
 (its manager's current one, one retired and waiting for its last command,
 one whose removal was cut short), each with its session, its manager and
-that manager's pid and liveness, and the labels of the leases that used it.
+that manager's pid and liveness, the labels of the leases that used it,
+and how often (and when last) an acquire of it was refused for space.
 The root's file system says how much is free and whether it is RAM-backed
 (tmpfs or ramfs), where every byte a session holds is a byte of memory.
 """
@@ -31,7 +32,7 @@ from sessiontemp import disk
 from sessiontemp.inspect.read import Liveness, Problem, Progress, opened, probe_liveness, replay
 from sessiontemp.journal import checkpoint
 from sessiontemp.journal.errors import RuleViolation
-from sessiontemp.journal.events import LeaseAcquired, decode
+from sessiontemp.journal.events import LeaseAcquired, SpaceRefused, decode
 from sessiontemp.journal.reducer import GenerationState, State
 from sessiontemp.journal.store import Store
 from sessiontemp.root import GENERATION_PREFIX
@@ -55,8 +56,11 @@ class DirectoryUsage:
     (waiting for its last lease or command, or a recovery) or "removing"
     (a removal started and not finished).  ``labels`` are the labels of the
     leases taken on it, the newest 20 (``LABELS``) distinct ones, in the
-    order they were taken; ``leases`` counts every lease.  ``measured_now``
-    says the size was walked by this call, not read from the journal.
+    order they were taken; ``leases`` counts every lease.  ``refused``
+    counts the acquires of it refused for space as the journal recorded them
+    (``space.refused``: over its budget, or a low disk while it was current),
+    ``refused_at`` the time of the last.  ``measured_now`` says the size was
+    walked by this call, not read from the journal.
     """
 
     path: Path
@@ -75,6 +79,8 @@ class DirectoryUsage:
     peak_inodes: int
     unread: int | None = None
     measured_now: bool = False
+    refused: int = 0
+    refused_at: float | None = None
 
 
 @attrs.frozen
@@ -130,7 +136,7 @@ def usage(
         state = replay(store, lenient=problems, progress=progress,
                        start=checkpoint.restore(store).state)
         generations = sorted(state.generations.values(), key=lambda g: g.created_seq)
-        labels = _labels(store, generations)
+        labels, refusals = _leases_and_refusals(store, generations)
     space, tmpfs = _filesystem(base)
     sessions = _sessions(state)
     liveness: dict[str, Liveness] = {}
@@ -140,6 +146,7 @@ def usage(
         if owner is not None and owner.id not in liveness:
             liveness[owner.id] = probe_liveness(base, owner.id)
         taken = labels.get(g.id, [])
+        refused = refusals.get(g.id, [])
         row = DirectoryUsage(
             path=base / (GENERATION_PREFIX + g.id), generation=g.id, status=_status(g, state),
             session=sessions.get(g.id) or sessions.get(g.manager or ""),
@@ -147,7 +154,8 @@ def usage(
             liveness=None if owner is None else liveness[owner.id],
             labels=tuple(_newest_distinct(taken)), leases=len(taken),
             bytes=g.measured_bytes or 0, inodes=g.measured_inodes or 0,
-            measured_at=g.measured_at, peak_bytes=g.peak_bytes, peak_inodes=g.peak_inodes)
+            measured_at=g.measured_at, peak_bytes=g.peak_bytes, peak_inodes=g.peak_inodes,
+            refused=len(refused), refused_at=max(refused, default=None))
         if measure:
             row = _measured(row, time.time() if now is None else now)
             if measuring is not None:
@@ -203,25 +211,30 @@ def _sessions(state: State) -> dict[str, str]:
     return named
 
 
-def _labels(store: Store, generations: Iterable[GenerationState]) -> Mapping[str, list[str]]:
-    """The labels of the leases taken on each of *generations*, in the order taken.
+def _leases_and_refusals(store: Store, generations: Iterable[GenerationState]
+                         ) -> tuple[Mapping[str, list[str]], Mapping[str, list[float]]]:
+    """The labels of the leases taken on each of *generations*, in the order taken, and
+    the times of the acquires of each refused for space.
 
-    One read of the lease records written since the oldest of them was
-    created: a lease names its generation only in its payload.
+    One read of those records written since the oldest of them was
+    created: a lease and a refusal name their generation only in their payload.
     """
     wanted = {g.id: g.created_seq for g in generations}
-    if not wanted:
-        return {}
     labels: dict[str, list[str]] = {}
-    for seq, _time, kind, payload in store.rows_where(after=min(wanted.values()) - 1,
-                                                      kinds=[LeaseAcquired.kind]):
+    refused: dict[str, list[float]] = {}
+    if not wanted:
+        return labels, refused
+    for seq, at, kind, payload in store.rows_where(
+            after=min(wanted.values()) - 1, kinds=[LeaseAcquired.kind, SpaceRefused.kind]):
         try:
             event = decode(seq, kind, payload)
         except RuleViolation:
             continue  # the replay lists it as a problem
         if isinstance(event, LeaseAcquired) and event.generation in wanted:
             labels.setdefault(event.generation, []).append(event.label)
-    return labels
+        elif isinstance(event, SpaceRefused) and event.generation in wanted:
+            refused.setdefault(event.generation, []).append(at)
+    return labels, refused
 
 
 def _newest_distinct(labels: list[str]) -> list[str]:

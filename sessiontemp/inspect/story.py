@@ -20,6 +20,7 @@ from typing import Final
 
 import attrs
 
+from sessiontemp.budget import described
 from sessiontemp.inspect.read import (
     Problem,
     Progress,
@@ -50,6 +51,7 @@ from sessiontemp.journal.events import (
     Rotated,
     SessionAdopted,
     SessionDiscarded,
+    SpaceRefused,
     decode,
 )
 from sessiontemp.journal.reducer import (
@@ -194,6 +196,9 @@ class _Teller:
                 self.say(record, f"Lease {lease} was released at {at}.")
             case GenerationMeasured(bytes=size, inodes=inodes):
                 self.measured(record, size, inodes)
+            case SpaceRefused(cause=cause, found=found, limit=limit):
+                self.say(record, f"An acquire was refused at {at}, and no command started: "
+                         f"{described(cause, found, limit)}.")
             case SessionAdopted(manager=m, session=name, previous=previous):
                 self.kept_for = None
                 self.say(record, f"Adopted at {at} by manager {m}{self.pid_of(m)}, the next "
@@ -410,3 +415,4 @@ def _span_of(store: Store, gid: str) -> tuple[int | None, int | None]:
         elif kind == "generation.reappeared":
             finished = None
     return first, finished
+

@@ -39,7 +39,7 @@ __all__ = ["ManagerInfo", "Summary", "summary"]
 _COUNTED: Final = ("manager.opened", "manager.closed", "manager.dead", "generation.created",
                    "removal.started", "removal.finished", "session.claimed", "session.adopted",
                    "session.discarded", "artifact.kept", "artifact.removed",
-                   "generation.measured")
+                   "generation.measured", "space.refused")
 
 
 @attrs.frozen
@@ -70,9 +70,10 @@ class Summary:
     (their leases died with the manager in the journal; only the kernel lock
     on the directory tells).  It is None without a root.  ``running`` lists
     the managers not ended; ``verify`` is the quick check.  ``space``
-    counts the measurements journaled and, of the directories of the
-    managers not ended, those measured, the bytes and inodes they held as
-    last measured, the largest now and the largest peak (ids and bytes).
+    counts the measurements journaled, the acquires refused for space
+    (``refused``) and, of the directories of the managers not ended, those
+    measured, the bytes and inodes they held as last measured, the largest
+    now and the largest peak (ids and bytes).
     """
 
     journal: Path
@@ -103,7 +104,7 @@ class Summary:
     space: Mapping[str, int | str | None] = attrs.field(factory=dict)
 
 
-def _space(state: State, measurements: int) -> dict[str, int | str | None]:
+def _space(state: State, measurements: int, refused: int) -> dict[str, int | str | None]:
     """What the directories of the managers not ended held, as last measured."""
     measured = [g for g in state.generations.values()
                 if g.manager in state.managers and g.measured_at is not None]
@@ -118,6 +119,7 @@ def _space(state: State, measurements: int) -> dict[str, int | str | None]:
         "largest_bytes": 0 if largest is None else largest.measured_bytes or 0,
         "peak": None if peak is None else peak.id,
         "peak_bytes": 0 if peak is None else peak.peak_bytes,
+        "refused": refused,
     }
 
 
@@ -220,7 +222,7 @@ def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None
                   "discarded": kinds["session.discarded"]},
         artifacts={"kept": kinds["artifact.kept"] - kinds["artifact.removed"],
                    "removed": kinds["artifact.removed"]},
-        space=_space(state, kinds["generation.measured"]),
+        space=_space(state, kinds["generation.measured"], kinds["space.refused"]),
     )
 
 

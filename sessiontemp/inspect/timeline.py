@@ -6,9 +6,10 @@ or death; each generation a bar from creation to the end of its removal,
 coloured by how it ended, shaded from its foot by its size on disk over
 time (its manager's measurements, to one scale); leases as inner bars, titled with their whole
 label and the commands started under them; crashes (a recovery finding a
-manager dead), recovery passes and records the reducer refused marked on
-the time axis.  Every mark has a ``<title>`` (the browser's hover text)
-naming its event seqs, and a line in the legend.  A lane with nothing drawn
+manager dead) and acquires refused for space marked in their manager's
+lane, recovery passes and records the reducer refused on the time axis.
+Every mark has a ``<title>`` (the browser's hover text) naming its event
+seqs, and a line in the legend.  A lane with nothing drawn
 in it (a manager that only ran a recovery) is left out unless asked for.
 
 The window is the journal's activity: a stretch longer than *idle* seconds
@@ -37,6 +38,7 @@ from typing import Final
 
 import attrs
 
+from sessiontemp.budget import described
 from sessiontemp.inspect.picture import (
     COLOURS,
     GROUP_PX,
@@ -69,6 +71,7 @@ from sessiontemp.journal.events import (
     RemovalStarted,
     SessionAdopted,
     SessionClaimed,
+    SpaceRefused,
 )
 from sessiontemp.journal.reducer import Fold, State
 from sessiontemp.usage import human
@@ -105,6 +108,8 @@ class Timeline:
     recoveries: int
     refused: tuple[int, ...]
     lanes: int = 0
+    # Acquires refused for space (space.refused) marked in the window.
+    space_refused: int = 0
     idle: int = 0
     window: tuple[int, int] | None = None
     nothing: str = ""
@@ -129,6 +134,7 @@ class _Collector:
     generations: dict[str, Generation] = attrs.field(factory=dict)
     crashes: list[Mark] = attrs.field(factory=list)
     recoveries: list[Mark] = attrs.field(factory=list)
+    turned_away: list[Mark] = attrs.field(factory=list)
     first: float | None = None
     last: float = 0.0
     window: tuple[int, int] | None = None
@@ -192,6 +198,10 @@ class _Collector:
                 self.generations[g].manager = m
             case GenerationCreated(manager=m, generation=g):
                 self.generations[g] = Generation(g, m, t, seq)
+            case SpaceRefused(manager=m, cause=cause, found=found, limit=limit):
+                self.turned_away.append(Mark(t, seq, (
+                    f"event {seq}: an acquire of manager {m} was refused for space: "
+                    f"{described(cause, found, limit)}"), m))
             case GenerationMeasured(generation=g, bytes=size, inodes=inodes):
                 # Drawn at the record's time, the clock every other mark is drawn on.
                 self.generations[g].sizes.append((t, size, inodes, seq))
@@ -328,9 +338,13 @@ def timeline(
     crashes = [c for c in collector.crashes if not nothing and lo <= c.time <= hi
                and (manager is None or c.manager == manager)]
     recoveries = [r for r in collector.recoveries if not nothing and lo <= r.time <= hi]
-    # A manager's lane holds its generations and its crash; with all_lanes, every manager
-    # alive in the window has one. (A generation may outlive its manager into the window.)
-    drawn_in = {g.manager for g in generations} | {c.manager for c in crashes}
+    turned_away = [a for a in collector.turned_away if not nothing and lo <= a.time <= hi
+                   and (manager is None or a.manager == manager)]
+    # A manager's lane holds its generations, its crash and its refusals for space; with
+    # all_lanes, every manager alive in the window has one. (A generation may outlive its
+    # manager into the window.)
+    drawn_in = ({g.manager for g in generations} | {c.manager for c in crashes}
+                | {a.manager for a in turned_away})
     managers = [m for m in sorted(collector.managers.values(), key=lambda m: m.start_seq)
                 if (manager is None or m.id == manager)
                 and (m.id in drawn_in or (all_lanes and overlaps(m.start, m.end)))]
@@ -356,7 +370,9 @@ def timeline(
                + (f" ({counted(sessions, 'named session')})" if sessions else "")
                + f", {counted(len(crashes), 'crash', 'crashes')}, "
                f"{counted(len(recoveries), 'recovery pass', 'recovery passes')}, "
-               f"{counted(len(marks), 'refused record')}; "
+               f"{counted(len(marks), 'refused record')}"
+               + (f", {counted(len(turned_away), 'acquire')} refused for space"
+                  if turned_away else "") + "; "
                + ("nothing drawn" if nothing else
                   (f"events {window[0]:,} to {window[1]:,} of {events:,}" if window
                    else "no event in the window") + f", {_span(lo, hi)}"))
@@ -366,11 +382,12 @@ def timeline(
                       "directory's size on disk as its manager measured it, to one scale: a "
                       f"full bar is {human(largest)}, the largest peak drawn (hover for each "
                       "one's last and peak)."))
-    picture = Picture(scale, end, width, lanes, lane_of, caption, notes, grouped, largest)
+    picture = Picture(scale, end, width, lanes, lane_of, caption, notes, grouped, largest,
+                      turned_away=bool(turned_away))
     drawn = picture.groups(generations) if grouped else picture.bars(generations)
     picture.marks(crashes, recoveries, [
         Mark(refused_at.get(p.seq or 0, lo), p.seq or 0, f"event {p.seq} refused: {p.message}")
-        for p in marks])
+        for p in marks], turned_away)
     ended: Counter[str] = Counter(g.ending() for g in generations)
     svg = picture.render(f"sessiontemp timeline of {path}")
     out = None if output is None else Path(output)
@@ -382,6 +399,7 @@ def timeline(
         ended={k: ended.get(k, 0) for k in COLOURS}, crashes=len(crashes),
         recoveries=len(recoveries), refused=tuple(p.seq or 0 for p in marks),
         lanes=len(lanes), idle=len(scale.idle), window=window, nothing=nothing, svg=svg,
+        space_refused=len(turned_away),
     )
 
 
