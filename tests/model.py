@@ -39,6 +39,7 @@ import contextlib
 import copy
 import hashlib
 import itertools
+import math
 import os
 import shutil
 import stat
@@ -46,12 +47,13 @@ import time
 from collections.abc import Callable, Set
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from sessiontemp import (
     Artifact,
     Lease,
     Manager,
+    OverBudget,
     SessionOwned,
     Unavailable,
     Usage,
@@ -434,9 +436,13 @@ class World:
 
     def __init__(self, base: Path, *, manager_class: type[Manager] = Manager,
                  step_hook: StepHook | None = None, durability: Durability = "full",
-                 busy_timeout: float = BUSY_TIMEOUT, neighbour: Neighbour | None = None
-                 ) -> None:
+                 busy_timeout: float = BUSY_TIMEOUT, neighbour: Neighbour | None = None,
+                 max_inodes: int | None = None) -> None:
         self.base = base
+        # A budget every manager gets, measured only by the measure operation
+        # (no background thread): once a measurement journals the current
+        # directory over it, the manager's acquires are refused.
+        self.max_inodes = max_inodes
         # How long the managers wait for another process's write lock; short
         # where a neighbour holds it on purpose.
         self.busy_timeout = busy_timeout
@@ -494,9 +500,11 @@ class World:
             except SessionOwned:
                 return None
             raise AssertionError(f"a second live owner of session {session} was let in")
+        budget: dict[str, Any] = {} if self.max_inodes is None else {
+            "max_inodes": self.max_inodes, "measure_every": math.inf}
         manager = self.manager_class(self.root, busy_timeout=self.busy_timeout,
                                      step_hook=self.step_hook, durability=self.durability,
-                                     session=session, resume=resume)
+                                     session=session, resume=resume, **budget)
         name = self._name("m")
         self.real[name] = manager
         self.ids[name] = manager.id
@@ -577,9 +585,38 @@ class World:
     def rotate(self, name: str) -> None:
         self._run(("rotate", name))
 
+    def over_budget(self, name: str) -> bool:
+        """Whether *name*'s current directory was journaled, as last measured, over its budget.
+
+        The measurement itself is checked against the model's files where it
+        is taken (:meth:`_measured`); whether its record was journaled, a
+        fault may decide, and the journal says.
+        """
+        current = self.model.managers[name].current
+        if self.max_inodes is None or current is None:
+            return False
+        # The manager's memory, which the invariants hold to be the journal.
+        generation = self.real[name].state.generations.get(current)
+        return generation is not None and (generation.measured_inodes or 0) > self.max_inodes
+
+    def _refused_for_space(self, name: str) -> None:
+        """After an acquire of *name* refused as over budget: it could lease otherwise.
+
+        That it leased nothing, the invariants after the step say: the
+        journal's leases are the model's.
+        """
+        assert self.model.can_acquire(name), f"{name} refused for space, not as unleasable"
+
     def acquire(self, name: str) -> str | None:
         """Lease from *name*; None when the model says it must refuse (and it did)."""
         manager = self.real[name]
+        if self.over_budget(name):
+            try:
+                manager.acquire()
+            except OverBudget:
+                self._refused_for_space(name)
+                return None
+            raise AssertionError(f"{name} leased from a directory measured over its budget")
         if not self.model.can_acquire(name):
             try:
                 manager.acquire()
@@ -861,6 +898,8 @@ class World:
         kind = op[0]
         name = self.manager_of(op)
         manager = self.real[name]
+        if kind == "acquire" and self.over_budget(name):
+            return self._faulted_refusal(name, manager, faults, action, at, only, expected)
         if kind == "acquire" and not self.model.can_acquire(name):
             faults.arm(action, at, only)
             try:
@@ -901,6 +940,27 @@ class World:
             self._done(op, manager, result)
             return fired
         self._reconcile(op, manager, before)
+        return fired
+
+    def _faulted_refusal(self, name: str, manager: Manager, faults: Faults, action: Action,
+                         at: int, only: StepKind | None,
+                         expected: Callable[[BaseException | None], bool]
+                         ) -> tuple[StepKind, str] | None:
+        """An acquire of *name* over budget with a fault at a step of its refusal's record:
+        refused all the same (or the fault raised), the record journaled or not, nothing
+        else changed."""
+        raised: BaseException | None = None
+        faults.arm(action, at, only)
+        try:
+            manager.acquire()
+        except (Exception, KeyboardInterrupt) as e:
+            raised = e
+        finally:
+            fired = faults.disarm()
+        self.memory_agrees(manager)
+        assert isinstance(raised, OverBudget) or (fired is not None and expected(raised)), (
+            f"an acquire over budget with a fault at {fired} raised {raised!r}")
+        self._refused_for_space(name)
         return fired
 
     def _reconcile(self, op: Op, manager: Manager, before: Model) -> None:

@@ -3,7 +3,10 @@
 A hypothesis state machine opens up to three managers on one root in this
 process and drives them at random: retain, release, rotate, acquire, lease
 release, write a file through a lease, measure (the measurement must find
-the directory and exactly the files the model says it holds), close, crash (see
+the directory and exactly the files the model says it holds; every manager
+has an inode budget, and once a measurement journals its directory over it,
+each acquire must be refused with OverBudget, faults and all, until a
+rotate), close, crash (see
 :func:`tests.model.simulate_kill`), open a new manager (whose open runs
 recovery), a standalone recovery, and a checkpoint of the journal, from
 which every later recovery starts.  Managers of two named sessions come and
@@ -91,6 +94,10 @@ from tests.strategies import (
 )
 
 MAX_MANAGERS = 3
+# Every manager's inode budget: a directory measured holding three of the files
+# the machine writes (a.txt, b.txt, c.txt, kept.txt) and itself is over it, and
+# its manager's acquires are refused (journaled as space.refused) until a rotate.
+BUDGET = 1
 # Short: the neighbour holds the journal past it on purpose.
 NEIGHBOURLY_BUSY_TIMEOUT = 0.2
 _NEIGHBOUR: list[Neighbour] = []
@@ -121,7 +128,7 @@ class SessionMachine(RuleBasedStateMachine):
         self.world = World(Path(tempfile.mkdtemp(prefix="sessiontemp-machine-", dir=SCRATCH)) / "w",
                            manager_class=self.manager_class, step_hook=self.faults,
                            durability=self.durability, busy_timeout=NEIGHBOURLY_BUSY_TIMEOUT,
-                           neighbour=shared_neighbour())
+                           neighbour=shared_neighbour(), max_inodes=BUDGET)
         self.faults.world = self.world
 
     def manager(self, i: int) -> str:
@@ -175,7 +182,10 @@ class SessionMachine(RuleBasedStateMachine):
     @precondition(has_manager)
     @rule(i=picks)
     def acquire(self, i: int) -> None:
-        self.world.acquire(self.manager(i))
+        name = self.manager(i)
+        if self.world.over_budget(name):
+            event("acquire: over budget, refused")
+        self.world.acquire(name)
 
     @precondition(has_lease)
     @rule(i=picks)
@@ -186,6 +196,21 @@ class SessionMachine(RuleBasedStateMachine):
     @rule(i=picks, file=st.sampled_from(["a.txt", "b.txt", "c.txt"]))
     def write(self, i: int, file: str) -> None:
         self.world.write(self.lease(i), file)
+
+    @precondition(has_manager)
+    @rule(i=picks)
+    def grow_past_the_budget(self, i: int) -> None:
+        # A lease taken, a file written through it, the directory measured: over the
+        # budget, so the next acquire is refused (and the lease is left held).
+        name = self.manager(i)
+        lease = self.world.acquire(name)
+        if lease is None:
+            return
+        self.world.write(lease, "a.txt")
+        self.world.measure(name)
+        assert self.world.over_budget(name), "a directory holding a file is not over 1 inode"
+        event("grown past the budget: the next acquire refused")
+        self.world.acquire(name)
 
     @precondition(has_manager)
     @rule(i=picks)
