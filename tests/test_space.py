@@ -308,6 +308,34 @@ def test_the_background_thread_journals_growth_and_not_repeats(root: Path) -> No
         assert len(measured(root)) <= count + 1
 
 
+@pytest.mark.slow
+def test_the_background_thread_journals_a_tree_of_ten_thousand_files_while_every_core_is_busy(
+    root: Path,
+) -> None:
+    """The walk runs at a low priority, in a child: late on a saturated machine, never
+    starved.  Two processes spinning at normal priority take both cores meanwhile."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(os.cpu_count() or 2)]
+    try:
+        with Manager(root, measure_every=0.5) as manager:
+            manager.retain()
+            with manager.acquire() as lease:
+                for i in range(100):
+                    sub = lease.path / f"d{i}"
+                    sub.mkdir()
+                    for j in range(100):
+                        (sub / f"f{j}").write_bytes(b"")
+                deadline = time.monotonic() + 300
+                while not any(e.inodes > 10_000 for e in measured(root)):
+                    assert time.monotonic() < deadline, "no measurement of the tree journaled"
+                    time.sleep(0.2)
+        assert max(e.inodes for e in measured(root)) == 1 + 100 + 100 * 100
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
 def test_usage_counts_allocated_bytes_and_each_hard_link_once_never_following_a_symlink_or_leaving_the_mount(  # noqa: E501
     fs: Path, tmp_path: Path,
 ) -> None:
