@@ -153,7 +153,10 @@ class Meter:
         if not self.limits.budgeted:
             return
         state = self._owner.state
-        current = self._owner.me.current
+        me = self._owner.me
+        if me.ended is not None or me.sealed or me.owners == 0:
+            return  # refused for that under the mutex, with its own reason and fix
+        current = me.current
         generation = None if current is None else state.generations.get(current)
         if current is None or generation is None or (
             not budget.over_generation(self.limits, generation)

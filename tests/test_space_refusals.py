@@ -25,7 +25,7 @@ from typing import Literal
 import pytest
 from structlog.testing import capture_logs
 
-from sessiontemp import LowDisk, Manager, OverBudget, recover
+from sessiontemp import LowDisk, Manager, OverBudget, Unavailable, recover
 from sessiontemp.inspect import explain, fsck, summary, timeline, verify
 from sessiontemp.inspect.json import moment
 from sessiontemp.journal import RuleViolation, Store
@@ -393,3 +393,30 @@ def test_usage_counts_each_live_directorys_refusals_and_says_when_the_last_was(
         store.close()
     assert (row["refused"], row["refused_at"]) == (1, moment(at))
     assert f"sessiontemp-gen-{generation}: 1 acquire refused for space, the last at" in text
+
+
+def test_a_resumed_directory_over_budget_is_refused_once_owned_and_a_manager_without_owner_says_so_first(  # noqa: E501
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    died = subprocess.run([sys.executable, "-c", (
+        "import math, os, signal, sessiontemp\n"
+        f"m = sessiontemp.Manager({str(root)!r}, session='chat', max_inodes=1, "
+        "measure_every=math.inf)\n"
+        "m.retain(); lease = m.acquire()\n"
+        "(lease.path / 'a').write_text('a'); (lease.path / 'b').write_text('b')\n"
+        "m.measure()\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n")], check=False)
+    assert died.returncode == -signal.SIGKILL
+    with Manager(root, session="chat", max_inodes=1, measure_every=math.inf) as manager:
+        assert manager.resumed
+        # No owner yet: that is what is wrong first, and no refusal for space is said.
+        with pytest.raises(Unavailable, match="has no owner") as raised:
+            manager.acquire()
+        assert not isinstance(raised.value, OverBudget)
+        assert journaled(root, SpaceRefused) == []
+        # Owned: the directory it resumed is over budget, as its last measurement said.
+        manager.retain()
+        refused(manager)
+        [record] = journaled(root, SpaceRefused)
+        assert (record.manager, record.cause, record.found) == (manager.id, "max_inodes", 3)
