@@ -586,26 +586,20 @@ class World:
         self._run(("rotate", name))
 
     def over_budget(self, name: str) -> bool:
-        """Whether *name*'s current directory was journaled, as last measured, over its budget.
+        """Whether *name* may lease but its current directory was journaled, as last
+        measured, over its budget.
 
         The measurement itself is checked against the model's files where it
         is taken (:meth:`_measured`); whether its record was journaled, a
         fault may decide, and the journal says.
         """
         current = self.model.managers[name].current
-        if self.max_inodes is None or current is None:
+        # One that may not lease at all is refused for that first.
+        if self.max_inodes is None or current is None or not self.model.can_acquire(name):
             return False
         # The manager's memory, which the invariants hold to be the journal.
         generation = self.real[name].state.generations.get(current)
         return generation is not None and (generation.measured_inodes or 0) > self.max_inodes
-
-    def _refused_for_space(self, name: str) -> None:
-        """After an acquire of *name* refused as over budget: it could lease otherwise.
-
-        That it leased nothing, the invariants after the step say: the
-        journal's leases are the model's.
-        """
-        assert self.model.can_acquire(name), f"{name} refused for space, not as unleasable"
 
     def acquire(self, name: str) -> str | None:
         """Lease from *name*; None when the model says it must refuse (and it did)."""
@@ -614,7 +608,7 @@ class World:
             try:
                 manager.acquire()
             except OverBudget:
-                self._refused_for_space(name)
+                # That it leased nothing, the invariants after the step say.
                 return None
             raise AssertionError(f"{name} leased from a directory measured over its budget")
         if not self.model.can_acquire(name):
@@ -960,7 +954,6 @@ class World:
         self.memory_agrees(manager)
         assert isinstance(raised, OverBudget) or (fired is not None and expected(raised)), (
             f"an acquire over budget with a fault at {fired} raised {raised!r}")
-        self._refused_for_space(name)
         return fired
 
     def _reconcile(self, op: Op, manager: Manager, before: Model) -> None:
