@@ -56,7 +56,8 @@ def make_room(root_fd: int) -> bool:
     reserve that cannot be released leaves the caller's commit to fail as
     it would have, and say so.
     """
-    if _free(root_fd) >= LOW:
+    free = _free(root_fd)
+    if free is None or free >= LOW:
         return False
     return _shrink(root_fd, lambda held: 0 if held else None)
 
@@ -68,17 +69,21 @@ def lend(root_fd: int) -> bool:
     last :data:`LOAN_BYTES` are given back, unless that would leave it less
     than half of :data:`RESERVE_BYTES`.  Never raises.
     """
-    if _free(root_fd) >= LOAN_BYTES:
+    free = _free(root_fd)
+    if free is None:
+        return False
+    if free >= LOAN_BYTES:
         return True
     return _shrink(root_fd, lambda held: (
         held - LOAN_BYTES if held - LOAN_BYTES >= RESERVE_BYTES // 2 else None))
 
 
-def _free(root_fd: int) -> int:
+def _free(root_fd: int) -> int | None:
+    """The root's free space; None when it cannot be known (the reserve is then left whole)."""
     try:
         return space_of(root_fd).free
     except OSError:
-        return 0  # unknown: as if full, so that the reserve is what gives room
+        return None
 
 
 def _shrink(root_fd: int, to: Callable[[int], int | None]) -> bool:

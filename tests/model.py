@@ -952,7 +952,9 @@ class World:
         finally:
             fired = faults.disarm()
         self.memory_agrees(manager)
-        assert isinstance(raised, OverBudget) or (fired is not None and expected(raised)), (
+        # Never let through: a refusal, or what the fault raised.
+        assert isinstance(raised, OverBudget) or (
+            raised is not None and fired is not None and expected(raised)), (
             f"an acquire over budget with a fault at {fired} raised {raised!r}")
         return fired
 

@@ -94,9 +94,9 @@ from tests.strategies import (
 )
 
 MAX_MANAGERS = 3
-# Every manager's inode budget: a directory measured holding three of the files
-# the machine writes (a.txt, b.txt, c.txt, kept.txt) and itself is over it, and
-# its manager's acquires are refused (journaled as space.refused) until a rotate.
+# Every manager's inode budget: a directory measured holding any file (itself and
+# the file make two inodes) is over it, and its manager's acquires are refused
+# (journaled as space.refused) until a rotate.
 BUDGET = 1
 # Short: the neighbour holds the journal past it on purpose.
 NEIGHBOURLY_BUSY_TIMEOUT = 0.2

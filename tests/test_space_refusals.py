@@ -18,7 +18,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -28,7 +27,8 @@ from structlog.testing import capture_logs
 from sessiontemp import LowDisk, Manager, OverBudget, Unavailable, recover
 from sessiontemp.inspect import explain, fsck, summary, timeline, verify
 from sessiontemp.inspect.json import moment
-from sessiontemp.journal import RuleViolation, Store
+from sessiontemp.inspect.read import when
+from sessiontemp.journal import Record, RuleViolation, Store
 from sessiontemp.journal.events import (
     GenerationReady,
     ManagerClosed,
@@ -42,14 +42,14 @@ from sessiontemp.root import JOURNAL_NAME, RESERVE
 from tests.commands import journaled
 from tests.conftest import live_state, own_view
 from tests.faults import STORE_FAILURES, Faults, StoreFailure, interrupting, raising, store_error
-from tests.test_bad_journal import fill, small_file_system
+from tests.test_bad_journal import fill
 from tests.test_cli import assert_documented, inspect_json
 from tests.test_cli import inspect as run_inspect
-from tests.test_space import G1, M1, M2, fold, made
+from tests.test_space import G1, KIB, M1, M2, MIB, fold, fs, made
 from tests.test_timeline import SVG, legend_of, marks, parse
 
-KIB = 1024
-MIB = 1024 * KIB
+__all__ = ["fs"]  # a fixture, used by name
+
 
 
 class Clock:
@@ -62,11 +62,13 @@ class Clock:
         return self.now
 
 
-@pytest.fixture
-def fs(tmp_path: Path) -> Iterator[Path]:
-    """A tmpfs of 8 MiB."""
-    with small_file_system(tmp_path, "8m") as mounted:
-        yield mounted
+def records_of(root: Path) -> list[Record]:
+    """Every record of the journal under *root*, read-only."""
+    store = Store(root / JOURNAL_NAME, readonly=True)
+    try:
+        return list(store.records())
+    finally:
+        store.close()
 
 
 def over_budget(root: Path, **options: object) -> tuple[Manager, str]:
@@ -331,10 +333,14 @@ def test_explain_tells_a_refusal_of_the_directory_with_the_budget_and_what_was_f
 ) -> None:
     root, _, generation = turned_away
     story = explain(root / JOURNAL_NAME, generation)
-    told = [s.text for s in story.sentences if s.kind == "space.refused"]
-    assert told == [f"An acquire was refused at {told[0].split(' at ')[1].split(',')[0]}, and "
-                    "no command started: the directory held 3 inodes, over its budget of 1 "
-                    "(max_inodes)."]
+    told = [s for s in story.sentences if s.kind == "space.refused"]
+    assert [s.text for s in told] == [
+        f"An acquire was refused at {when(told[0].time)}, and no command started: the "
+        "directory held 3 inodes, over its budget of 1 (max_inodes)."]
+    # Only the refusal naming it: the low disk's, of another manager, named none.
+    [record] = [r for r in records_of(root) if isinstance(r.event, SpaceRefused)
+                and r.event.generation == generation]
+    assert told[0].seq == record.seq
 
 
 def test_summary_counts_refusals_and_says_how_to_list_them(
@@ -386,11 +392,7 @@ def test_usage_counts_each_live_directorys_refusals_and_says_when_the_last_was(
     assert_documented("usage", document)
     (row,) = document["directories"]
     assert row["generation"] == generation
-    store = Store(root / JOURNAL_NAME, readonly=True)
-    try:
-        [at] = [r.time for r in store.records() if isinstance(r.event, SpaceRefused)]
-    finally:
-        store.close()
+    [at] = [r.time for r in records_of(root) if isinstance(r.event, SpaceRefused)]
     assert (row["refused"], row["refused_at"]) == (1, moment(at))
     assert f"sessiontemp-gen-{generation}: 1 acquire refused for space, the last at" in text
 

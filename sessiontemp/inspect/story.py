@@ -415,4 +415,3 @@ def _span_of(store: Store, gid: str) -> tuple[int | None, int | None]:
         elif kind == "generation.reappeared":
             finished = None
     return first, finished
-
