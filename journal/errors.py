@@ -17,6 +17,7 @@ __all__ = [
     "CheckpointInvalid",
     "CommandNotStarted",
     "ForkedCopy",
+    "HistoryRetired",
     "JournalBusy",
     "JournalCorrupt",
     "JournalError",
@@ -193,6 +194,26 @@ class JournalReadOnly(JournalError, PermissionError):
 
 class JournalFull(JournalError):
     """The file system holding the journal is full."""
+
+
+class HistoryRetired(SessionTempError, LookupError):
+    """A moment before where the journal's kept history starts: retention retired it.
+
+    ``seq`` is the event asked about, ``retired_until`` the last event
+    retired: the state is known right after it and every later event, never
+    before (a reader never answers with another moment's state).
+    ``journal-inspect`` exits 1 with its message.
+    """
+
+    def __init__(self, path: os.PathLike[str] | str, seq: int, retired_until: int) -> None:
+        self.path = os.fspath(path)
+        self.seq = seq
+        self.retired_until = retired_until
+        super().__init__(
+            f"journal {self.path}: history before event {retired_until + 1:,} was retired, so "
+            f"the state right after event {seq:,} is no longer known. Ask for event "
+            f"{retired_until:,} or later (the retention rule: the documentation's journal "
+            "page, \"Bounded journal\")")
 
 
 class RuleViolation(SessionTempError, ValueError):

@@ -29,7 +29,7 @@ from sessiontemp import console, inspect
 from sessiontemp.arguments import Parser, nearest, nearest_option, not_a_subcommand
 from sessiontemp.console import shown
 from sessiontemp.inspect.read import counted
-from sessiontemp.journal.errors import BadInput, SessionTempError
+from sessiontemp.journal.errors import BadInput, HistoryRetired, SessionTempError
 from sessiontemp.usage import human
 
 __all__ = ["main"]
@@ -81,7 +81,9 @@ def cmd_summary(args: argparse.Namespace, out: console.Out) -> int:
                   f"{_when(s.history.retired_at)} (the retention rule: the documentation's "
                   "journal page, \"Bounded journal\")\n")
     m, g = s.managers, s.generations
-    out.write(f"managers     {m['opened']} opened, {m['closed']} closed, {m['dead']} dead, "
+    before = (f" ({m['before_history']} opened before the kept history)"
+              if m.get("before_history") else "")
+    out.write(f"managers     {m['opened']} opened{before}, {m['closed']} closed, {m['dead']} dead, "
               f"{m['running']} not ended ({m['live']} live, {m['gone']} gone, "
               f"{m['unknown']} liveness unknown; {m['sealed']} sealed, {m['owners']} owners)\n")
     out.write(f"generations  {g['total']} in all: {g['live']} live, {g['retired']} retired, "
@@ -166,8 +168,14 @@ def cmd_events(args: argparse.Namespace, out: console.Out) -> int:
 def cmd_state(args: argparse.Namespace, out: console.Out) -> int:
     where = inspect.locate(args.path, args.root)
     at = None if args.at is None else inspect.parse_moment(args.at)
-    result = inspect.state_at(where.journal, at, progress=_progress(args, "replaying"),
-                              live=args.live)
+    try:
+        result = inspect.state_at(where.journal, at, progress=_progress(args, "replaying"),
+                                  live=args.live)
+    except HistoryRetired as e:
+        # Not bad input: the journal answers with what it knows, that the
+        # moment is no longer kept (as explain does for an id it never names).
+        (sys.stderr if args.json else out).write(f"{e}\n")
+        return 1
     if args.json:
         _emit(inspect.as_json(result), out)
         return 0
@@ -210,7 +218,7 @@ def cmd_explain(args: argparse.Namespace, out: console.Out) -> int:
     if args.json:
         _emit(inspect.as_json(story), out)
         return 0
-    if story.status == "unknown":
+    if story.status == "unknown" and not story.sentences:
         out.write(f"The journal {story.journal} never names generation {story.generation}: "
                   "check the id (`journal-inspect events --kind generation.created` lists "
                   "them) or the journal.\n")
@@ -218,7 +226,8 @@ def cmd_explain(args: argparse.Namespace, out: console.Out) -> int:
     out.write(f"Generation {story.generation} ({story.status}):\n")
     for s in story.sentences:
         out.write(f"  [{s.seq}] {shown(s.text)}\n")
-    return 0
+    # Unknown, once history was retired: the sentence says where the kept history starts.
+    return 1 if story.status == "unknown" else 0
 
 
 def cmd_verify(args: argparse.Namespace, out: console.Out) -> int:

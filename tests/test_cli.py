@@ -192,11 +192,11 @@ def test_summary_counts_managers_generations_and_events(
     assert_documented("summary", summary)
     assert summary["managers"] | {} == {
         "opened": 2, "closed": 1, "dead": 0, "running": 1, "live": 1, "gone": 0,
-        "unknown": 0, "sealed": 0, "owners": 1,
+        "unknown": 0, "sealed": 0, "owners": 1, "before_history": 0,
     }
     assert summary["generations"] == {"total": 3, "live": 1, "retired": 0,
                                       "removal_pending": 0, "removed": 2, "leases_held": 1,
-                                          "held_by_commands": 0}
+                                      "held_by_commands": 0, "before_history": 0}
     assert [m["id"] for m in summary["running_managers"]] == [ids["running"]]
     assert summary["events"] == summary["last_seq"] > 10
     assert summary["verify"]["ok"] is True

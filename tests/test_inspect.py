@@ -58,6 +58,8 @@ def counts_by_full_replay(state: State) -> tuple[dict[str, int], dict[str, int |
         "live": 0, "gone": 0, "unknown": len(running),
         "sealed": sum(m.sealed for m in running),
         "owners": sum(m.owners for m in running),
+        # Nothing of these journals was retired: the kept history is all of it.
+        "before_history": 0,
     }, {
         "total": len(generations),
         "live": sum(not g.retired and g.removal is None for g in generations),
@@ -67,6 +69,7 @@ def counts_by_full_replay(state: State) -> tuple[dict[str, int], dict[str, int |
         "leases_held": sum(len(g.leases) for g in generations if g.removal is None),
         # Without a root the directories' locks cannot be probed.
         "held_by_commands": None,
+        "before_history": 0,
     }
 
 

@@ -26,9 +26,8 @@ from sessiontemp.inspect.read import (
     opened,
     probe_generation,
     probe_liveness,
-    replay,
 )
-from sessiontemp.journal import checkpoint
+from sessiontemp.journal import history
 from sessiontemp.journal.errors import BadInput
 from sessiontemp.journal.history import pasts
 from sessiontemp.journal.reducer import (
@@ -148,8 +147,7 @@ def _fsck(base: Path, progress: Progress | None) -> tuple[tuple[Finding, ...],
     refused: list[Problem] = []
     with opened(journal, snapshot=True) as store:
         # Tolerant, as recovery is: a refused record is a finding, not the end.
-        state = replay(store, progress=progress, lenient=refused,
-                       start=checkpoint.restore(store).state)
+        state = history.fold(store, after=None, progress=progress, lenient=refused)
         # Entries the state does not hold: removed (and let go of), or never journaled.
         unknown = {gid for gid in map(generation_id_of, names)
                    if gid is not None and gid not in state.generations}

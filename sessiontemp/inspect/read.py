@@ -1,8 +1,10 @@
-"""Locating a journal, opening it read-only, replaying it, and probing the kernel's locks.
+"""Locating a journal, opening it read-only, probing the kernel's locks, and words for people.
 
 What every part of the inspector shares.  Nothing here writes: the journal
 is opened read-only (immutable for a copy on a read-only medium), and the
-locks are looked at in the kernel's table, never taken.
+locks are looked at in the kernel's table, never taken.  The journal is
+read through the one read model, :mod:`sessiontemp.journal.history`, which
+every subcommand folds through.
 """
 
 from __future__ import annotations
@@ -17,10 +19,8 @@ from typing import Final, Literal, TypeAlias
 
 import attrs
 
-from sessiontemp.journal import checkpoint
-from sessiontemp.journal.errors import BadInput, JournalCorrupt, JournalError, RuleViolation
-from sessiontemp.journal.events import Event, Record, Unreadable, decode
-from sessiontemp.journal.reducer import EMPTY, Fold, Forgotten, State
+from sessiontemp.journal.errors import BadInput, JournalCorrupt, JournalError
+from sessiontemp.journal.history import PROGRESS_EVERY, Problem, Start
 from sessiontemp.journal.store import Store
 from sessiontemp.locks import flock_holders
 from sessiontemp.root import (
@@ -44,12 +44,12 @@ __all__ = [
     "Progress",
     "counted",
     "generation_of",
+    "kept_history",
     "locate",
     "opened",
     "parse_moment",
     "probe_generation",
     "probe_liveness",
-    "replay",
     "when",
 ]
 
@@ -62,7 +62,6 @@ Hold: TypeAlias = Literal["held", "free", "absent", "unknown"]
 
 # Entries of a root that are neither generations nor trash.
 ROOT_FILES: Final = ENTRIES
-PROGRESS_EVERY: Final = 50_000
 # Opens of a journal replaced while it was being opened, before its answer is an error.
 _REOPENS: Final = 3
 _ROOT_FIX: Final = "Pass the root directory that holds journal.sqlite3 as --root DIR"
@@ -191,79 +190,6 @@ def probe_generation(root: Path, generation_id: str) -> Hold:
     return "held" if holders else "free"
 
 
-@attrs.frozen
-class Problem:
-    """One thing wrong: the event it concerns (None for the whole file), the check, why."""
-
-    seq: int | None
-    check: str
-    message: str
-
-
-def replay(
-    store: Store,
-    *,
-    until: int | None = None,
-    progress: Progress | None = None,
-    lenient: list[Problem] | None = None,
-    each: Callable[[Record, Fold], None] | None = None,
-    start: State = EMPTY,
-    history: Forgotten | None = None,
-) -> State:
-    """Fold the reducer over the journal after *start* up to *until*; strict unless *lenient*.
-
-    Strict: a gap or an event that breaks the rules raises
-    :class:`JournalCorrupt`.  Lenient: the fold is the reducer's tolerant
-    one, as recovery's is: each such record is recorded in *lenient* and
-    refused, and whatever it names is held (``State.held``).  *each* sees
-    every record the rules accept, after it is applied.  *history* keeps
-    what the state lets go of (finished generations, ended managers).
-
-    A *start* from before where the kept history starts (the empty state,
-    once history was retired) starts there instead: from the checkpoint of
-    the last event retired (:func:`sessiontemp.journal.checkpoint.origin`).
-    """
-    if start.seq < store.history().retired_until:
-        start = max(start, checkpoint.origin(store).state, key=lambda s: s.seq)
-    total = store.last_seq() if until is None else until
-    draft = Fold(start, tolerant=lenient is not None, history=history)
-    expected = start.seq + 1
-    step = draft.step
-    for seq, time, kind, payload, _ in store.rows(after=start.seq, until=until):
-        if seq != expected:
-            gap = RuleViolation(seq, f"follows event {expected - 1}: a gap")
-            if lenient is None:
-                raise store.corrupt(gap)
-            lenient.append(Problem(seq, "sequence", str(gap)))
-        expected = seq + 1
-        event: Event
-        try:
-            event = decode(seq, kind, payload)
-        except RuleViolation as e:
-            if lenient is None:
-                raise store.corrupt(e) from e
-            lenient.append(Problem(seq, "schema", str(e)))
-            # Refused by the fold below, which holds whatever it may name.
-            event = Unreadable(kind, payload, e.reason)
-        record = Record(seq, time, event)
-        refused = len(draft.refused)
-        try:
-            step(record)
-        except RuleViolation as e:
-            raise store.corrupt(e) from e
-        if len(draft.refused) > refused:
-            if lenient is not None and not isinstance(event, Unreadable):
-                lenient.append(Problem(seq, "rules", str(draft.refused[-1])))
-            continue
-        if each is not None:
-            each(record, draft)
-        if progress is not None and seq % PROGRESS_EVERY == 0:
-            progress(seq, total)
-    if progress is not None:
-        progress(total, total)
-    return draft.state()
-
-
 def parse_moment(text: str) -> int | float:
     """A sequence number (an integer) or a time (ISO 8601, or epoch seconds with a point).
 
@@ -312,3 +238,17 @@ def when(t: float) -> str:
 def counted(n: int, one: str, many: str | None = None) -> str:
     """*n* things, in words: ``counted(1, "crash", "crashes")`` is "1 crash"."""
     return f"{n:,} {one if n == 1 else many or one + 's'}"
+
+
+def kept_history(start: Start) -> str:
+    """Where the kept history starts, in words: "the kept history, which starts at event N on DATE".
+
+    What the state there does not hold (who did what before it, the labels
+    of leases taken before it) is said with these words, never as unknown.
+    """
+    if start.time is not None:
+        return f"the kept history, which starts at event {start.first:,} on {when(start.time)}"
+    retired = start.history.retired_at
+    return (f"the kept history, which starts at event {start.first:,} (none is written yet; "
+            f"the history before it was retired"
+            + ("" if retired is None else f" at {when(retired)}") + ")")

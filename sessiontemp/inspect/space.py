@@ -29,8 +29,8 @@ from typing import Final
 import attrs
 
 from sessiontemp import disk
-from sessiontemp.inspect.read import Liveness, Problem, Progress, opened, probe_liveness, replay
-from sessiontemp.journal import checkpoint
+from sessiontemp.inspect.read import Liveness, Problem, Progress, opened, probe_liveness
+from sessiontemp.journal import history
 from sessiontemp.journal.errors import RuleViolation
 from sessiontemp.journal.events import LeaseAcquired, SpaceRefused, decode
 from sessiontemp.journal.reducer import GenerationState, State
@@ -133,8 +133,7 @@ def usage(
     path, base = Path(journal), Path(root)
     problems: list[Problem] = []
     with opened(path, snapshot=True) as store:
-        state = replay(store, lenient=problems, progress=progress,
-                       start=checkpoint.restore(store).state)
+        state = history.fold(store, after=None, lenient=problems, progress=progress)
         generations = sorted(state.generations.values(), key=lambda g: g.created_seq)
         labels, refusals = _leases_and_refusals(store, generations)
     space, tmpfs = _filesystem(base)

@@ -2,9 +2,11 @@
 
 The reducer's state holds only what is alive or owes work; ``state`` lists
 every manager and generation seen up to that moment, so the finished ones
-come from the records: the replay starts from event 1 and keeps what the
-fold lets go of (a :class:`~sessiontemp.journal.reducer.Forgotten`).  With *live* only,
-it lists what the state holds, from the newest checkpoint on.
+come from the records: the fold starts where the kept history starts and
+keeps what it lets go of (a :class:`~sessiontemp.journal.reducer.Forgotten`).  With *live*
+only, it lists what the state holds, from the newest checkpoint on.  A
+moment before the kept history is :class:`~sessiontemp.HistoryRetired`: the
+state there is no longer known, and another moment's is never shown.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from pathlib import Path
 
 import attrs
 
-from sessiontemp.inspect.read import Problem, Progress, opened, replay
-from sessiontemp.journal import checkpoint
+from sessiontemp.inspect.read import Problem, Progress, opened
+from sessiontemp.journal import history
 from sessiontemp.journal.reducer import Forgotten, State
 
 __all__ = ["StateAt", "state_at"]
@@ -44,10 +46,14 @@ def state_at(journal: os.PathLike[str] | str, at: int | float | None = None, *,
 
     None means the end of the journal.  A sequence number past the end is an
     error (ValueError); a time before the first event gives the empty state.
-    The fold is tolerant, as recovery's is: a record the rules refuse is
-    skipped and listed.  Every manager and generation seen by then is
-    listed, which takes a replay from event 1; *live* lists only what is
-    alive or owes work, replayed from the newest checkpoint.
+    A moment before where the kept history starts (retention retired the
+    events before it; a time before its first event, once history was
+    retired) raises :class:`~sessiontemp.HistoryRetired`.  The fold is
+    tolerant, as recovery's is: a record the rules refuse is skipped and
+    listed.  Every manager and generation seen by then is listed (those of
+    the kept history, and what was live where it starts), which takes a
+    fold from where the kept history starts; *live* lists only what is
+    alive or owes work, folded from the newest checkpoint at or before it.
     """
     path = Path(journal)
     with opened(path, snapshot=True) as store:
@@ -60,16 +66,19 @@ def state_at(journal: os.PathLike[str] | str, at: int | float | None = None, *,
             seq = at
         else:
             seq = store.seq_at(at)
+        # Before the kept history nothing is known: not even "nothing yet"
+        # for a time before its first event, which may follow retired ones.
+        history.kept(store, seq)
         refused: list[Problem] = []
         state = State()
         if seq and live:
-            state = replay(store, until=seq, progress=progress, lenient=refused,
-                           start=checkpoint.restore(store, until=seq).state)
+            state = history.fold(store, after=seq, until=seq, progress=progress,
+                                 lenient=refused)
         elif seq:
             # What has finished is only in the records: no checkpoint holds it.
             forgotten = Forgotten()
-            state = forgotten.whole(replay(store, until=seq, progress=progress,
-                                           lenient=refused, history=forgotten))
+            state = forgotten.whole(history.fold(store, until=seq, progress=progress,
+                                                 lenient=refused, forgotten=forgotten))
         time = store.times_of([seq]).get(seq)
     return StateAt(path, seq, time, state, tuple(
         p.seq for p in refused if p.seq is not None and p.check in ("rules", "schema")))

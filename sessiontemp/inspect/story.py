@@ -4,7 +4,12 @@ Its size on disk is told as its manager measured it: the first measurement,
 each that grew past what was told by a quarter, and at the end the last one
 and the peak.  Only the part of the journal that concerns the generation is replayed: from
 the newest checkpoint before it was first named to the end of its removal
-(or to the end of the journal while it is not removed).  Each event is told
+(or to the end of the journal while it is not removed), never from before
+where the kept history starts.  A generation created before it (retention
+retired its first records) is told from the state there: who created it and
+when, the leases and commands it held, and in words what went with the
+retired history (its leases' labels); one the kept history never names is
+told so, with where that history starts.  Each event is told
 by a ``match`` on its type, as the replay reaches it.  The reducer's state
 lets go of a generation when its removal ends, and of a manager once it has
 ended with nothing left: the replay keeps them in a
@@ -26,11 +31,11 @@ from sessiontemp.inspect.read import (
     Progress,
     counted,
     generation_of,
+    kept_history,
     opened,
-    replay,
     when,
 )
-from sessiontemp.journal import checkpoint
+from sessiontemp.journal import history
 from sessiontemp.journal.errors import RuleViolation
 from sessiontemp.journal.events import (
     CommandStarted,
@@ -86,7 +91,9 @@ class Story:
 
     ``status``: "live" (its manager's current directory), "retired" (waiting
     for its last lease or a recovery), "removing" (removal started, not
-    finished), "removed", or "unknown" (the journal never names it).
+    finished), "removed", or "unknown" (the kept history never names it;
+    once history was retired, one sentence says where the kept history
+    starts).
     """
 
     journal: Path
@@ -113,6 +120,31 @@ class _Teller:
     told: int = -1  # the largest size a sentence has told (-1: none yet)
     measurements: int = 0
     peak: tuple[int, int, float] | None = None  # (bytes, inodes, time) of the peak
+
+    def before(self, generation: GenerationState, kept: history.Start) -> None:
+        """Tell what the state where the story starts holds of a generation created before it.
+
+        Its first records went with the retired history: who created it and
+        when, what retired it, its leases and commands are in that state;
+        its leases' labels are not, and that is said.
+        """
+        m = generation.manager
+        by = "as a stray" if m is None else f"by manager {m}{self.pid_of(m)}"
+        text = [f"Created at {when(generation.created_at)} {by}, before {kept_history(kept)}: "
+                "its records until then were retired with the history before it."]
+        if generation.leases:
+            text.append(f"Lease(s) {', '.join(sorted(generation.leases))} were taken on it "
+                        "before then (their labels went with that history).")
+        if generation.commands:
+            pids = ", ".join(sorted(c.partition(":")[0] for c in generation.commands))
+            text.append(f"Command pid {pids} was started under a lease before then; its "
+                        "removal waits for that process as long as it runs.")
+        if generation.retired_seq is not None and generation.retired_seq <= kept.seq:
+            text.append(f"It was retired before then (event {generation.retired_seq:,}).")
+        self.said.append(Sentence(generation.created_seq, generation.created_at,
+                                  "generation.created", " ".join(text)))
+        self.held = set(generation.leases)
+        self.last = kept.time or generation.created_at
 
     def say(self, record: Record, text: str) -> None:
         self.said.append(Sentence(record.seq, record.time, record.event.kind, text))
@@ -322,9 +354,10 @@ def explain(journal: os.PathLike[str] | str, target: str, root: os.PathLike[str]
     where = None if root is None else Path(root) / (GENERATION_PREFIX + gid)
     with opened(path, snapshot=True) as store:
         first, finished = _span_of(store, gid)
-        if first is None:
-            return Story(path, gid, where, "unknown", None, (), ())
-        start = checkpoint.restore(store, until=first - 1).state
+        kept = history.start(store)
+        start = kept.state if first is None else history.begin(store, first - 1)
+        if gid not in start.generations and first is None:
+            return Story(path, gid, where, "unknown", None, _unnamed(kept), ())
         # The managers from before the start are in its state, and who ended
         # each (ended_by); only the pids of recovery passes that started
         # before it are read apart, so that every checkpoint tells the same.
@@ -332,11 +365,14 @@ def explain(journal: os.PathLike[str] | str, target: str, root: os.PathLike[str]
             r.event.recovery: r.event.pid for r in store.records_of(
                 ["recovery.started"], until=start.seq)
             if isinstance(r.event, RecoveryStarted)} if start.seq else {})
+        before = start.generations.get(gid)
+        if before is not None and kept.seq:
+            teller.before(before, kept)
         refused: list[Problem] = []
         forgotten = Forgotten()
-        state = forgotten.whole(replay(store, until=finished, progress=progress,
-                                       each=teller.each, start=start, lenient=refused,
-                                       history=forgotten))
+        state = forgotten.whole(history.fold(store, start=start, until=finished,
+                                             progress=progress, each=teller.each,
+                                             lenient=refused, forgotten=forgotten))
     generation = state.generations.get(gid)
     if generation is None:
         return Story(path, gid, where, "unknown", None, (), ())
@@ -344,10 +380,10 @@ def explain(journal: os.PathLike[str] | str, target: str, root: os.PathLike[str]
               "removing" if generation.removal == "started" else
               "retired" if generation.retired else "live")
     said = teller.said
-    kept = held_by(state, generation)
-    now = (f"It is kept: event {kept}, which the lifecycle rules refuse, names it or its "
+    holding = held_by(state, generation)
+    now = (f"It is kept: event {holding}, which the lifecycle rules refuse, names it or its "
            "manager, so no recovery removes it until a person decides (see `journal-inspect "
-           "verify`)." if kept is not None and generation.removal != "finished" else
+           "verify`)." if holding is not None and generation.removal != "finished" else
            _now(status, generation, state.managers.get(generation.manager or ""),
                 _keeper(state.sessions.values(), generation)))
     size = teller.size(generation)
@@ -356,6 +392,17 @@ def explain(journal: os.PathLike[str] | str, target: str, root: os.PathLike[str]
                                                                                   size]))))
     return Story(path, gid, where, status, generation.manager, tuple(said),
                  tuple(sorted(generation.leases)))
+
+
+def _unnamed(kept: history.Start) -> tuple[Sentence, ...]:
+    """What is known of a generation the kept history never names: where that history starts."""
+    if not kept.seq:
+        return ()
+    return (Sentence(kept.seq, kept.time or kept.history.retired_at or 0.0, "now", (
+        f"No record of it is kept: history before event {kept.first:,} was retired, and "
+        f"{kept_history(kept)}, never names it. If it was created and removed before then, "
+        "its story went with that history; if not, check the id (`journal-inspect events "
+        "--kind generation.created` lists them).")),)
 
 
 def _keeper(sessions: Iterable[SessionState], generation: GenerationState

@@ -1,10 +1,13 @@
 """``summary``: counts and times of a journal, without replaying all of it.
 
-SQL aggregates count what every event did; only the events of managers that
-have not ended are replayed, so a summary of a long journal is fast.  With a
-root, the kernel's locks add what the journal cannot know: which of those
-managers still live, and which directories of ended managers a command that
-outlived its manager still holds.
+SQL aggregates count what the kept events did; what is live (managers not
+ended, their generations and leases) is the state at the journal's end, the
+newest checkpoint and the events after it, so a summary of a long journal is
+fast, and once history was retired it still counts what was opened before
+the kept history and lives on.  With a root, the kernel's locks add what the
+journal cannot know: which of those managers still live, and which
+directories of ended managers a command that outlived its manager still
+holds.
 """
 
 from __future__ import annotations
@@ -22,14 +25,12 @@ from sessiontemp.inspect.read import (
     opened,
     probe_generation,
     probe_liveness,
-    replay,
 )
 from sessiontemp.inspect.verify import Verification
-from sessiontemp.journal import checkpoint
-from sessiontemp.journal.errors import RuleViolation
-from sessiontemp.journal.events import KINDS, Record, SessionAdopted, decode
-from sessiontemp.journal.reducer import Fold, State
-from sessiontemp.journal.store import History, Store
+from sessiontemp.journal import checkpoint, history
+from sessiontemp.journal.events import KINDS
+from sessiontemp.journal.reducer import State
+from sessiontemp.journal.store import History
 from sessiontemp.root import GENERATION_PREFIX, generation_id_of
 
 __all__ = ["ManagerInfo", "Summary", "summary"]
@@ -63,8 +64,12 @@ class Summary:
     """What :func:`summary` found: the file, its events, managers and generations.
 
     ``managers`` counts opened, closed, dead and not-ended managers (and of
-    those: live, gone, of unknown liveness, sealed, and their owners);
-    ``generations`` counts them by where they are in their life, the leases
+    those: live, gone, of unknown liveness, sealed, and their owners; and
+    ``before_history``, those the state where the kept history starts
+    holds: opened before it, their records retired);
+    ``generations`` counts them by where they are in their life (in all:
+    those the kept history names, and those it does not that were there
+    where it starts, ``before_history`` of them in that state), the leases
     the journal says are held, and ``held_by_commands``: directories of
     managers that ended or are gone which a running command still holds
     (their leases died with the manager in the journal; only the kernel lock
@@ -106,8 +111,9 @@ class Summary:
 
 def _space(state: State, measurements: int, refused: int) -> dict[str, int | str | None]:
     """What the directories of the managers not ended held, as last measured."""
+    running = {m.id for m in state.managers.values() if m.ended is None}
     measured = [g for g in state.generations.values()
-                if g.manager in state.managers and g.measured_at is not None]
+                if g.manager in running and g.measured_at is not None]
     largest = max(measured, key=lambda g: (g.measured_bytes or 0, g.id), default=None)
     peak = max(measured, key=lambda g: (g.peak_bytes, g.id), default=None)
     return {
@@ -125,12 +131,12 @@ def _space(state: State, measurements: int, refused: int) -> dict[str, int | str
 
 def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None = None
             ) -> Summary:
-    """Counts and times of a journal, from SQL aggregates and a replay of only what is open.
+    """Counts and times of a journal, from SQL aggregates and the state at its end.
 
-    Only the events of managers that have not ended are replayed, so it is
+    The state is the newest checkpoint and the events after it, so it is
     fast on a long journal.  Its ``verify`` is the quick check: sequence
-    gap-free, kinds known, and the open managers' events obey the rules;
-    :func:`verify` does the full one.  With *root*, each open manager's
+    gap-free, kinds known, and the events after that checkpoint obey the
+    rules; :func:`verify` does the full one.  With *root*, each open manager's
     liveness lock and the directory lock of each generation whose manager
     ended or is gone are probed.
     """
@@ -138,7 +144,7 @@ def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None
     base = None if root is None else Path(root)
     with opened(path, snapshot=True) as store:
         first, last, count = store.extent()
-        history = store.history()
+        retirement = store.history()
         times = store.times_of([s for s in (first, last) if s is not None])
         kinds = dict.fromkeys(_COUNTED, 0)
         kinds.update(store.kind_counts(excluding=[k for k in KINDS if k not in _COUNTED]))
@@ -147,19 +153,20 @@ def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None
         # retirement records its end first and deletes its files after (one
         # under way in another process, or cut short by a crash).
         if first is not None and last is not None and (
-                first > history.retired_until + 1 or last != first + count - 1):
+                first > retirement.retired_until + 1 or last != first + count - 1):
             problems.append(Problem(None, "sequence", f"{count} events numbered {first} to "
                                     f"{last}: the sequence has gaps"))
         for kind in sorted(set(kinds) - set(KINDS)):
             problems.append(Problem(None, "kinds", f"{kinds[kind]} events of unknown kind "
                                     f"{kind!r}"))
-        open_rows: list[tuple[int, str]] = []
-        if kinds["manager.opened"] > kinds["manager.closed"] + kinds["manager.dead"]:
-            open_rows = store.open_managers()
         total_generations = 0
         if kinds["generation.created"] or kinds["removal.started"]:
             total_generations = store.generation_count()
-        state = _open_part(store, open_rows, problems)
+        # Tolerant, as recovery is: a refused record is a problem of the quick check.
+        refused: list[Problem] = []
+        state = history.fold(store, after=None, lenient=refused)
+        problems += [p for p in refused if p.check != "sequence"]
+        before = history.start(store).state
         newest = next((seq for seq, format, chained in store.checkpoints()
                        if format == checkpoint.FORMAT and chained), None)
         size = sum(_size(path.with_name(path.name + suffix)) for suffix in ("", "-wal"))
@@ -187,11 +194,7 @@ def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None
             gid for name in _entries(base)
             if name.startswith(GENERATION_PREFIX) and (gid := generation_id_of(name)) is not None
             and gid not in mine and probe_generation(base, gid) == "held"))
-    own = [g for g in state.generations.values() if g.manager in state.managers]
-    own_unremoved = [g for g in own if g.removal is None]
-    removed = kinds["removal.finished"]
-    pending = kinds["removal.started"] - removed
-    live_generations = sum(1 for g in own_unremoved if not g.retired)
+    unremoved = [g for g in state.generations.values() if g.removal is None]
     managers = {
         "opened": kinds["manager.opened"],
         "closed": kinds["manager.closed"],
@@ -202,22 +205,24 @@ def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None
         "unknown": sum(1 for m in running if m.liveness == "unknown"),
         "sealed": sum(1 for m in running if m.sealed),
         "owners": sum(m.owners for m in running),
+        "before_history": len(before.managers),
     }
     generations: dict[str, int | None] = {
-        "total": total_generations,
-        "live": live_generations,
-        "retired": total_generations - kinds["removal.started"] - live_generations,
-        "removal_pending": pending,
-        "removed": removed,
-        "leases_held": sum(len(g.leases) for g in own_unremoved),
+        "total": total_generations + _unnamed(before, state),
+        "live": sum(1 for g in unremoved if not g.retired),
+        "retired": sum(1 for g in unremoved if g.retired),
+        "removal_pending": sum(1 for g in state.generations.values() if g.removal == "started"),
+        "removed": kinds["removal.finished"],
+        "leases_held": sum(len(g.leases) for g in unremoved),
         "held_by_commands": None if base is None else len(held),
+        "before_history": len(before.generations),
     }
     return Summary(
         journal=path, root=base, immutable=immutable, size_bytes=size, events=count,
         first_seq=first, last_seq=last, first_time=times.get(first or 0),
         last_time=times.get(last or 0), managers=managers, running=running,
         generations=generations, verify=Verification(path, "quick", count, tuple(problems)),
-        checkpoint=newest, held=held, history=history,
+        checkpoint=newest, held=held, history=retirement,
         sessions={"claims": kinds["session.claimed"], "resumed": kinds["session.adopted"],
                   "discarded": kinds["session.discarded"]},
         artifacts={"kept": kinds["artifact.kept"] - kinds["artifact.removed"],
@@ -240,27 +245,13 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _open_part(store: Store, open_rows: list[tuple[int, str]], problems: list[Problem]
-               ) -> State:
-    """Replay only the events naming the managers that have not ended."""
-    if not open_rows:
-        return State()
-    wanted = {m for _, m in open_rows}
-    start = min(seq for seq, _ in open_rows)
-    draft = Fold(State())
-    found: list[Problem] = []
-    for seq, time, kind, payload in store.rows_naming(wanted, after=start - 1):
-        if kind == SessionAdopted.kind:
-            # An adopted generation was made by a manager that ended: its
-            # story is not among these events.  The whole replay tells it.
-            return replay(store, lenient=problems, start=checkpoint.restore(store).state)
-        try:
-            event = decode(seq, kind, payload)
-            # A manager's events name it, and so do the removals it made of
-            # its own generations ("by").
-            if getattr(event, "manager", None) in wanted or getattr(event, "by", None) in wanted:
-                draft.step(Record(seq, time, event))
-        except RuleViolation as e:
-            found.append(Problem(e.seq, "rules", str(e)))
-    problems.extend(found)
-    return draft.state()
+def _unnamed(before: State, now: State) -> int:
+    """How many generations of *before* (where the kept history starts) it never names.
+
+    The SQL count names a generation by its creation or the start of its
+    removal: one whose removal had not started there and has since started
+    (or finished: the state let it go) is counted by it already.
+    """
+    return sum(1 for g in before.generations.values() if not (
+        g.removal is None and (g.id not in now.generations
+                               or now.generations[g.id].removal is not None)))

@@ -51,9 +51,9 @@ from sessiontemp.inspect.picture import (
     Mark,
     Picture,
 )
-from sessiontemp.inspect.read import Problem, Progress, counted, opened, replay
+from sessiontemp.inspect.read import Problem, Progress, counted, opened
 from sessiontemp.inspect.scale import Scale, duration, idle_stretches
-from sessiontemp.journal import checkpoint
+from sessiontemp.journal import history
 from sessiontemp.journal.errors import BadInput
 from sessiontemp.journal.events import (
     CommandStarted,
@@ -307,10 +307,9 @@ def timeline(
                                since=since if isinstance(since, int) else 0,
                                until=until if isinstance(until, int) else None)
         # Where the kept history starts: what was live there is drawn from there.
-        start = checkpoint.origin(store).state
-        collector.seed(start, store.history().first_time)
-        state = replay(store, lenient=refused, each=collector.each, progress=progress,
-                       start=start)
+        start = history.start(store)
+        collector.seed(start.state, start.history.first_time)
+        state = history.fold(store, lenient=refused, each=collector.each, progress=progress)
         events = store.last_seq()
         refused_at = store.times_of([p.seq for p in refused if p.seq is not None])
     if manager is not None and manager not in collector.managers:

@@ -3,8 +3,8 @@
 SQLite's integrity, the gap-free sequence and the digest chain (from
 :meth:`Store.verify`), each payload's schema, the lifecycle rules (lenient:
 every violation is listed and its event skipped), every stored checkpoint
-against the state replayed from event 1, and the reducer's invariants on the
-final state.
+against the state folded from where the kept history starts (event 1, until
+history is retired), and the reducer's invariants on the final state.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Literal
 
 import attrs
 
-from sessiontemp.inspect.read import Problem, Progress, opened, replay
-from sessiontemp.journal import checkpoint
+from sessiontemp.inspect.read import Problem, Progress, opened
+from sessiontemp.journal import checkpoint, history
 from sessiontemp.journal.errors import CheckpointInvalid
 from sessiontemp.journal.events import Record
-from sessiontemp.journal.reducer import EMPTY, Fold, State
+from sessiontemp.journal.reducer import Fold, State
 from sessiontemp.journal.store import Store
 
 __all__ = ["Verification", "verify"]
@@ -63,15 +63,21 @@ def verify(journal: os.PathLike[str] | str, *, progress: Progress | None = None
                     "from the events, so replays starting from it go wrong: delete its row "
                     "from the table checkpoints (the next recovery writes a new one)")))
 
-        start = _start(store, problems)
+        start = history.start(store)
+        if not start.usable:
+            # The first kept segment begins with the checkpoint of the event
+            # before its first; the chain check above ties it to the events.
+            problems.append(Problem(start.seq, "checkpoints", (
+                f"history up to event {start.seq} was retired, yet no usable checkpoint of "
+                "that event is kept, so the events after it cannot be replayed")))
         # The checkpoints of history recorded retired, in files not yet
         # deleted (a retirement under way in another process, or one a crash
-        # cut short between its record and its deletions): the replay of the
+        # cut short between its record and its deletions): the fold of the
         # kept history starts after them, so none is compared, nor missed.
-        for seq in [seq for seq in claims if seq <= start.seq]:
+        for seq in [seq for seq in claims if seq <= start.state.seq]:
             del claims[seq]
-        state = replay(store, progress=progress, lenient=lenient,
-                       each=compare if claims else None, start=start)
+        state = history.fold(store, progress=progress, lenient=lenient,
+                             each=compare if claims else None)
         count = store.last_seq()
     problems += [p for p in lenient if p.check != "sequence"]
     problems += problems_of_checkpoints
@@ -79,23 +85,6 @@ def verify(journal: os.PathLike[str] | str, *, progress: Progress | None = None
                          "the replay skipped that event") for seq in sorted(claims)]
     problems += _invariants(state)
     return Verification(path, "full", count, tuple(problems))
-
-
-def _start(store: Store, problems: list[Problem]) -> State:
-    """Where the replay starts: event 1, or the checkpoint where retired history ends.
-
-    The first kept segment begins with the checkpoint of the event before
-    its first; the chain check above ties that checkpoint to the events.
-    """
-    retired = store.history().retired_until
-    if not retired:
-        return EMPTY
-    restored = checkpoint.restore(store, until=retired)
-    if restored.state.seq != retired:
-        problems.append(Problem(retired, "checkpoints", (
-            f"history up to event {retired} was retired, yet no usable checkpoint of that "
-            "event is kept, so the events after it cannot be replayed")))
-    return restored.state
 
 
 def _invariants(state: State) -> list[Problem]:
