@@ -1,5 +1,6 @@
 """The library's shape, read from its source with ``ast``: no import circle, modules of one
-concept, journal/ below sessiontemp/, SQL only in the store.
+concept, journal/ below sessiontemp/, SQL only in the store, events folded only by the
+reducer, the Ledger and the one read model.
 
 Each rule is checked over ``journal/`` and ``sessiontemp/`` as they stand on disk, and each
 failure names the modules and what to do.  The same checks run first on small planted trees
@@ -43,6 +44,16 @@ _SQL = re.compile(
     r"|DETACH\s+(?:DATABASE\s+)?\w|VACUUM\b|WITH\s+(?:RECURSIVE\s+)?\w+\s*(?:\(.*\)\s*)?AS\s*\()",
     re.DOTALL,
 )
+# Where events may be folded into a state: the reducer (the fold itself), the Ledger (the
+# write side's one fold) and the one read model every reader folds the kept history through.
+FOLD_HOMES = ("sessiontemp.journal.reducer", "sessiontemp.journal.ledger",
+              "sessiontemp.journal.history")
+# Folds of the write path that one write path (a recovery pass appending through a Ledger,
+# its checkpoint's catch-up with it) removes: each must still fold, so that the entry goes
+# the moment its fold does.
+WRITE_PATH_FOLDS = ("sessiontemp.recovery", "sessiontemp.journal.checkpoint")
+# What reaches the reducer: its module, and the package that re-exports its names.
+_REDUCER = ("sessiontemp.journal.reducer", "sessiontemp.journal")
 
 
 @attrs.frozen
@@ -178,6 +189,80 @@ class Tree:
                     assert isinstance(node, ast.expr)
                     found.append((module, node.lineno, " ".join(text.split())[:60]))
         return found
+
+    def folds(self, homes: Iterable[str] = FOLD_HOMES) -> list[tuple[str, int, str]]:
+        """Where a module outside *homes* folds events: ``(module, line, how)``.
+
+        A module folds when it calls the reducer's ``replay`` or ``apply`` (imported by
+        name, or reached as an attribute of the reducer's module or package), or steps a
+        ``Fold`` it made: ``.step`` (called, or kept to be called) of a name bound to
+        ``Fold(...)`` anywhere in the module, or of ``Fold(...)`` itself.  Making a Fold
+        only to hand it to a Ledger (``ledger.follow(Fold(state))``) is not folding: the
+        Ledger steps it.
+        """
+        homes = tuple(homes)
+        found = []
+        for module in self.files:
+            if any(_within(module, home) for home in homes):
+                continue
+            tree = self.parsed(module)
+            names, modules, fold_types = self._reducer_names(module, tree)
+            made = {target.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                    and _makes_fold(node.value, fold_types, modules)
+                    for target in node.targets if isinstance(target, ast.Name)}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (
+                        node.func.id in names):
+                    found.append((module, node.lineno,
+                                  f"calls the reducer's {names[node.func.id]}"))
+                elif not isinstance(node, ast.Attribute):
+                    continue
+                elif (node.attr in ("replay", "apply") and isinstance(node.value, ast.Name)
+                      and node.value.id in modules):
+                    found.append((module, node.lineno, f"calls the reducer's {node.attr}"))
+                # Called, or kept to be called (``step = fold.step``): stepped all the same.
+                elif node.attr == "step" and (
+                        (isinstance(node.value, ast.Name) and node.value.id in made)
+                        or _makes_fold(node.value, fold_types, modules)):
+                    found.append((module, node.lineno, "steps a Fold of its own"))
+        return found
+
+    def _reducer_names(self, module: str, tree: ast.Module
+                       ) -> tuple[dict[str, str], set[str], set[str]]:
+        """The local names of the reducer's replay and apply (to what they are), of its
+        module or package, and of its Fold, as *module* imports them."""
+        names: dict[str, str] = {}
+        modules: set[str] = set()
+        fold_types: set[str] = set()
+        for node in _import_nodes(tree):
+            if isinstance(node, ast.Import):
+                modules.update(alias.asname or alias.name for alias in node.names
+                               if alias.name in _REDUCER)
+                continue
+            base = node.module or ""
+            if node.level:
+                package = module.split(".") if self.is_package(module) else module.split(".")[:-1]
+                package = package[:len(package) - (node.level - 1)]
+                base = ".".join([*package, *([base] if base else [])])
+            for alias in node.names:
+                local = alias.asname or alias.name
+                if f"{base}.{alias.name}" in _REDUCER:
+                    modules.add(local)
+                elif base in _REDUCER and alias.name in ("replay", "apply"):
+                    names[local] = alias.name
+                elif base in _REDUCER and alias.name == "Fold":
+                    fold_types.add(local)
+        return names, modules, fold_types
+
+
+def _makes_fold(node: ast.AST, fold_types: set[str], modules: set[str]) -> bool:
+    """Whether *node* is a call that makes a Fold: ``Fold(...)`` or ``reducer.Fold(...)``."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    return (isinstance(func, ast.Name) and func.id in fold_types) or (
+        isinstance(func, ast.Attribute) and func.attr == "Fold"
+        and isinstance(func.value, ast.Name) and func.value.id in modules)
 
 
 def _within(module: str, package: str) -> bool:
@@ -323,6 +408,20 @@ def test_sql_is_written_only_in_the_store_package() -> None:
         for module, found in by_module.items())
 
 
+def test_events_are_folded_only_by_the_reducer_the_ledger_and_the_one_read_model() -> None:
+    by_module: dict[str, list[tuple[int, str]]] = {}
+    for module, line, how in LIBRARY.folds():
+        by_module.setdefault(module, []).append((line, how))
+    for module in WRITE_PATH_FOLDS:
+        assert by_module.pop(module, None), (
+            f"{module} no longer folds events: remove it from WRITE_PATH_FOLDS")
+    assert not by_module, "\n".join(
+        f"{module} folds events at lines {', '.join(str(line) for line, _ in found)} "
+        f"({found[0][1]}): a reader folds through sessiontemp.journal.history (fold, begin, "
+        "start), a writer through its Ledger; no second fold of the journal may exist"
+        for module, found in by_module.items())
+
+
 # -- the checks themselves, on planted trees -------------------------------------------------------
 
 def plant(base: Path, files: dict[str, str]) -> Tree:
@@ -380,6 +479,33 @@ def test_a_planted_long_module_an_upward_import_and_stray_sql_are_found(tmp_path
     assert [(i.source, i.target, i.line) for i in tree.upward_imports()] == [
         ("sessiontemp.journal.events", "sessiontemp.manager", 1)]
     assert [(m, line) for m, line, _ in tree.stray_sql()] == [("sessiontemp.manager", 3)]
+
+
+def test_a_planted_fold_is_found_however_it_reaches_the_reducer(tmp_path: Path) -> None:
+    tree = plant(tmp_path, {
+        "journal/__init__.py": "",
+        "journal/reducer.py": "class Fold: ...\ndef replay(r): ...\ndef apply(s, r): ...\n",
+        "journal/history.py": "from .reducer import replay\nreplay([])\n",
+        "sessiontemp/__init__.py": "",
+        "sessiontemp/a.py": "from sessiontemp.journal.reducer import replay as r\nr([])\n",
+        "sessiontemp/b.py": ("from sessiontemp.journal import reducer\n"
+                             "def f(s, rs):\n    return reducer.apply(s, rs[0])\n"),
+        "sessiontemp/c.py": ("from sessiontemp.journal.reducer import Fold\n"
+                             "def f(s, rs):\n    fold = Fold(s)\n    for r in rs:\n"
+                             "        fold.step(r)\n"
+                             "def g(s, rs):\n    draft = Fold(s)\n    step = draft.step\n"
+                             "    for r in rs:\n        step(r)\n"),
+        "sessiontemp/d.py": ("from sessiontemp.journal.reducer import Fold\n"
+                             "def f(ledger, s):\n    ledger.follow(Fold(s), s.seq)\n"),
+        "sessiontemp/e.py": "import sessiontemp.journal as j\nj.replay([])\n",
+    })
+    assert sorted(tree.folds()) == [
+        ("sessiontemp.a", 2, "calls the reducer's replay"),
+        ("sessiontemp.b", 3, "calls the reducer's apply"),
+        ("sessiontemp.c", 5, "steps a Fold of its own"),
+        ("sessiontemp.c", 8, "steps a Fold of its own"),
+        ("sessiontemp.e", 2, "calls the reducer's replay"),
+    ]
 
 
 @pytest.mark.parametrize("text", [
