@@ -347,6 +347,9 @@ def cmd_usage(args: argparse.Namespace, out: console.Out) -> int:
         if d.unread:
             out.write(f"{shown(d.path)}: {d.unread:,} entries could not be read; "
                       "its size counts what could\n")
+        if d.before_history:
+            out.write(f"{shown(d.path)}: created before {report.history}: the labels of the "
+                      "leases taken on it before then went with the retired history\n")
         if d.refused and d.refused_at is not None:
             out.write(f"{shown(d.path)}: {counted(d.refused, 'acquire')} refused for space, "
                       f"the last at {_when(d.refused_at)} (`journal-inspect explain` says "

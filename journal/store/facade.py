@@ -318,10 +318,6 @@ class Store:
         leaving out *excluding*: grouping fewer rows is what makes it fast."""
         return self._queries.kind_counts(excluding=excluding)
 
-    def open_managers(self) -> list[tuple[int, str]]:
-        """``(seq, id)`` of each ``manager.opened`` whose manager has no close or death."""
-        return self._queries.open_managers()
-
     def generation_count(self) -> int:
         """How many distinct generations were created or found (as strays) and removed."""
         return self._queries.generation_count()

@@ -63,14 +63,6 @@ class Queries:
             f"SELECT kind, count(*) FROM events WHERE kind NOT IN ({marks}) "  # noqa: S608
             "GROUP BY kind", tuple(excluding))}
 
-    def open_managers(self) -> list[tuple[int, str]]:
-        """``(seq, id)`` of each ``manager.opened`` whose manager has no close or death."""
-        return [(int(seq), str(m)) for seq, m in self._reader.query(
-            "SELECT seq, json_extract(payload, '$.manager') FROM events "
-            "WHERE kind = 'manager.opened' AND json_extract(payload, '$.manager') NOT IN "
-            "(SELECT json_extract(payload, '$.manager') FROM events "
-            "WHERE kind IN ('manager.closed', 'manager.dead')) ORDER BY seq")]
-
     def generation_count(self) -> int:
         """How many distinct generations were created or found (as strays) and removed."""
         ((n,),) = self._reader.query(

@@ -23,6 +23,7 @@ from sessiontemp.inspect.read import (
     ROOT_FILES,
     Problem,
     Progress,
+    kept_history,
     opened,
     probe_generation,
     probe_liveness,
@@ -148,6 +149,7 @@ def _fsck(base: Path, progress: Progress | None) -> tuple[tuple[Finding, ...],
     with opened(journal, snapshot=True) as store:
         # Tolerant, as recovery is: a refused record is a finding, not the end.
         state = history.fold(store, after=None, progress=progress, lenient=refused)
+        start = history.start(store)
         # Entries the state does not hold: removed (and let go of), or never journaled.
         unknown = {gid for gid in map(generation_id_of, names)
                    if gid is not None and gid not in state.generations}
@@ -168,6 +170,11 @@ def _fsck(base: Path, progress: Progress | None) -> tuple[tuple[Finding, ...],
             f"Run `journal-inspect {journal} verify` to list every such record; see the "
             "documentation's faults page, \"A record the rules refuse\"")
         for p in refused if p.check in ("rules", "schema")]
+    # Once history was retired, a directory whose records went with it is
+    # as unknown as one a lost journal left: both are said.
+    unknown_to = ("the journal (left by a lost or moved journal)" if not start.seq else
+                  f"{kept_history(start)} (its records went with the history before it, or a "
+                  "lost or moved journal left it)")
     present = set(names)
     for name in names:
         path = base / name
@@ -193,8 +200,8 @@ def _fsck(base: Path, progress: Progress | None) -> tuple[tuple[Finding, ...],
         elif known is None:
             findings.append(Finding("trash" if name.startswith(TRASH_PREFIX) else "stray",
                                     path, gid, (
-                "unknown to the journal (left by a lost or moved journal): a recovery removes "
-                "it once no command holds it and it is older than a day (stale_after)"),
+                f"unknown to {unknown_to}: a recovery removes it once no command holds it and "
+                "it is older than a day (stale_after)"),
                 "Remove it by hand if you know nothing uses it, or wait"))
     for g in sorted(state.generations.values(), key=lambda g: g.created_seq):
         if g.removal is None and g.ready and GENERATION_PREFIX + g.id not in present:

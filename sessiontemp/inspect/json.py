@@ -133,7 +133,7 @@ def _directory(d: DirectoryUsage) -> dict[str, Any]:
         "measured_at": moment(d.measured_at), "measured_time": d.measured_at,
         "peak_bytes": d.peak_bytes, "peak_inodes": d.peak_inodes, "unread": d.unread,
         "measured_now": d.measured_now, "refused": d.refused,
-        "refused_at": moment(d.refused_at),
+        "refused_at": moment(d.refused_at), "before_history": d.before_history,
     }
 
 

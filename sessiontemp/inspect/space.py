@@ -29,7 +29,14 @@ from typing import Final
 import attrs
 
 from sessiontemp import disk
-from sessiontemp.inspect.read import Liveness, Problem, Progress, opened, probe_liveness
+from sessiontemp.inspect.read import (
+    Liveness,
+    Problem,
+    Progress,
+    kept_history,
+    opened,
+    probe_liveness,
+)
 from sessiontemp.journal import history
 from sessiontemp.journal.errors import RuleViolation
 from sessiontemp.journal.events import LeaseAcquired, SpaceRefused, decode
@@ -81,6 +88,9 @@ class DirectoryUsage:
     measured_now: bool = False
     refused: int = 0
     refused_at: float | None = None
+    # Created before the kept history: the labels (and the count) of the
+    # leases taken on it before then went with the retired history.
+    before_history: bool = False
 
 
 @attrs.frozen
@@ -93,6 +103,9 @@ class SpaceReport:
     kernel's mount table names its type).
     ``seq`` is the last event the journal's state was read at; ``problems``
     lists records the lifecycle rules refuse (skipped, as recovery skips them).
+    ``history`` says where the kept history starts, in words, once history
+    was retired (None before): what a directory created before it
+    (``before_history``) no longer has of its leases.
     """
 
     journal: Path
@@ -104,6 +117,7 @@ class SpaceReport:
     measured: bool
     directories: tuple[DirectoryUsage, ...]
     problems: tuple[Problem, ...] = ()
+    history: str | None = None
 
     @property
     def bytes(self) -> int:
@@ -134,6 +148,7 @@ def usage(
     problems: list[Problem] = []
     with opened(path, snapshot=True) as store:
         state = history.fold(store, after=None, lenient=problems, progress=progress)
+        kept = history.start(store)
         generations = sorted(state.generations.values(), key=lambda g: g.created_seq)
         labels, refusals = _leases_and_refusals(store, generations)
     space, tmpfs = _filesystem(base)
@@ -154,7 +169,8 @@ def usage(
             labels=tuple(_newest_distinct(taken)), leases=len(taken),
             bytes=g.measured_bytes or 0, inodes=g.measured_inodes or 0,
             measured_at=g.measured_at, peak_bytes=g.peak_bytes, peak_inodes=g.peak_inodes,
-            refused=len(refused), refused_at=max(refused, default=None))
+            refused=len(refused), refused_at=max(refused, default=None),
+            before_history=g.created_seq <= kept.seq)
         if measure:
             row = _measured(row, time.time() if now is None else now)
             if measuring is not None:
@@ -164,7 +180,8 @@ def usage(
     return SpaceReport(
         journal=path, root=base, seq=state.seq, free_bytes=space.free,
         total_bytes=space.total, tmpfs=tmpfs, measured=measure, directories=tuple(found),
-        problems=tuple(p for p in problems if p.check in ("rules", "schema")))
+        problems=tuple(p for p in problems if p.check in ("rules", "schema")),
+        history=kept_history(kept) if kept.seq else None)
 
 
 def _filesystem(root: Path) -> tuple[disk.Space, bool]:
