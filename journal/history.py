@@ -142,8 +142,9 @@ def fold(
     finished manager and generation of the kept history is seen): once
     history was retired, event 1 is gone, and the first kept segment holds
     the state after the last event retired.  A moment before that
-    (*until*) raises :class:`HistoryRetired`.  A *start* given (a state
-    :func:`begin` gave) is where it starts instead.
+    (*until*) raises :class:`HistoryRetired`.  A *start* given (the state
+    :func:`begin` gave: a reader that needs it before the fold) is where it
+    starts instead.
 
     Strict: a gap or an event that breaks the rules raises
     :class:`JournalCorrupt`.  Lenient: the fold is the reducer's tolerant
@@ -154,11 +155,8 @@ def fold(
     *progress* is called with (events done, events in all) now and then.
     """
     state = begin(store, after) if start is None else start
-    retired = store.history().retired_until
-    if state.seq < retired:
-        state = max(state, checkpoint.origin(store).state, key=lambda s: s.seq)
     if until is not None and until < state.seq:
-        raise HistoryRetired(store.path, until, retired)
+        raise HistoryRetired(store.path, until, store.history().retired_until)
     total = store.last_seq() if until is None else until
     draft = Fold(state, tolerant=lenient is not None, history=forgotten)
     expected = state.seq + 1
