@@ -152,8 +152,9 @@ def _measure(fd: int, path: Path, counter: _Counter) -> Usage:
         _measure_entry(fd, top, name, counter, unread, mounts)
         sizes.append((counter.bytes - before, name))
         counts.append((counter.inodes - inodes, name))
-    largest = heapq.nlargest(LARGEST, sizes)
-    crowded = heapq.nlargest(LARGEST, counts)
+    # The most first; among equals, by name.
+    largest = heapq.nsmallest(LARGEST, sizes, key=lambda item: (-item[0], item[1]))
+    crowded = heapq.nsmallest(LARGEST, counts, key=lambda item: (-item[0], item[1]))
     return Usage(
         path, counter.bytes, counter.inodes, tuple(sorted(unread)[:_NAMED_UNREAD]),
         tuple((name, size) for size, name in largest), tuple(sorted(mounts)), len(unread),
