@@ -163,7 +163,11 @@ def cmd_run(args: argparse.Namespace | Plain, out: console.Out) -> int:
     except CommandNotStarted as e:
         # As env(1), nohup(1) and shells report them.
         return _fail("run", str(e), 127 if e.errno == errno.ENOENT else 126)
-    except (LowDisk, OverBudget) as e:
+    except LowDisk as e:
+        # Worded for this command line, as an overrun below is.
+        low = budget.low_disk(e.path, e.free_bytes, e.min_free_bytes, e.largest, budget.RUN)
+        return _fail("run", f"{low} (the command was not started)", SPACE_STATUS)
+    except OverBudget as e:
         return _fail("run", f"{e} (the command was not started)", SPACE_STATUS)
     if finished.kept:
         _fail("run", f"{finished.path} is still held by a process the command left running; "

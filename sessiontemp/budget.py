@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Final
 
 import attrs
@@ -115,7 +114,8 @@ PYTHON: Final = Surface(
     after="; commands running in it are not touched")
 RUN: Final = Surface(
     "Have the command leave less in its directory ($TMPDIR)",
-    (("max_bytes", "--max-bytes"), ("max_inodes", "--max-inodes")),
+    (("max_bytes", "--max-bytes"), ("max_inodes", "--max-inodes"),
+     ("min_free_bytes", "--min-free-bytes")),
     after="; the command ran to its end, and nothing was stopped")
 PYTEST: Final = Surface(
     "Have the test leave less in its directory",
@@ -168,20 +168,24 @@ def over_budget(limits: Limits, usage: Usage, surface: Surface = PYTHON) -> Over
 
 
 def low_disk(root: os.PathLike[str] | str, free: int, floor: int,
-             largest: Sequence[tuple[Path, int]]) -> LowDisk:
+             largest: Sequence[tuple[os.PathLike[str] | str, int]],
+             surface: Surface = PYTHON) -> LowDisk:
     """The refusal on a file system with *free* bytes left, below *floor*.
 
     *largest* names the biggest live directories under the root, as last
-    measured, largest first.
+    measured, largest first; *surface* is where the floor was set.
     """
-    named = ", ".join(f"{path} ({human(size)})" for path, size in largest) or (
+    named = ", ".join(f"{os.fspath(path)} ({human(size)})" for path, size in largest) or (
         "none measured yet")
     reason = (f"its file system has {human(free)} free, less than the {human(floor)} "
-              f"kept free (min_free_bytes); the largest directories under it: {named}")
+              f"kept free ({surface.setting('min_free_bytes', floor)}); the largest "
+              f"directories under it: {named}")
     fix = ("Free space (remove what is big, or rotate and close sessions that are done), "
-           "pass a root on a larger file system, or lower min_free_bytes; see "
+           "pass a root on a larger file system, or lower the floor "
+           f"({surface.setting('min_free_bytes', 0)} turns it off); see "
            "`journal-inspect --root ROOT usage`")
-    return LowDisk(root, reason, fix, free_bytes=free, min_free_bytes=floor)
+    return LowDisk(root, reason, fix, free_bytes=free, min_free_bytes=floor,
+                   largest=tuple((os.fspath(path), size) for path, size in largest))
 
 
 def described(cause: str, found: int, limit: int) -> str:

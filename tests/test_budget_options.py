@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from sessiontemp.journal.events import GenerationMeasured, SpaceRefused
+from sessiontemp.usage import human
 from tests.commands import journaled
 from tests.test_run import launcher, sessiontemp
 
@@ -88,6 +89,22 @@ def test_too_little_free_space_refuses_the_command_before_it_starts(tmp_path: Pa
     # The journal says so too: which limit, how much was free.
     [refusal] = journaled(tmp_path / "root", SpaceRefused)
     assert (refusal.cause, refusal.limit) == ("min_free_bytes", 2**62)
+
+
+def test_too_little_free_space_is_said_with_the_option_and_its_value_as_the_command_line_gave_it(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    result = run(root, "--min-free-bytes", "1000T", size=10, marker=tmp_path / "ran")
+    assert result.returncode == 75, result.stderr
+    [refusal] = journaled(root, SpaceRefused)
+    assert result.stderr == (
+        f"sessiontemp run: no private directory in {root}: its file system has "
+        f"{human(refusal.found)} free, less than the 1000.0 TiB kept free (--min-free-bytes "
+        "1000T); the largest directories under it: none measured yet. Free space (remove "
+        "what is big, or rotate and close sessions that are done), pass a root on a larger "
+        "file system, or lower the floor (--min-free-bytes 0 turns it off); see "
+        "`journal-inspect --root ROOT usage` (the command was not started)\n")
 
 
 @pytest.mark.parametrize("value", ["-5", "lots", "1.5G", ""])
