@@ -11,7 +11,8 @@ is enough.  Fixtures:
   ``pass_fds``, ``create_subprocess_exec``).
 
 Options: ``--sessiontemp-root DIR`` (default: the library's per-user root);
-``--sessiontemp-max-bytes N`` and ``--sessiontemp-max-inodes N``, a budget
+``--sessiontemp-max-bytes N`` and ``--sessiontemp-max-inodes N`` (N read
+as ``sessiontemp run --max-bytes`` reads it: ``100K``, ``2G``), a budget
 for each test's directory: it is measured when the test ends, and one over
 the budget is an error of that test at teardown
 (:class:`~sessiontemp.OverBudget`, naming its size and largest entries),
