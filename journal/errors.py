@@ -136,14 +136,17 @@ class LowDisk(Unavailable):
     """The root's file system has less free space than the manager keeps free.
 
     ``path`` is the root, ``free_bytes`` the space free to this user,
-    ``min_free_bytes`` the floor.  Refused before a command starts, so that
-    none dies of a full disk half-way through.
+    ``min_free_bytes`` the floor, ``largest`` the largest directories under
+    the root as last measured, as ``(path, bytes)``.  Refused before a
+    command starts, so that none dies of a full disk half-way through.
     """
 
     def __init__(self, path: os.PathLike[str] | str, reason: str, fix: str, *,
-                 free_bytes: int, min_free_bytes: int) -> None:
+                 free_bytes: int, min_free_bytes: int,
+                 largest: tuple[tuple[str, int], ...] = ()) -> None:
         self.free_bytes = free_bytes
         self.min_free_bytes = min_free_bytes
+        self.largest = largest
         super().__init__(path, reason, fix)
 
 

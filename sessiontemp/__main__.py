@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO
 
-from sessiontemp import console
+from sessiontemp import budget, console
 from sessiontemp.journal.errors import (
     BadInput,
     CommandNotStarted,
@@ -89,7 +89,6 @@ _VALUED: Final = frozenset({"--root", "--session", "--max-bytes", "--max-inodes"
                             "--min-free-bytes"})
 # Refused for space: EX_TEMPFAIL of sysexits.h, "try again later" (once space is freed).
 SPACE_STATUS: Final = 75
-_UNITS: Final = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 def build_parser() -> Parser:
@@ -99,6 +98,7 @@ def build_parser() -> Parser:
     from importlib import metadata
 
     from sessiontemp.arguments import Parser
+    from sessiontemp.arguments import size as _size
 
     parser = Parser(
         prefix=PROG, prog=PROG, epilog=EXAMPLES,
@@ -140,20 +140,6 @@ def build_parser() -> Parser:
     return parser
 
 
-def _size(text: str) -> int:
-    """A size of 0 or more, for argparse: digits, then K, M, G or T (binary units)."""
-    # Called by the parser only, which has imported argparse (a plain run does not).
-    import argparse
-
-    word = text.strip().upper().removesuffix("IB").removesuffix("B")
-    unit = word[-1:] if word[-1:] in _UNITS and word[-1:] else ""
-    digits = word[:-1] if unit else word
-    if not digits.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size: pass a whole number of "
-                                         "bytes, or one with K, M, G or T, such as 500M")
-    return int(digits) * _UNITS[unit]
-
-
 def _fail(where: str, message: str, status: int = 2) -> int:
     console.say(f"{PROG} {where}: {console.shown(message)}\n")
     return status
@@ -177,13 +163,21 @@ def cmd_run(args: argparse.Namespace | Plain, out: console.Out) -> int:
     except CommandNotStarted as e:
         # As env(1), nohup(1) and shells report them.
         return _fail("run", str(e), 127 if e.errno == errno.ENOENT else 126)
-    except (LowDisk, OverBudget) as e:
+    except LowDisk as e:
+        # Worded for this command line, as an overrun below is.
+        low = budget.low_disk(e.path, e.free_bytes, e.min_free_bytes, e.largest, budget.RUN)
+        return _fail("run", f"{low} (the command was not started)", SPACE_STATUS)
+    except OverBudget as e:
         return _fail("run", f"{e} (the command was not started)", SPACE_STATUS)
     if finished.kept:
         _fail("run", f"{finished.path} is still held by a process the command left running; "
                      f"the next `{PROG} recover` after it exits removes it")
     if finished.over is not None:
-        _fail("run", f"{finished.over} (the command ran to its end; nothing was stopped)")
+        assert finished.usage is not None, "measured, to be found over"
+        # Worded for this command line: its options, not the library's keywords.
+        over = budget.over_budget(budget.Limits(args.max_bytes, args.max_inodes),
+                                  finished.usage, budget.RUN)
+        _fail("run", str(over))
         return finished.status or SPACE_STATUS
     return finished.status
 

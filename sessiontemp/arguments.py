@@ -15,9 +15,24 @@ import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
+from sessiontemp import sizes
 from sessiontemp.journal.errors import BadInput
 
-__all__ = ["Parser", "nearest", "nearest_option", "not_a_subcommand"]
+__all__ = ["Parser", "nearest", "nearest_option", "not_a_subcommand", "size"]
+
+
+def size(text: str) -> int:
+    """An option's size (:func:`sessiontemp.sizes.parse`: ``500M``, ``100K``, ``4096``).
+
+    For ``type=`` of every option that takes a size, in both console
+    scripts and the pytest plugin.  The error is argparse's own kind, so
+    that its message is shown as it is (for a ValueError, argparse says
+    only "invalid size value").
+    """
+    try:
+        return sizes.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def nearest(word: str, candidates: Iterable[str]) -> str:

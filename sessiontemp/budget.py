@@ -10,7 +10,11 @@ is never killed, stopped or touched: only new ones are refused, with a
 message that says what is big and what to do.
 
 Everything here is pure: checking values, comparing a measurement with a
-budget, wording the two errors.
+budget, wording the two errors.  A refusal's fix names each limit as the
+person who set it wrote it, with its value (:class:`Surface`):
+``max_bytes=1048576`` for a Python caller, ``--max-bytes 1M`` on
+``sessiontemp run``'s command line, ``--sessiontemp-max-bytes 1M`` for the
+pytest plugin.
 """
 
 from __future__ import annotations
@@ -18,17 +22,17 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Final
 
 import attrs
 
+from sessiontemp import sizes
 from sessiontemp.journal.errors import LowDisk, OverBudget
 from sessiontemp.journal.reducer import GenerationState
 from sessiontemp.usage import Usage, human
 
-__all__ = ["DEFAULT_MEASURE_EVERY", "Limits", "check_limits", "described", "low_disk", "over",
-           "over_budget", "over_generation"]
+__all__ = ["DEFAULT_MEASURE_EVERY", "PYTEST", "PYTHON", "RUN", "Limits", "Surface",
+           "check_limits", "described", "low_disk", "over", "over_budget", "over_generation"]
 
 DEFAULT_MEASURE_EVERY: Final = 30.0
 
@@ -81,40 +85,107 @@ def over_generation(limits: Limits, generation: GenerationState) -> bool:
     return over(limits, generation.measured_bytes, generation.measured_inodes)
 
 
-def over_budget(limits: Limits, usage: Usage) -> OverBudget:
-    """The refusal of a directory whose measurement *usage* is over *limits*' budget."""
-    parts = []
+@attrs.frozen
+class Surface:
+    """Where the limits were set, as a refusal's fix names them and what else to do there.
+
+    *remedy* comes first in the fix, then "or raise the budget (given:
+    ...)" naming each limit it is over with its value, then *after*.  *options*
+    maps a limit (``max_bytes``) to the command-line option that sets it
+    (``--max-bytes``), spelled as the option reads it back (``1M``);
+    without one, a limit is named as the keyword it is (``max_bytes=1048576``).
+    """
+
+    remedy: str
+    options: tuple[tuple[str, str], ...] = ()
+    after: str = ""
+
+    def setting(self, limit: str, value: int) -> str:
+        """*limit* set to *value*, as it was written on this surface."""
+        option = dict(self.options).get(limit)
+        if option is None:
+            return f"{limit}={value}"
+        return f"{option} {sizes.spelled(value)}"
+
+
+PYTHON: Final = Surface(
+    "Rotate (manager.rotate()) to start the next command in a fresh directory, "
+    "remove files from this one (then manager.measure())",
+    after="; commands running in it are not touched")
+RUN: Final = Surface(
+    "Have the command leave less in its directory ($TMPDIR)",
+    (("max_bytes", "--max-bytes"), ("max_inodes", "--max-inodes"),
+     ("min_free_bytes", "--min-free-bytes")),
+    after="; the command ran to its end, and nothing was stopped")
+PYTEST: Final = Surface(
+    "Have the test leave less in its directory",
+    (("max_bytes", "--sessiontemp-max-bytes"), ("max_inodes", "--sessiontemp-max-inodes")))
+
+
+def _inodes(count: int) -> str:
+    return f"{count:,} inode" + ("" if count == 1 else "s")
+
+
+def over_budget(limits: Limits, usage: Usage, surface: Surface = PYTHON) -> OverBudget:
+    """The refusal of a directory whose measurement *usage* is over *limits*' budget.
+
+    It names what the directory holds against each budget set, and what
+    takes the most of each budget it is over: its largest entries for
+    bytes, the entries holding the most inodes for inodes (a subdirectory
+    counts itself and everything under it).  *surface* is where the
+    limits were set (:data:`PYTHON`, :data:`RUN`, :data:`PYTEST`).
+    """
+    bytes_over = limits.max_bytes is not None and usage.bytes > limits.max_bytes
+    inodes_over = limits.max_inodes is not None and usage.inodes > limits.max_inodes
+    parts, raised = [], []
     if limits.max_bytes is not None:
         parts.append(f"{human(usage.bytes)} of a {human(limits.max_bytes)} budget")
+        if bytes_over or not inodes_over:
+            raised.append(surface.setting("max_bytes", limits.max_bytes))
     if limits.max_inodes is not None:
-        parts.append(f"{usage.inodes} inodes of {limits.max_inodes}")
+        parts.append(f"{_inodes(usage.inodes)} of {limits.max_inodes:,}")
+        if inodes_over or not bytes_over:
+            raised.append(surface.setting("max_inodes", limits.max_inodes))
     unread = (f" ({usage.unread_count} entries could not be read, so it holds at least "
               "this)") if usage.unread_count else ""
-    reason = (f"it holds {' and '.join(parts)}{unread}; its largest entries: "
-              f"{usage.describe_largest()}")
-    fix = ("Rotate (manager.rotate()) to start the next command in a fresh directory, "
-           "remove files from this one (then manager.measure()), or raise the budget "
-           "(max_bytes=, max_inodes=); commands running in it are not touched")
+    if not usage.largest and not usage.unread_count:
+        # An empty directory takes a block (and an inode) of its own, counted
+        # as `du -s` counts it: over a budget smaller than that, it says so.
+        named = ("it is empty: what it holds is the directory's own entry, counted as "
+                 "`du -s` counts it")
+    else:
+        named = "; ".join(
+            ([f"its largest entries: {usage.describe_largest()}"]
+             if bytes_over or not inodes_over else [])
+            + (["the entries holding the most inodes: " + ", ".join(
+                f"{name} ({_inodes(count)})" for name, count in usage.most_inodes)]
+               if inodes_over else []))
+    reason = f"it holds {' and '.join(parts)}{unread}; {named}"
+    fix = f"{surface.remedy}, or raise the budget (given: {', '.join(raised)}){surface.after}"
     return OverBudget(usage.path, reason, fix, bytes=usage.bytes, inodes=usage.inodes,
                       max_bytes=limits.max_bytes, max_inodes=limits.max_inodes,
                       largest=usage.largest)
 
 
 def low_disk(root: os.PathLike[str] | str, free: int, floor: int,
-             largest: Sequence[tuple[Path, int]]) -> LowDisk:
+             largest: Sequence[tuple[os.PathLike[str] | str, int]],
+             surface: Surface = PYTHON) -> LowDisk:
     """The refusal on a file system with *free* bytes left, below *floor*.
 
     *largest* names the biggest live directories under the root, as last
-    measured, largest first.
+    measured, largest first; *surface* is where the floor was set.
     """
-    named = ", ".join(f"{path} ({human(size)})" for path, size in largest) or (
+    named = ", ".join(f"{os.fspath(path)} ({human(size)})" for path, size in largest) or (
         "none measured yet")
     reason = (f"its file system has {human(free)} free, less than the {human(floor)} "
-              f"kept free (min_free_bytes); the largest directories under it: {named}")
+              f"kept free ({surface.setting('min_free_bytes', floor)}); the largest "
+              f"directories under it: {named}")
     fix = ("Free space (remove what is big, or rotate and close sessions that are done), "
-           "pass a root on a larger file system, or lower min_free_bytes; see "
+           "pass a root on a larger file system, or lower the floor "
+           f"({surface.setting('min_free_bytes', 0)} turns it off); see "
            "`journal-inspect --root ROOT usage`")
-    return LowDisk(root, reason, fix, free_bytes=free, min_free_bytes=floor)
+    return LowDisk(root, reason, fix, free_bytes=free, min_free_bytes=floor,
+                   largest=tuple((os.fspath(path), size) for path, size in largest))
 
 
 def described(cause: str, found: int, limit: int) -> str:

@@ -8,11 +8,19 @@ never configures logging; processors come from the application's structlog
 configuration, and ``structlog.testing.capture_logs`` sees every event.
 
 structlog is imported only when an event would be seen: importing it
-(with the ``asyncio`` its stdlib module imports) costs more than a whole
-``sessiontemp run`` of a short command does otherwise.  An application
-that has configured structlog has imported it, so when ``structlog`` is
-not in :data:`sys.modules` nothing can be configured, and an event below
-the standard logger's level reaches nobody.
+(with the ``asyncio`` its stdlib module imports) costs 30 to 70 ms, more
+than a whole ``sessiontemp run`` of a short command does otherwise.  An
+application that has configured structlog has imported it, so when
+``structlog`` is not in :data:`sys.modules` nothing can be configured, and
+an event below the standard logger's level reaches nobody.
+
+Other threads are inside the library while the first seen event imports
+structlog, and :data:`sys.modules` holds the module from the moment its
+import starts: read from there, it is half made, and asking it anything
+raises AttributeError.  So structlog is only ever reached through an
+``import`` statement, which makes a thread wait until another thread's
+import of the same module has finished (the import system's own lock per
+module, which a fork leaves free in the child).
 
 Stable keys: ``manager``, ``generation``, ``lease``, ``seq``, ``recovery``,
 ``path``, ``reason``.  Event names are dotted, e.g. ``generation.removed``.
@@ -21,7 +29,10 @@ Stable keys: ``manager``, ``generation``, ``lease``, ``seq``, ``recovery``,
 from __future__ import annotations
 
 import sys
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
+
+from sessiontemp.forks import Mutex
 
 if TYPE_CHECKING:
     import logging
@@ -40,6 +51,10 @@ _NAME: Final = "sessiontemp"
 
 
 _logger: list[logging.Logger] = []
+# Held while the stdlib logger is given its handler: two threads logging
+# their first event at once would each add one.  A Mutex, free in a child
+# forked while a thread of the parent held it.
+_first = Mutex()
 
 
 def _stdlib() -> logging.Logger:
@@ -47,18 +62,39 @@ def _stdlib() -> logging.Logger:
     if not _logger:
         import logging
 
-        stdlib = logging.getLogger(_NAME)
-        # Without a handler of its own, logging's last-resort handler would
-        # print warnings to stderr of applications that never asked for them.
-        stdlib.addHandler(logging.NullHandler())
-        _logger.append(stdlib)
+        with _first:
+            if not _logger:
+                stdlib = logging.getLogger(_NAME)
+                # Without a handler of its own, logging's last-resort handler would
+                # print warnings to stderr of applications that never asked for them.
+                stdlib.addHandler(logging.NullHandler())
+                _logger.append(stdlib)
     return _logger[0]
+
+
+def _structlog() -> ModuleType:
+    """structlog, whole: an import under way in another thread is waited for, never half read.
+
+    Raises ImportError where it cannot be imported, and AttributeError in
+    the one case the import system cannot wait: this very thread is
+    importing it (a finalizer that logs, run by the garbage collector in
+    the middle of that import).
+    """
+    import structlog
+
+    structlog.is_configured  # noqa: B018 (half made only where this thread is making it)
+    return structlog
 
 
 def _configured() -> bool:
     """Whether structlog is configured; False while it is not even imported."""
-    structlog = sys.modules.get("structlog")
-    return structlog is not None and bool(structlog.is_configured())
+    if "structlog" not in sys.modules:
+        return False
+    try:
+        return bool(_structlog().is_configured())
+    except (ImportError, AttributeError):
+        # Nothing half imported can have been configured yet.
+        return False
 
 
 def _enabled(level: int) -> bool:
@@ -110,8 +146,7 @@ class BoundLogger:
     def _real(self) -> structlog.stdlib.BoundLogger:
         real = self._structlog
         if real is None:
-            import structlog
-
+            structlog = _structlog()
             real = self._structlog = structlog.wrap_logger(
                 _stdlib(), wrapper_class=structlog.stdlib.BoundLogger, **self._context)
         return real
@@ -122,10 +157,11 @@ class BoundLogger:
             return None
         try:
             real = self._real()
-        except ImportError:
+        except (ImportError, AttributeError):
             # A process that can no longer import it (it gave up its
-            # privileges or changed its root since it started): logging an
-            # event must never fail the operation that logs it.
+            # privileges or changed its root since it started), or this
+            # thread in the middle of importing it: logging an event must
+            # never fail the operation that logs it.
             return _plain(level, event, {**self._context, **kw})
         return getattr(real, method)(event, *args, **kw)
 

@@ -26,7 +26,8 @@ its lease cycles when measured (BENCHMARKS.md); the thread only waits.
 An acquire never waits for it: it reads the last measurement in
 the state, and walks only when that one says "over budget" and is older
 than ``measure_every`` (so a directory cleaned up is let through again,
-at once after :meth:`~sessiontemp.Manager.measure`).
+at once after :meth:`~sessiontemp.Manager.measure`); that walk, too, is
+journaled only when it finds something new.
 
 A thread rather than measuring on acquire or release: those are the hot
 path (tens of microseconds), and a session's size changes while its
@@ -169,8 +170,11 @@ class Meter:
             found = last[1]
         else:
             # Over, as measured some time ago (or by a dead owner): whether
-            # it still is, and what is big in it, is worth a walk now.
-            found = self.measure()
+            # it still is, and what is big in it, is worth a walk now.  Only
+            # news is journaled: a caller retrying in a loop (measure_every=0
+            # walks at each try) adds nothing while the directory stays as
+            # it was, as a repeated refusal adds nothing.
+            found = self.measure(news_only=True)
         if budget.over(self.limits, found.bytes, found.inodes):
             self._log.warning("space.over_budget", path=str(found.path), bytes=found.bytes,
                               inodes=found.inodes, max_bytes=self.limits.max_bytes,
@@ -273,13 +277,14 @@ class Meter:
 
     # -- measuring -----------------------------------------------------------------
 
-    def measure(self, *, periodic: bool = False) -> Usage:
+    def measure(self, *, periodic: bool = False, news_only: bool = False) -> Usage:
         """Measure the current generation now and journal it; zeros when there is none.
 
         Blocking, from any thread: the walk runs without the mutex, which
         is taken only to find and open the directory and to journal.  A
-        *periodic* measurement is journaled only when it differs from the
-        last one.  Never raises for the tree (see :mod:`sessiontemp.usage`);
+        *periodic* measurement walks in a child process; it, and one with
+        *news_only*, is journaled only when it differs from the last one
+        journaled.  Never raises for the tree (see :mod:`sessiontemp.usage`);
         a journal that refuses the record is logged.
         """
         with self._mutex:
@@ -313,12 +318,12 @@ class Meter:
         if found is None:
             return Usage(path)
         self._last = (current, found, time.monotonic())
-        self._record(current, found, periodic=periodic)
+        self._record(current, found, news_only=periodic or news_only)
         return found
 
-    def _record(self, generation: str, found: Usage, *, periodic: bool) -> None:
+    def _record(self, generation: str, found: Usage, *, news_only: bool) -> None:
         key = (generation, found.bytes, found.inodes, found.unread_count)
-        if periodic and key == self._journaled:
+        if news_only and key == self._journaled:
             return
         event = GenerationMeasured(self.manager, generation, found.bytes, found.inodes,
                                    float(self._clock()), found.unread_count)

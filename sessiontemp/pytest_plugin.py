@@ -11,7 +11,8 @@ is enough.  Fixtures:
   ``pass_fds``, ``create_subprocess_exec``).
 
 Options: ``--sessiontemp-root DIR`` (default: the library's per-user root);
-``--sessiontemp-max-bytes N`` and ``--sessiontemp-max-inodes N``, a budget
+``--sessiontemp-max-bytes N`` and ``--sessiontemp-max-inodes N`` (N read
+as ``sessiontemp run --max-bytes`` reads it: ``100K``, ``2G``), a budget
 for each test's directory: it is measured when the test ends, and one over
 the budget is an error of that test at teardown
 (:class:`~sessiontemp.OverBudget`, naming its size and largest entries),
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sessiontemp import platform
+from sessiontemp.arguments import size
 from sessiontemp.journal.errors import Unsupported
 
 if TYPE_CHECKING:
@@ -58,21 +60,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(default: the per-user root under the system temporary directory)",
     )
     group.addoption(
-        "--sessiontemp-max-bytes", metavar="N", type=_whole, default=None,
-        help="budget of each test's directory, in bytes allocated: one measured over it "
-        "when the test ends is an error of that test (sessiontemp.OverBudget)",
+        "--sessiontemp-max-bytes", metavar="N", type=size, default=None,
+        help="budget of each test's directory, in bytes allocated (K, M, G, T: binary units, "
+        "as 100K): one measured over it when the test ends is an error of that test "
+        "(sessiontemp.OverBudget)",
     )
     group.addoption(
-        "--sessiontemp-max-inodes", metavar="N", type=_whole, default=None,
+        "--sessiontemp-max-inodes", metavar="N", type=size, default=None,
         help="the same budget in inodes (files, directories, links)",
     )
-
-
-def _whole(text: str) -> int:
-    """A whole number of 0 or more, for an option; pytest's usage error names the value."""
-    if not text.strip().isdigit():
-        raise ValueError(f"{text!r} is not a whole number of 0 or more")
-    return int(text)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -123,7 +119,7 @@ def sessiontemp_lease(
             # Measured (and journaled) while the directory is still the current one.
             usage = manager.measure()
             if budget.over(limits, usage.bytes, usage.inodes):
-                over = budget.over_budget(limits, usage)
+                over = budget.over_budget(limits, usage, budget.PYTEST)
     finally:
         manager.rotate()
         lease.release()

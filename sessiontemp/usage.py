@@ -45,7 +45,7 @@ from sessiontemp import nodes, walk
 from sessiontemp.nodes import Node
 from sessiontemp.root import DIR_FLAGS
 
-__all__ = ["LARGEST", "Usage", "measure_at", "measure_elsewhere", "measure_tree"]
+__all__ = ["LARGEST", "Usage", "child_command", "measure_at", "measure_elsewhere", "measure_tree"]
 
 # How many of the largest entries a measurement names.
 LARGEST: Final = 3
@@ -61,8 +61,12 @@ class Usage:
     """What a directory held when it was measured.
 
     ``bytes`` is the space allocated (hard links once), ``inodes`` the
-    entries, the directory itself included; ``largest`` its three
-    largest entries, as ``(name, bytes)``, largest first;
+    entries, the directory itself included (its own entry's blocks are
+    in ``bytes`` too, as ``du -s`` counts them: 4 KiB for an empty
+    directory on most file systems); ``largest`` its three
+    largest entries, as ``(name, bytes)``, largest first, and
+    ``most_inodes`` the three holding the most inodes, as ``(name,
+    inodes)``, most first (a subdirectory counts itself and all under it);
     ``unread`` names, relative to ``path``, what the walk could not read
     (at most 20; ``unread_count`` counts them all), and ``mounts`` the
     file systems mounted inside it, which it did not enter.
@@ -75,6 +79,7 @@ class Usage:
     largest: tuple[tuple[str, int], ...] = ()
     mounts: tuple[str, ...] = ()
     unread_count: int = 0
+    most_inodes: tuple[tuple[str, int], ...] = ()
 
     def describe_largest(self) -> str:
         """The largest entries, for a message: ``"a (1.0 MiB), b (12 KiB)"``, or "none"."""
@@ -139,27 +144,77 @@ def _measure(fd: int, path: Path, counter: _Counter) -> Usage:
         return Usage(path)
     top = nodes.of(fd)
     sizes: list[tuple[int, str]] = []
+    counts: list[tuple[int, str]] = []
     unread: list[str] = []
     mounts: list[str] = []
     for name in names:
-        before = counter.bytes
+        before, inodes = counter.bytes, counter.inodes
         _measure_entry(fd, top, name, counter, unread, mounts)
         sizes.append((counter.bytes - before, name))
-    largest = heapq.nlargest(LARGEST, sizes, key=lambda item: (item[0], item[1]))
+        counts.append((counter.inodes - inodes, name))
+    # The most first; among equals, by name.
+    largest = heapq.nsmallest(LARGEST, sizes, key=lambda item: (-item[0], item[1]))
+    crowded = heapq.nsmallest(LARGEST, counts, key=lambda item: (-item[0], item[1]))
     return Usage(
         path, counter.bytes, counter.inodes, tuple(sorted(unread)[:_NAMED_UNREAD]),
         tuple((name, size) for size, name in largest), tuple(sorted(mounts)), len(unread),
+        tuple((name, count) for count, name in crowded),
     )
 
 
-# The child a walk runs in: a low CPU priority (sessiontemp.meter says why 10).
+# The child a walk runs in, at a low CPU priority (sessiontemp.meter says
+# why 10).  Started isolated (-I: neither its working directory, nor
+# PYTHONPATH, nor the user's site directory on its path), it is told where
+# the library and attrs were imported from in this process, and puts those
+# directories after the standard library's (a site directory's
+# pathlib.py from PyPI must not shadow the real one) and before the site
+# directories (a copy of the library on PYTHONPATH is the one this
+# process runs, not an older one installed beside it).
 _CHILD: Final = (
     "import json, os, sys\n"
-    "sys.path[:0] = json.loads(sys.argv[1])\n"
+    "stdlib = os.path.dirname(os.__file__)\n"
+    "at = 1 + max(i for i, p in enumerate(sys.path) if p == stdlib or "
+    "p.startswith(stdlib + os.sep))\n"
+    "sys.path[at:at] = [p for p in json.loads(sys.argv[1]) if p not in sys.path]\n"
     "os.nice(10)\n"
     "from sessiontemp.usage import _answer\n"
     "_answer(int(sys.argv[2]), sys.argv[3])\n"
 )
+# What the child's environment keeps of this process's: the locale, so
+# that it decodes names as this process does, and the loader's path, in
+# case the interpreter itself needs it.  Nothing else reaches it.
+_KEPT: Final = ("LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH")
+
+
+def _locations() -> list[str]:
+    """The directories this process imported the library and attrs from, for the child."""
+    import attr
+
+    # Each file lies in its package's directory, which lies in the one to name.
+    files = (__file__, attrs.__file__, attr.__file__)
+    return list(dict.fromkeys(os.fspath(Path(os.path.abspath(f)).parents[1]) for f in files
+                              if f is not None))
+
+
+def child_command(fd: int, path: Path) -> tuple[list[str], dict[str, str], str]:
+    """The measuring child's command line, environment and working directory.
+
+    It measures the directory open as *fd* (which it inherits) and prints
+    the result as JSON.  It imports only the standard library, the
+    library and attrs, from where this process found them: the working
+    directory (``/``), PYTHONPATH and the environment are the library's
+    choice, not the caller's (a ``json.py`` in a shared working directory
+    would otherwise run as the caller's user).
+    """
+    options = ["-I"]
+    if sys.flags.dont_write_bytecode:
+        options.append("-B")
+    # The same file-name decoding as this process, whatever the locale says.
+    options += ["-X", f"utf8={sys.flags.utf8_mode}"]
+    command = [sys.executable, *options, "-c", _CHILD, json.dumps(_locations()), str(fd),
+               str(path)]
+    env = {name: os.environ[name] for name in _KEPT if name in os.environ}
+    return command, env, "/"
 
 
 def measure_elsewhere(fd: int, path: Path,
@@ -173,10 +228,10 @@ def measure_elsewhere(fd: int, path: Path,
     over as the descriptor *fd*.  *started* is given the child, which it
     may kill to stop the walk.
     """
+    command, env, cwd = child_command(fd, path)
     child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, json.dumps(sys.path), str(fd), str(path)],
-        pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL)
+        command, pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, env=env, cwd=cwd)
     started(child)
     out, _ = child.communicate()
     if child.returncode != 0:
@@ -184,7 +239,8 @@ def measure_elsewhere(fd: int, path: Path,
     found = json.loads(out)
     return Usage(path, found["bytes"], found["inodes"], tuple(found["unread"]),
                  tuple((name, size) for name, size in found["largest"]),
-                 tuple(found["mounts"]), found["unread_count"])
+                 tuple(found["mounts"]), found["unread_count"],
+                 tuple((name, count) for name, count in found["most_inodes"]))
 
 
 def _answer(fd: int, path: str) -> None:
@@ -193,7 +249,8 @@ def _answer(fd: int, path: str) -> None:
     assert found is not None
     print(json.dumps({"bytes": found.bytes, "inodes": found.inodes,
                       "unread": list(found.unread), "largest": list(found.largest),
-                      "mounts": list(found.mounts), "unread_count": found.unread_count}))
+                      "mounts": list(found.mounts), "unread_count": found.unread_count,
+                      "most_inodes": list(found.most_inodes)}))
 
 
 def _measure_entry(top_fd: int, top: Node, name: str, counter: _Counter,

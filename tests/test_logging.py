@@ -123,6 +123,66 @@ def test_the_same_warnings_reach_stderr_once_the_program_configures_logging(
     assert "generation.busy" in used.stderr
 
 
+# The first event anything sees (an OverBudget warning, logging configured
+# at WARNING) imports structlog while three threads acquire, release and
+# recover, each asking at every step whether a debug event would be seen.
+RACE = """
+import logging, sys, threading, traceback
+from sessiontemp import Manager, OverBudget, SessionTempError, recover
+
+root = sys.argv[1]
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+escaped = []
+stop = threading.Event()
+ready = threading.Barrier(4)
+
+def busy():
+    try:
+        with Manager(root) as m:
+            m.retain()
+            ready.wait()
+            while not stop.is_set():
+                try:
+                    m.acquire().release()
+                    recover(root)
+                except SessionTempError:
+                    pass
+    except BaseException:
+        escaped.append(traceback.format_exc())
+
+over = Manager(root, max_bytes=0, measure_every=float("inf"))
+over.retain()
+over.acquire().release()
+over.measure()
+assert "structlog" not in sys.modules
+threads = [threading.Thread(target=busy) for _ in range(3)]
+for thread in threads:
+    thread.start()
+ready.wait()
+try:
+    over.acquire()
+except OverBudget:
+    pass
+stop.set()
+for thread in threads:
+    thread.join()
+over.close()
+assert "structlog" in sys.modules, "the warning was meant to import it"
+print("".join(escaped), end="")
+"""
+
+
+@pytest.mark.parametrize("trials", [5, pytest.param(50, marks=pytest.mark.slow)])
+def test_the_first_event_seen_imports_structlog_while_other_threads_use_the_library_and_none_of_them_fails(  # noqa: E501
+    tmp_path: Path, trials: int,
+) -> None:
+    for trial in range(trials):
+        raced = run_python(RACE, str(tmp_path / f"root-{trial}"))
+        assert raced.returncode == 0, raced.stderr
+        assert raced.stdout == "", f"trial {trial}:\n{raced.stdout}"
+        assert "space.over_budget" in raced.stderr
+
+
 # -- captured events -------------------------------------------------------------------------
 
 

@@ -179,6 +179,46 @@ def test_files_removed_from_a_directory_refused_as_over_budget_let_the_next_acqu
             pass
 
 
+def test_an_inode_budget_names_the_entries_holding_the_inodes_and_the_keyword_with_its_value(
+    root: Path,
+) -> None:
+    with Manager(root, max_inodes=100, measure_every=math.inf) as manager:
+        manager.retain()
+        with manager.acquire() as lease:
+            (lease.path / "big.bin").write_bytes(b"b" * MIB)
+            (lease.path / "notes.txt").write_text("notes")
+            (lease.path / "cache").mkdir()
+            for i in range(500):
+                (lease.path / "cache" / f"f{i}").write_bytes(b"")
+        manager.measure()
+        with pytest.raises(OverBudget) as refused:
+            manager.acquire()
+        assert str(refused.value) == (
+            f"{lease.path} is over its budget: it holds 504 inodes of 100; the entries "
+            "holding the most inodes: cache (501 inodes), big.bin (1 inode), notes.txt (1 "
+            "inode). Rotate (manager.rotate()) to start the next command in a fresh "
+            "directory, remove files from this one (then manager.measure()), or raise the "
+            "budget (given: max_inodes=100); commands running in it are not touched")
+
+
+def test_a_byte_budget_names_the_largest_entries_and_the_keyword_with_its_value(
+    root: Path,
+) -> None:
+    with Manager(root, max_bytes=1024, max_inodes=1000, measure_every=math.inf) as manager:
+        manager.retain()
+        with manager.acquire() as lease:
+            (lease.path / "big.bin").write_bytes(b"b" * MIB)
+        manager.measure()
+        with pytest.raises(OverBudget) as refused:
+            manager.acquire()
+        assert str(refused.value) == (
+            f"{lease.path} is over its budget: it holds 1.0 MiB of a 1.0 KiB budget and 2 "
+            "inodes of 1,000; its largest entries: big.bin (1.0 MiB). Rotate "
+            "(manager.rotate()) to start the next command in a fresh directory, remove files "
+            "from this one (then manager.measure()), or raise the budget (given: "
+            "max_bytes=1024); commands running in it are not touched")
+
+
 def test_a_budget_is_checked_against_the_last_measurement_only_so_an_unmeasured_directory_is_admitted(  # noqa: E501
     root: Path,
 ) -> None:
@@ -543,6 +583,10 @@ def test_a_disk_below_min_free_bytes_is_refused_naming_the_largest_directories_u
         assert refused.value.min_free_bytes == 2 * MIB
         assert generation_name(lease.generation) in str(refused.value)
         assert "6.0 MiB" in str(refused.value)
+        assert [path for path, _ in refused.value.largest] == [str(lease.path)]
+        # The keyword with its value, never a bare name.
+        assert "kept free (min_free_bytes=2097152)" in str(refused.value)
+        assert "lower the floor (min_free_bytes=0 turns it off)" in str(refused.value)
 
 
 def test_a_root_on_tmpfs_is_warned_of_once_with_the_fix(fs: Path) -> None:

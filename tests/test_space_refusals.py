@@ -30,6 +30,7 @@ from sessiontemp.inspect.json import moment
 from sessiontemp.inspect.read import when
 from sessiontemp.journal import Record, RuleViolation, Store
 from sessiontemp.journal.events import (
+    GenerationMeasured,
     GenerationReady,
     ManagerClosed,
     RemovalStarted,
@@ -107,6 +108,28 @@ def test_an_inode_budget_refusal_names_max_inodes(tmp_path: Path) -> None:
         refused(manager)
         assert journaled(tmp_path / "root", SpaceRefused) == [
             SpaceRefused(manager.id, generation, "max_inodes", 3, 1)]
+
+
+def test_refusals_retried_with_measure_every_zero_walk_each_time_but_journal_a_measurement_only_when_it_changed(  # noqa: E501
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    with Manager(root, max_inodes=1, measure_every=0) as manager:
+        manager.retain()
+        with manager.acquire() as lease:
+            (lease.path / "a").write_text("a")
+            (lease.path / "b").write_text("b")
+        manager.measure()
+        before = len(journaled(root, GenerationMeasured))
+        for _ in range(300):
+            refused(manager)
+        assert len(journaled(root, GenerationMeasured)) == before
+        assert len(journaled(root, SpaceRefused)) == 1
+        # What a refusal's walk finds new is journaled (or was, by the
+        # background measurement, which measures every 0.1 s here).
+        (lease.path / "c").write_text("c")
+        assert refused(manager).inodes == 4
+        assert [m.inodes for m in journaled(root, GenerationMeasured)[before:]] == [4]
 
 
 def test_a_repeated_refusal_is_journaled_again_only_after_its_interval_or_once_an_acquire_was_let_through(  # noqa: E501
