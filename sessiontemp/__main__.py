@@ -98,7 +98,7 @@ def build_parser() -> Parser:
     import argparse
     from importlib import metadata
 
-    from sessiontemp.arguments import Parser
+    from sessiontemp.arguments import Parser, PathArgument
 
     parser = Parser(
         prefix=PROG, prog=PROG, epilog=EXAMPLES,
@@ -109,13 +109,15 @@ def build_parser() -> Parser:
                         version=f"{PROG} {metadata.version('sessiontemp')}")
     parser.add_subcommands(dest="subcommand", metavar="SUBCOMMAND", required=True)
     root_help = f"the root holding the journal and the directories (default: {default_root()})"
+    root = PathArgument("the root", "Pass a directory, or leave out --root for the per-user "
+                        f"default ({default_root()})")
 
     run = parser.add_subcommand(
         "run", prefix=f"{PROG} run", help="run a command in a private temporary directory",
         description=RUN_HELP, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
         usage=f"{PROG} run [--root DIR] [--max-bytes N] [--max-inodes N] "
         "[--min-free-bytes N] -- CMD ARGS...")
-    run.add_argument("--root", type=Path, metavar="DIR", help=root_help)
+    run.add_argument("--root", type=root, metavar="DIR", help=root_help)
     run.add_argument("--max-bytes", type=_size, metavar="N",
                      help="the budget of the command's directory, in bytes allocated (K, M, "
                      "G, T: binary units, as 2G); one that ends over it fails the run")
@@ -134,7 +136,7 @@ def build_parser() -> Parser:
         "recover", prefix=f"{PROG} recover", help="remove what dead sessions left",
         description=RECOVER_HELP, epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    rec.add_argument("--root", type=Path, metavar="DIR", help=root_help)
+    rec.add_argument("--root", type=root, metavar="DIR", help=root_help)
     rec.add_argument("--json", action="store_true",
                      help="print one JSON object (schema: the documentation's JSON output page)")
     return parser

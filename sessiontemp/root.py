@@ -53,6 +53,7 @@ import attrs
 from sessiontemp import resources
 from sessiontemp.journal import ids
 from sessiontemp.journal.errors import (
+    BadInput,
     NoSuchRoot,
     RootReadOnly,
     RootUnusable,
@@ -79,6 +80,7 @@ __all__ = [
     "Root",
     "check_layout",
     "default_root",
+    "empty_path",
     "generation_id_of",
     "generation_name",
     "lock_file_name",
@@ -210,6 +212,17 @@ def os_error(path: os.PathLike[str] | str, error: OSError, doing: str) -> Sessio
     if code == errno.ENOENT:
         return RootUnusable(path, why, "It was removed meanwhile; try again", code)
     return RootUnusable(path, why, "Check the path and its file system, then try again", code)
+
+
+def empty_path(what: str, fix: str) -> BadInput:
+    """The error for *what* given as an empty path, with *fix*.
+
+    ``Path("")`` is ``.``: an empty root (what an unset ``"$ROOT"`` expands
+    to) would silently make the working directory the root, and write the
+    journal and the lock files there.  Never a choice to make by accident.
+    """
+    return BadInput(f"{what} ''", "is an empty path, which would mean the current directory",
+                    fix)
 
 
 def path_of(dir_fd: int, name: str) -> Path:
@@ -345,13 +358,12 @@ class Root:
         Raises :class:`UnsafeRoot` naming the path, what is wrong and the fix;
         :class:`~sessiontemp.NoSuchRoot` when *path* does not exist and *create* is
         False; :class:`~sessiontemp.RootReadOnly` or :class:`~sessiontemp.RootUnusable` when the
-        operating system refuses what is needed; ValueError for an empty
-        path (which would mean the current directory: never a choice to
-        make by accident).
+        operating system refuses what is needed; :class:`~sessiontemp.BadInput` (a
+        ValueError) for an empty path (:func:`empty_path`).
         """
         if path is not None and not os.fspath(path):
-            raise ValueError("the root is an empty path; pass a directory, or None for the "
-                             f"per-user default ({default_root()})")
+            raise empty_path("the root", "Pass a directory, or None for the per-user default "
+                             f"({default_root()})")
         root = Path(os.path.abspath(default_root() if path is None else path))
         if create:
             _make(root)
