@@ -35,6 +35,7 @@ from sessiontemp.journal.errors import (
     BadInput,
     CommandNotStarted,
     LowDisk,
+    NoSuchRoot,
     OverBudget,
     SessionTempError,
 )
@@ -194,10 +195,20 @@ def cmd_recover(args: argparse.Namespace, out: console.Out) -> int:
     import json
 
     from sessiontemp.cleanup import recover
+    from sessiontemp.recovery import Report
 
     root = default_root() if args.root is None else args.root
-    # On a terminal only: a pass over thousands of directories takes a while.
-    report = recover(root, progress=console.progress("recovering", unit="directories"))
+    no_journal = None
+    try:
+        # On a terminal only: a pass over thousands of directories takes a while.
+        report = recover(root, progress=console.progress("recovering", unit="directories"))
+    except NoSuchRoot as e:
+        # No root there (none, or a directory without a journal): nothing to
+        # recover, and nothing was made or written. Said, but not a failure:
+        # a harness recovers at start-up, before its first run made the root.
+        no_journal = str(e)
+        report = Report(ran=False)
+        _fail("recover", f"nothing to recover: {no_journal}", 0)
     if args.json:
         # The version of journal-inspect's JSON forms, which this one follows.
         from sessiontemp.inspect import SCHEMA
@@ -211,7 +222,10 @@ def cmd_recover(args: argparse.Namespace, out: console.Out) -> int:
             "skipped": [{"path": os.fspath(s.path), "reason": s.reason}
                         for s in report.skipped],
             "dead": list(report.dead),
+            "no_journal": no_journal,
         }, sort_keys=True) + "\n")
+        return 0
+    if no_journal is not None:
         return 0
     if not report.ran:
         out.write(f"{root}: another recovery pass was running; nothing done\n")

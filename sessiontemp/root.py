@@ -7,8 +7,9 @@ or swap a generation under a running command.  Once checked, the root is
 held open as a directory descriptor and every create, rename, lock and
 removal of a generation is done relative to that descriptor, never by
 re-resolving the path.  Only a manager creates a root: a recovery, a
-removal or an inspection given a path that does not exist says so
-(:class:`~sessiontemp.NoSuchRoot`) and leaves nothing behind.
+removal or an inspection given a path that does not exist, or a directory
+that holds nothing of a root's (no journal, no entry of the layout), says
+so (:class:`~sessiontemp.NoSuchRoot`) and writes nothing.
 
 Layout::
 
@@ -356,8 +357,9 @@ class Root:
         """Check *path*, creating it (0700, missing parents too) when *create*; hold it open.
 
         Raises :class:`UnsafeRoot` naming the path, what is wrong and the fix;
-        :class:`~sessiontemp.NoSuchRoot` when *path* does not exist and *create* is
-        False; :class:`~sessiontemp.RootReadOnly` or :class:`~sessiontemp.RootUnusable` when the
+        :class:`~sessiontemp.NoSuchRoot` when *create* is False and *path* does not
+        exist or was never a root (nothing is written to it then);
+        :class:`~sessiontemp.RootReadOnly` or :class:`~sessiontemp.RootUnusable` when the
         operating system refuses what is needed; :class:`~sessiontemp.BadInput` (a
         ValueError) for an empty path (:func:`empty_path`).
         """
@@ -372,11 +374,9 @@ class Root:
             # would otherwise send every generation to a place they chose.
             fd = os.open(root, DIR_FLAGS)
         except FileNotFoundError:
-            default = default_root()
-            raise NoSuchRoot(root, "does not exist", "Check the path" + (
-                f" (the default root is {default})" if root != default else "") +
-                ": only a Manager creates a root, recovery and removal never do",
-                errno.ENOENT) from None
+            raise NoSuchRoot(root, "does not exist", f"Check the path{_default_hint(root)}: "
+                             "only a Manager creates a root, recovery and removal never do",
+                             errno.ENOENT) from None
         except OSError as e:
             if e.errno in (errno.ELOOP, errno.ENOTDIR):
                 # With O_DIRECTORY, Linux reports a symlink as ENOTDIR, not ELOOP.
@@ -393,6 +393,12 @@ class Root:
         st = os.fstat(fd)
         opened = cls(path=root, fd=fd, device=st.st_dev, inode=st.st_ino)
         try:
+            if not create:
+                # First, before any check that could refuse it and anything
+                # made in it: a directory that was never a root is not made
+                # one (a mistyped --root ~), and whether it would be a safe
+                # root is not the question then.
+                opened._require_root()
             check_owned_private(root, st)
             # The descriptor was checked, not the name: someone who swapped
             # the name between our open and now would get the journal and
@@ -405,6 +411,24 @@ class Root:
             opened.close()
             raise
         return opened
+
+    def _require_root(self) -> None:
+        """Raise :class:`NoSuchRoot` unless the directory held is a root, writing nothing.
+
+        A root holds its journal, or (the journal deleted or moved aside,
+        which a recovery starts afresh) any other entry of the layout: a
+        directory holding none of them was never made a root.
+        """
+        try:
+            names = os.listdir(self.fd)
+        except OSError as e:
+            raise os_error(self.path, e, "listed") from None
+        if any(name in ENTRIES or generation_id_of(name) is not None for name in names):
+            return
+        raise NoSuchRoot(self.path, f"holds no sessiontemp journal ({JOURNAL_NAME}) and nothing "
+                         "else of a root's", f"Check the path{_default_hint(self.path)}: only "
+                         "a Manager makes a root, recovery and removal never do, and nothing "
+                         "was written to it", errno.ENOENT)
 
     def check_entries(self, names: tuple[str, ...] = (*DIRECTORIES, *FILES)) -> None:
         """Refuse the root if one of the layout's entries *names* is not what the library made."""
@@ -575,6 +599,11 @@ class Root:
             if fd >= 0:
                 setattr(self, name, -1)
                 os.close(fd)
+
+
+def _default_hint(root: Path) -> str:
+    default = default_root()
+    return f" (the default root is {default})" if root != default else ""
 
 
 def check_owned_private(path: Path, st: os.stat_result) -> None:

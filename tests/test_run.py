@@ -515,7 +515,7 @@ def test_recover_reports_what_it_removed_and_why(
     again = json.loads(sessiontemp(wrapper, "recover", "--root", os.fspath(root),
                                    "--json").stdout)
     assert again == {"schema": SCHEMA, "root": os.fspath(root), "ran": True, "removed": [],
-                     "skipped": [], "dead": []}
+                     "skipped": [], "dead": [], "no_journal": None}
 
 
 def test_recover_shows_progress_through_the_directories_on_a_terminal_only(
