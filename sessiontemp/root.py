@@ -423,7 +423,10 @@ class Root:
             names = os.listdir(self.fd)
         except OSError as e:
             raise os_error(self.path, e, "listed") from None
-        if any(name in ENTRIES or generation_id_of(name) is not None for name in names):
+        # The prefixes are the library's: a directory that holds
+        # sessiontemp-gen-* entries is a root whatever their ids.
+        if any(name in ENTRIES or name.startswith((GENERATION_PREFIX, TRASH_PREFIX))
+               for name in names):
             return
         raise NoSuchRoot(self.path, f"holds no sessiontemp journal ({JOURNAL_NAME}) and nothing "
                          "else of a root's", f"Check the path{_default_hint(self.path)}: only "
