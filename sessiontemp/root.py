@@ -1,9 +1,12 @@
 """The root directory: where a journal and its generations live, and why it can be trusted.
 
 A root is created 0700 for the current user (with any missing parent,
-0700 too) and refused when it is a symbolic link, someone else's, or
-writable by group or others: anyone who can write to the root can rename
-or swap a generation under a running command.  Once checked, the root is
+0700 too) and refused when it is a symbolic link, someone else's, or open
+to group or others: anyone who can write to the root can rename or swap a
+generation under a running command, and anyone who can enter it can read
+what the journal says (labels, command lines).  Every file the library
+makes in it is 0600 and every directory 0700, whatever the umask
+(:meth:`Root.check_journal` for the journal's, which SQLite makes).  Once checked, the root is
 held open as a directory descriptor and every create, rename, lock and
 removal of a generation is done relative to that descriptor, never by
 re-resolving the path.  Only a manager creates a root: a recovery, a
@@ -46,6 +49,7 @@ import errno
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -582,10 +586,60 @@ class Root:
         path, through the root's name.  SQLite follows a symlink at any of
         its three files (the -wal and -shm are written to as much as the
         journal itself), and the segment directory holds the journal's
-        later files.
+        later files.  Then the journal's files are made private: the head
+        made if missing, group and other bits taken off the others.
         """
         self.check_identity()
         self.check_entries(_JOURNAL_ENTRIES)
+        # A root (Root.open refuses any other directory when it may not
+        # create one) whose journal is missing is about to get one.
+        self._make_journal()
+        self._private_journal()
+
+    def _make_journal(self) -> None:
+        """Make the journal's head, empty and 0600 (with the sticky bit), unless it exists.
+
+        SQLite makes a new database 0644 less the umask (0644 under umask
+        0), and gives its -wal and -shm the database's own permission bits:
+        a head made here first, private, keeps all three private whatever
+        the umask (the store makes each later segment 0600 the same way).
+        An empty file is an empty database to SQLite, as the file it would
+        make is until its first write.  mknod, not open: closing a
+        descriptor of the journal would drop the POSIX locks this process's
+        connections hold on it (:mod:`sessiontemp.journal.sticky`); the mode
+        is then set exactly through an ``O_PATH`` descriptor, which drops none.
+        """
+        try:
+            os.mknod(JOURNAL_NAME, stat.S_IFREG | 0o600, dir_fd=self.fd)
+        except FileExistsError:
+            return
+        except OSError as e:
+            raise os_error(self.journal_path, e, "created") from None
+        _set_mode(JOURNAL_NAME, self.fd, lambda mode: FILE_MODE)
+
+    def _private_journal(self) -> None:
+        """Take the group and other bits off the journal's files that have them.
+
+        Files an earlier version made 0644 (the -wal and -shm SQLite makes
+        next copy the head's mode).  Only files the library has marked as
+        its own (the sticky bit, :mod:`sessiontemp.journal.sticky`): a file
+        of someone else's put at the journal's name is refused by the store
+        and left exactly as it was.  Best effort: the root itself is ours
+        alone (checked), so these bits give nobody a way in.
+        """
+        for suffix in ("", "-wal", "-shm"):
+            _set_mode(JOURNAL_NAME + suffix, self.fd, _private)
+        try:
+            segments = os.open(SEGMENTS_DIR, DIR_FLAGS, dir_fd=self.fd)
+        except OSError:
+            return
+        try:
+            for name in os.listdir(segments):
+                _set_mode(name, segments, _private)
+        except OSError:
+            pass
+        finally:
+            os.close(segments)
 
     def close(self) -> None:
         """Close every descriptor (in a forked child too: it closes only its copies).
@@ -604,13 +658,41 @@ class Root:
                 os.close(fd)
 
 
+def _private(mode: int) -> int:
+    """*mode* without group and other bits, if the library marked the file (the sticky bit)."""
+    return mode & ~0o077 if mode & stat.S_ISVTX else mode
+
+
+def _set_mode(name: str, dir_fd: int, change: Callable[[int], int]) -> None:
+    """Give the regular file *name* of ours under *dir_fd* the mode ``change(mode)``.
+
+    Through an ``O_PATH | O_NOFOLLOW`` descriptor and ``/proc/self/fd``: a
+    symlink is never followed, and closing it drops no POSIX lock this
+    process holds on the file (SQLite's).  Best effort: a file gone
+    meanwhile, or one the file system will not change, is left as it is.
+    """
+    try:
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return
+    try:
+        st = os.fstat(fd)
+        mode = stat.S_IMODE(st.st_mode)
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and change(mode) != mode:
+            os.chmod(f"/proc/self/fd/{fd}", change(mode))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def _default_hint(root: Path) -> str:
     default = default_root()
     return f" (the default root is {default})" if root != default else ""
 
 
 def check_owned_private(path: Path, st: os.stat_result) -> None:
-    """Refuse a directory that is not ours alone to write, or that we cannot use."""
+    """Refuse a directory not ours alone (to write, read or enter), or one we cannot use."""
     uid = os.getuid()
     if st.st_uid != uid:
         raise UnsafeRoot(path, f"is owned by uid {st.st_uid}, not you (uid {uid})",
@@ -620,6 +702,20 @@ def check_owned_private(path: Path, st: os.stat_result) -> None:
             path,
             f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})",
             f"Run `chmod 700 {path}` or pass another root",
+        )
+    if st.st_mode & 0o055:
+        # Whoever can enter the root can read a journal that was ever
+        # readable (every lease's label and command line is journaled) and
+        # list the generations; refused rather than changed: the directory
+        # may be one of other uses (`mkdir -p` makes 0755), and its mode is
+        # its owner's choice.
+        raise UnsafeRoot(
+            path,
+            f"is readable or searchable by group or others (mode "
+            f"{stat.S_IMODE(st.st_mode):04o}): they could read the journal's labels and "
+            "command lines",
+            f"Run `chmod 700 {path}` or pass another root (one that does not exist is made "
+            "0700)",
         )
     if st.st_mode & 0o700 != 0o700:
         # Refused for root too, which the bits would not stop: the same root
