@@ -27,6 +27,7 @@ __all__ = [
     "LowDisk",
     "NoSuchRoot",
     "OverBudget",
+    "PackageUnreadable",
     "RootReadOnly",
     "RootUnusable",
     "RuleViolation",
@@ -277,6 +278,24 @@ class Unsupported(SessionTempError, ImportError):
             "flock on directories, O_PATH and /proc/self/fd. Run it on Linux (a container or "
             "WSL2 will do)"
         )
+
+
+class PackageUnreadable(SessionTempError, ImportError):
+    """A module sessiontemp needs cannot be imported: its files cannot be read by this process.
+
+    Typically after a privilege drop (``setuid``) in a process that had not
+    yet imported them: the library's own modules, or Python's (``fcntl``),
+    live where the new user may not read.  Not the platform's fault, so
+    never :class:`Unsupported`.  ``path`` is what cannot be read (as
+    ImportError's own ``path``), ``reason`` why, ``fix`` what to do.
+    """
+
+    def __init__(self, path: os.PathLike[str] | str, reason: str, fix: str,
+                 module: str | None = None) -> None:
+        self.reason = reason
+        self.fix = fix
+        super().__init__(f"{os.fspath(path)} {reason}. {fix}", name=module,
+                         path=os.fspath(path))
 
 
 class CommandNotStarted(SessionTempError, OSError):

@@ -20,6 +20,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from sessiontemp import platform as _platform
+from sessiontemp.journal import errors as _errors
 
 if TYPE_CHECKING:
     from sessiontemp.artifacts import Artifact
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
         LowDisk,
         NoSuchRoot,
         OverBudget,
+        PackageUnreadable,
         RootReadOnly,
         RootUnusable,
         SessionOwned,
@@ -78,6 +80,7 @@ __all__ = [
     "Manager",
     "NoSuchRoot",
     "OverBudget",
+    "PackageUnreadable",
     "Removed",
     "Report",
     "Retention",
@@ -119,6 +122,7 @@ _WHERE: dict[str, str] = {
     "Manager": "sessiontemp.manager",
     "NoSuchRoot": "sessiontemp.journal.errors",
     "OverBudget": "sessiontemp.journal.errors",
+    "PackageUnreadable": "sessiontemp.journal.errors",
     "Removed": "sessiontemp.sweeps",
     "Report": "sessiontemp.recovery",
     "Retention": "sessiontemp.journal.segments",
@@ -144,7 +148,16 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'sessiontemp' has no attribute {name!r}")
     _platform.require()
-    value = getattr(importlib.import_module(module), name)
+    try:
+        loaded = importlib.import_module(module)
+    except (ImportError, OSError) as e:
+        # A module (of the library's, or one of Python's it imports) whose
+        # files this process may not read, after a privilege drop: say that.
+        found = _platform.unreadable(getattr(e, "name", None) or module, e)
+        if found is None or isinstance(e, _errors.SessionTempError):
+            raise
+        raise found from e
+    value = getattr(loaded, name)
     # Cached as a module attribute: later lookups never come here again.
     globals()[name] = value
     return value

@@ -35,6 +35,7 @@ from sessiontemp.journal.errors import (
     BadInput,
     CommandNotStarted,
     LowDisk,
+    NoSuchRoot,
     OverBudget,
     SessionTempError,
 )
@@ -97,7 +98,7 @@ def build_parser() -> Parser:
     import argparse
     from importlib import metadata
 
-    from sessiontemp.arguments import Parser
+    from sessiontemp.arguments import Parser, PathArgument
     from sessiontemp.arguments import size as _size
 
     parser = Parser(
@@ -109,13 +110,15 @@ def build_parser() -> Parser:
                         version=f"{PROG} {metadata.version('sessiontemp')}")
     parser.add_subcommands(dest="subcommand", metavar="SUBCOMMAND", required=True)
     root_help = f"the root holding the journal and the directories (default: {default_root()})"
+    root = PathArgument("the root", "Pass a directory, or leave out --root for the per-user "
+                        f"default ({default_root()})")
 
     run = parser.add_subcommand(
         "run", prefix=f"{PROG} run", help="run a command in a private temporary directory",
         description=RUN_HELP, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
         usage=f"{PROG} run [--root DIR] [--max-bytes N] [--max-inodes N] "
         "[--min-free-bytes N] -- CMD ARGS...")
-    run.add_argument("--root", type=Path, metavar="DIR", help=root_help)
+    run.add_argument("--root", type=root, metavar="DIR", help=root_help)
     run.add_argument("--max-bytes", type=_size, metavar="N",
                      help="the budget of the command's directory, in bytes allocated (K, M, "
                      "G, T: binary units, as 2G); one that ends over it fails the run")
@@ -134,7 +137,7 @@ def build_parser() -> Parser:
         "recover", prefix=f"{PROG} recover", help="remove what dead sessions left",
         description=RECOVER_HELP, epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    rec.add_argument("--root", type=Path, metavar="DIR", help=root_help)
+    rec.add_argument("--root", type=root, metavar="DIR", help=root_help)
     rec.add_argument("--json", action="store_true",
                      help="print one JSON object (schema: the documentation's JSON output page)")
     return parser
@@ -186,10 +189,20 @@ def cmd_recover(args: argparse.Namespace, out: console.Out) -> int:
     import json
 
     from sessiontemp.cleanup import recover
+    from sessiontemp.recovery import Report
 
     root = default_root() if args.root is None else args.root
-    # On a terminal only: a pass over thousands of directories takes a while.
-    report = recover(root, progress=console.progress("recovering", unit="directories"))
+    no_journal = None
+    try:
+        # On a terminal only: a pass over thousands of directories takes a while.
+        report = recover(root, progress=console.progress("recovering", unit="directories"))
+    except NoSuchRoot as e:
+        # No root there (none, or a directory without a journal): nothing to
+        # recover, and nothing was made or written. Said, but not a failure:
+        # a harness recovers at start-up, before its first run made the root.
+        no_journal = str(e)
+        report = Report(ran=False)
+        _fail("recover", f"nothing to recover: {no_journal}", 0)
     if args.json:
         # The version of journal-inspect's JSON forms, which this one follows.
         from sessiontemp.inspect import SCHEMA
@@ -203,7 +216,10 @@ def cmd_recover(args: argparse.Namespace, out: console.Out) -> int:
             "skipped": [{"path": os.fspath(s.path), "reason": s.reason}
                         for s in report.skipped],
             "dead": list(report.dead),
+            "no_journal": no_journal,
         }, sort_keys=True) + "\n")
+        return 0
+    if no_journal is not None:
         return 0
     if not report.ran:
         out.write(f"{root}: another recovery pass was running; nothing done\n")

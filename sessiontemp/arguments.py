@@ -6,19 +6,23 @@ given, why it is refused, the fix) and exit status 2, and a word that is
 neither a subcommand nor an option of the command it was given to is
 answered with the closest one (``'rnu': is not a subcommand. Did you mean
 'run'?``, ``'--jsn': is not an option of summary. Did you mean '--json'?``).
+Every argument that names a path is read by :class:`PathArgument`, which
+refuses an empty one.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from sessiontemp import sizes
 from sessiontemp.journal.errors import BadInput
+from sessiontemp.root import empty_path
 
-__all__ = ["Parser", "nearest", "nearest_option", "not_a_subcommand", "size"]
+__all__ = ["Parser", "PathArgument", "nearest", "nearest_option", "not_a_subcommand", "size"]
 
 
 def size(text: str) -> int:
@@ -52,6 +56,32 @@ def not_a_subcommand(word: str, subcommands: Sequence[str], *, also: str = "") -
     """The error for *word* given where a subcommand belongs (*also*: what else it is not)."""
     return BadInput(repr(word), f"is not a subcommand{also}",
                     f"{nearest(word, subcommands)}Subcommands: {', '.join(subcommands)}")
+
+
+class PathArgument:
+    """The ``type=`` of every argument that names a path: an empty one is refused.
+
+    An empty word is what an unset ``"$ROOT"`` or ``"$OUT"`` expands to, and
+    ``Path("")`` is the working directory: a root, a journal or an output
+    there would be written where nobody asked.  *what* names the argument
+    in the error (``the root``), *fix* says what to pass instead; *convert*
+    makes the value (a :class:`~pathlib.Path`, or ``str`` for a word that
+    may also be an id).
+    """
+
+    def __init__(self, what: str, fix: str, convert: Callable[[str], Any] = Path) -> None:
+        self.what = what
+        self.fix = fix
+        self.convert = convert
+
+    def __call__(self, text: str) -> Any:
+        if not text:
+            raise argparse.ArgumentTypeError(str(empty_path(self.what, self.fix)))
+        return self.convert(text)
+
+    def __repr__(self) -> str:
+        # argparse names a type in its "invalid ... value" errors by this.
+        return f"path ({self.what})"
 
 
 class Parser(argparse.ArgumentParser):

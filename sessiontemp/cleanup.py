@@ -50,8 +50,10 @@ def recover(
     retired history is kept (see :class:`sessiontemp.journal.segments.Retention`).
     *progress* is called with (directories handled, directories to remove)
     as the pass works through the generations it found orphaned.
-    A root that does not exist is never created: :class:`~sessiontemp.NoSuchRoot`
-    (a mistyped path must not leave a new root behind).
+    A root that does not exist is never created, nor is a directory that
+    holds nothing of a root's (no journal, no entry of the layout) made one:
+    :class:`~sessiontemp.NoSuchRoot`, and nothing is written (a mistyped
+    path must not leave a new root behind).
     """
     check_stale_after(stale_after)
     # Out of descriptors part-way, the pass stops where it was, as one
@@ -79,7 +81,8 @@ def remove_artifact(
     journaled, and a file a keeper still holds (being copied and
     recorded right now) is left.  Returns whether a file was removed:
     False when there was none (already removed, or never kept).  Raises
-    :class:`~sessiontemp.NoSuchRoot` for a root that does not exist (none is created).
+    :class:`~sessiontemp.NoSuchRoot` for a root that does not exist or was never one
+    (nothing is created or written).
     *step_hook* sees every durable step, as a Manager's does.
     """
     artifact_id = artifact.id if isinstance(artifact, Artifact) else artifact
@@ -110,7 +113,8 @@ def remove_session(
     pass's report says what was removed and what a running command still
     holds (removed by a later pass, once the command exits).  Artifacts are
     kept: they go only by :func:`sessiontemp.remove_artifact`.  Raises
-    :class:`~sessiontemp.NoSuchRoot` for a root that does not exist (none is created).
+    :class:`~sessiontemp.NoSuchRoot` for a root that does not exist or was never one
+    (nothing is created or written).
     *step_hook* sees every durable step, as :class:`~sessiontemp.Manager`'s does.
     """
     check_name(name)

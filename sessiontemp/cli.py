@@ -26,10 +26,17 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 
 from sessiontemp import console, inspect
-from sessiontemp.arguments import Parser, nearest, nearest_option, not_a_subcommand
+from sessiontemp.arguments import (
+    Parser,
+    PathArgument,
+    nearest,
+    nearest_option,
+    not_a_subcommand,
+)
 from sessiontemp.console import shown
 from sessiontemp.inspect.read import counted
 from sessiontemp.journal.errors import BadInput, HistoryRetired, SessionTempError
+from sessiontemp.root import default_root, empty_path
 from sessiontemp.usage import human
 
 __all__ = ["main"]
@@ -372,9 +379,18 @@ def _usage_error(message: str) -> int:
     return 2
 
 
+# Every argument that names a path refuses an empty one (what an unset variable gives).
+_ROOT: Final = PathArgument("the root", "Pass the root directory, or leave out --root for the "
+                            f"per-user default ({default_root()})")
+_TARGET: Final = PathArgument("the generation", "Pass a generation directory of the root, or "
+                              "a generation id", convert=str)
+_OUTPUT: Final = PathArgument("the output", "Pass a file to write, or - for standard output",
+                              convert=str)
+
+
 def _common(parser: Parser) -> None:
     """The options every subcommand takes."""
-    parser.add_argument("--root", type=Path, default=None,
+    parser.add_argument("--root", type=_ROOT, default=None,
                         help="the root holding journal.sqlite3 (default: the per-user root)")
     parser.add_argument("--json", action="store_true",
                         help="print the documented JSON form (one object per line)")
@@ -406,7 +422,8 @@ def build_parser() -> Parser:
     add("summary", cmd_summary, "managers, generations, events and a quick check (the default)")
     events = add("events", cmd_events, "the event log, filtered; --follow for new events")
     events.add_argument("--manager", help="events naming this manager (or made by it)")
-    events.add_argument("--generation", help="events naming this generation (an id or a path)")
+    events.add_argument("--generation", type=_TARGET,
+                        help="events naming this generation (an id or a path)")
     events.add_argument("--kind", action="append",
                         help="events of this kind (repeat for several)")
     events.add_argument("--since", help="from this sequence number or time (ISO 8601, or "
@@ -422,14 +439,14 @@ def build_parser() -> Parser:
                             "checkpoint at or before that point (finished history needs a "
                             "replay from event 1)")
     explain = add("explain", cmd_explain, "one directory's life story in plain sentences")
-    explain.add_argument("target", metavar="PATH|GENERATION")
+    explain.add_argument("target", type=_TARGET, metavar="PATH|GENERATION")
     add("verify", cmd_verify, "every structural check and the reducer's invariants")
     fsck = add("fsck", cmd_fsck, "the journal against the disk of its root")
     fsck.add_argument("--repair", action="store_true",
                       help="run recovery (writes the journal, removes directories) and report")
     timeline = add("timeline", cmd_timeline, "draw managers, generations and leases over time "
                    "as a self-contained SVG picture")
-    timeline.add_argument("-o", "--output", required=True, metavar="FILE",
+    timeline.add_argument("-o", "--output", type=_OUTPUT, required=True, metavar="FILE",
                           help="the SVG file to write ('-' for standard output)")
     timeline.add_argument("--manager", help="draw only this manager's lane")
     timeline.add_argument("--since", help="from this time (ISO 8601, epoch seconds with a "
@@ -525,6 +542,9 @@ def _first_word(argv: list[str]) -> str | None:
 
 
 def _check_path_word(word: str) -> None:
+    if not word:
+        raise empty_path("the journal", "Name a journal file, or leave it out and pass "
+                         "--root DIR (or nothing, for the per-user root)")
     if os.path.lexists(word):
         return
     if difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=0.6):

@@ -1,14 +1,18 @@
 """The root directory: where a journal and its generations live, and why it can be trusted.
 
 A root is created 0700 for the current user (with any missing parent,
-0700 too) and refused when it is a symbolic link, someone else's, or
-writable by group or others: anyone who can write to the root can rename
-or swap a generation under a running command.  Once checked, the root is
+0700 too) and refused when it is a symbolic link, someone else's, or open
+to group or others: anyone who can write to the root can rename or swap a
+generation under a running command, and anyone who can enter it can read
+what the journal says (labels, command lines).  Every file the library
+makes in it is 0600 and every directory 0700, whatever the umask
+(:meth:`Root.check_journal` for the journal's, which SQLite makes).  Once checked, the root is
 held open as a directory descriptor and every create, rename, lock and
 removal of a generation is done relative to that descriptor, never by
 re-resolving the path.  Only a manager creates a root: a recovery, a
-removal or an inspection given a path that does not exist says so
-(:class:`~sessiontemp.NoSuchRoot`) and leaves nothing behind.
+removal or an inspection given a path that does not exist, or a directory
+that holds nothing of a root's (no journal, no entry of the layout), says
+so (:class:`~sessiontemp.NoSuchRoot`) and writes nothing.
 
 Layout::
 
@@ -51,14 +55,17 @@ from typing import Final
 import attrs
 
 from sessiontemp import resources
-from sessiontemp.journal import ids
-from sessiontemp.journal.errors import (
-    NoSuchRoot,
-    RootReadOnly,
-    RootUnusable,
-    SessionTempError,
-    UnsafeRoot,
+from sessiontemp.entries import (
+    check_entry,
+    check_owned_private,
+    empty_path,
+    os_error,
+    path_of,
+    set_mode,
+    without_others,
 )
+from sessiontemp.journal import ids
+from sessiontemp.journal.errors import NoSuchRoot, SessionTempError, UnsafeRoot
 from sessiontemp.locks import hold_shared
 
 __all__ = [
@@ -77,8 +84,11 @@ __all__ = [
     "SESSIONS_DIR",
     "TRASH_PREFIX",
     "Root",
+    "check_entry",
     "check_layout",
+    "check_owned_private",
     "default_root",
+    "empty_path",
     "generation_id_of",
     "generation_name",
     "lock_file_name",
@@ -126,7 +136,6 @@ DIR_FLAGS: Final = (
 # directories exclusively (it does so only while it cleans it) before it
 # works on without that directory's lock: its files are sticky all the same.
 _HOLD_PATIENCE: Final = 5.0
-_REMOVE: Final = "Remove it or pass another root"
 
 
 def default_root() -> Path:
@@ -180,82 +189,6 @@ def generation_id_of(name: str) -> str | None:
         if name.startswith(prefix) and ids.is_generation(name[len(prefix):]):
             return name[len(prefix):]
     return None
-
-
-def os_error(path: os.PathLike[str] | str, error: OSError, doing: str) -> SessionTempError:
-    """The library's error for *error*, raised while *doing* something to the root's *path*.
-
-    Names the path, the operating system's reason and what to do: a bare
-    OSError would name at best a file name relative to a descriptor.
-    """
-    code = error.errno
-    why = f"cannot be {doing} ({error.strerror or error})"
-    if code in (errno.EACCES, errno.EPERM):
-        return RootReadOnly(path, why, "Give yourself read and write access to it (chmod u+rwX; "
-                            "chattr -i if it is immutable), or pass another root", code)
-    if code == errno.EROFS:
-        return RootReadOnly(path, why, "Its file system is read-only: remount it read-write, "
-                            "or pass a root on a writable file system", code)
-    if code in (errno.ENOSPC, errno.EDQUOT):
-        return RootUnusable(path, why, "The disk (or your quota) is full: free some space, "
-                            "then try again", code)
-    if code in (errno.EMFILE, errno.ENFILE):
-        return RootUnusable(path, why, "Too many files are open: close some, or raise the "
-                            "limit (ulimit -n), then try again", code)
-    if code == errno.ELOOP:
-        return UnsafeRoot(path, "is a symbolic link", _REMOVE)
-    if code == errno.ENOTDIR:
-        return RootUnusable(path, why, "A component of the path is not a directory: pass "
-                            "another root", code)
-    if code == errno.ENOENT:
-        return RootUnusable(path, why, "It was removed meanwhile; try again", code)
-    return RootUnusable(path, why, "Check the path and its file system, then try again", code)
-
-
-def path_of(dir_fd: int, name: str) -> Path:
-    """The full path of *name* under the directory *dir_fd*, for an error message.
-
-    The kernel's own name for the descriptor's directory, which is where
-    *name* really is whatever was renamed since; *name* alone if unknown.
-    """
-    try:
-        return Path(os.readlink(f"/proc/self/fd/{dir_fd}")) / name
-    except OSError:
-        return Path(name)
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
-                       (stat.S_ISREG, "a regular file"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"),
-                       (stat.S_ISBLK, "a device")):
-        if test(mode):
-            return name
-    return "of an unknown kind"
-
-
-def check_entry(path: Path, st: os.stat_result, *, directory: bool, private: bool = True,
-                owner: int | None = None) -> None:
-    """Refuse an entry of the layout that is a symlink, of the wrong kind or someone else's.
-
-    With *private*, a directory must also be ours alone to write, and
-    writable and searchable by us (a check that writes nothing).  *owner*
-    is whose the entry must be (default: ours).
-    """
-    if stat.S_ISLNK(st.st_mode):
-        raise UnsafeRoot(path, "is a symbolic link", _REMOVE)
-    if directory and not stat.S_ISDIR(st.st_mode):
-        raise UnsafeRoot(path, f"is not a directory ({_kind(st.st_mode)})", _REMOVE)
-    if not directory and not stat.S_ISREG(st.st_mode):
-        raise UnsafeRoot(path, f"is not a regular file ({_kind(st.st_mode)})", _REMOVE)
-    if directory and private:
-        check_owned_private(path, st)
-    elif owner is None and st.st_uid != os.getuid():
-        raise UnsafeRoot(path, f"is owned by uid {st.st_uid}, not you (uid {os.getuid()})",
-                         _REMOVE)
-    elif owner is not None and st.st_uid != owner:
-        raise UnsafeRoot(path, f"is owned by uid {st.st_uid}, not by the root's owner "
-                         f"(uid {owner})", _REMOVE)
 
 
 def check_layout(root: os.PathLike[str] | str) -> None:
@@ -343,15 +276,15 @@ class Root:
         """Check *path*, creating it (0700, missing parents too) when *create*; hold it open.
 
         Raises :class:`UnsafeRoot` naming the path, what is wrong and the fix;
-        :class:`~sessiontemp.NoSuchRoot` when *path* does not exist and *create* is
-        False; :class:`~sessiontemp.RootReadOnly` or :class:`~sessiontemp.RootUnusable` when the
-        operating system refuses what is needed; ValueError for an empty
-        path (which would mean the current directory: never a choice to
-        make by accident).
+        :class:`~sessiontemp.NoSuchRoot` when *create* is False and *path* does not
+        exist or was never a root (nothing is written to it then);
+        :class:`~sessiontemp.RootReadOnly` or :class:`~sessiontemp.RootUnusable` when the
+        operating system refuses what is needed; :class:`~sessiontemp.BadInput` (a
+        ValueError) for an empty path (:func:`empty_path`).
         """
         if path is not None and not os.fspath(path):
-            raise ValueError("the root is an empty path; pass a directory, or None for the "
-                             f"per-user default ({default_root()})")
+            raise empty_path("the root", "Pass a directory, or None for the per-user default "
+                             f"({default_root()})")
         root = Path(os.path.abspath(default_root() if path is None else path))
         if create:
             _make(root)
@@ -360,11 +293,9 @@ class Root:
             # would otherwise send every generation to a place they chose.
             fd = os.open(root, DIR_FLAGS)
         except FileNotFoundError:
-            default = default_root()
-            raise NoSuchRoot(root, "does not exist", "Check the path" + (
-                f" (the default root is {default})" if root != default else "") +
-                ": only a Manager creates a root, recovery and removal never do",
-                errno.ENOENT) from None
+            raise NoSuchRoot(root, "does not exist", f"Check the path{_default_hint(root)}: "
+                             "only a Manager creates a root, recovery and removal never do",
+                             errno.ENOENT) from None
         except OSError as e:
             if e.errno in (errno.ELOOP, errno.ENOTDIR):
                 # With O_DIRECTORY, Linux reports a symlink as ENOTDIR, not ELOOP.
@@ -381,6 +312,12 @@ class Root:
         st = os.fstat(fd)
         opened = cls(path=root, fd=fd, device=st.st_dev, inode=st.st_ino)
         try:
+            if not create:
+                # First, before any check that could refuse it and anything
+                # made in it: a directory that was never a root is not made
+                # one (a mistyped --root ~), and whether it would be a safe
+                # root is not the question then.
+                opened._require_root()
             check_owned_private(root, st)
             # The descriptor was checked, not the name: someone who swapped
             # the name between our open and now would get the journal and
@@ -393,6 +330,27 @@ class Root:
             opened.close()
             raise
         return opened
+
+    def _require_root(self) -> None:
+        """Raise :class:`NoSuchRoot` unless the directory held is a root, writing nothing.
+
+        A root holds its journal, or (the journal deleted or moved aside,
+        which a recovery starts afresh) any other entry of the layout: a
+        directory holding none of them was never made a root.
+        """
+        try:
+            names = os.listdir(self.fd)
+        except OSError as e:
+            raise os_error(self.path, e, "listed") from None
+        # The prefixes are the library's: a directory that holds
+        # sessiontemp-gen-* entries is a root whatever their ids.
+        if any(name in ENTRIES or name.startswith((GENERATION_PREFIX, TRASH_PREFIX))
+               for name in names):
+            return
+        raise NoSuchRoot(self.path, f"holds no sessiontemp journal ({JOURNAL_NAME}) and nothing "
+                         "else of a root's", f"Check the path{_default_hint(self.path)}: only "
+                         "a Manager makes a root, recovery and removal never do, and nothing "
+                         "was written to it", errno.ENOENT)
 
     def check_entries(self, names: tuple[str, ...] = (*DIRECTORIES, *FILES)) -> None:
         """Refuse the root if one of the layout's entries *names* is not what the library made."""
@@ -543,10 +501,60 @@ class Root:
         path, through the root's name.  SQLite follows a symlink at any of
         its three files (the -wal and -shm are written to as much as the
         journal itself), and the segment directory holds the journal's
-        later files.
+        later files.  Then the journal's files are made private: the head
+        made if missing, group and other bits taken off the others.
         """
         self.check_identity()
         self.check_entries(_JOURNAL_ENTRIES)
+        # A root (Root.open refuses any other directory when it may not
+        # create one) whose journal is missing is about to get one.
+        self._make_journal()
+        self._private_journal()
+
+    def _make_journal(self) -> None:
+        """Make the journal's head, empty and 0600 (with the sticky bit), unless it exists.
+
+        SQLite makes a new database 0644 less the umask (0644 under umask
+        0), and gives its -wal and -shm the database's own permission bits:
+        a head made here first, private, keeps all three private whatever
+        the umask (the store makes each later segment 0600 the same way).
+        An empty file is an empty database to SQLite, as the file it would
+        make is until its first write.  mknod, not open: closing a
+        descriptor of the journal would drop the POSIX locks this process's
+        connections hold on it (:mod:`sessiontemp.journal.sticky`); the mode
+        is then set exactly through an ``O_PATH`` descriptor, which drops none.
+        """
+        try:
+            os.mknod(JOURNAL_NAME, stat.S_IFREG | 0o600, dir_fd=self.fd)
+        except FileExistsError:
+            return
+        except OSError as e:
+            raise os_error(self.journal_path, e, "created") from None
+        set_mode(JOURNAL_NAME, self.fd, lambda mode: FILE_MODE)
+
+    def _private_journal(self) -> None:
+        """Take the group and other bits off the journal's files that have them.
+
+        Files an earlier version made 0644 (the -wal and -shm SQLite makes
+        next copy the head's mode).  Only files the library has marked as
+        its own (the sticky bit, :mod:`sessiontemp.journal.sticky`): a file
+        of someone else's put at the journal's name is refused by the store
+        and left exactly as it was.  Best effort: the root itself is ours
+        alone (checked), so these bits give nobody a way in.
+        """
+        for suffix in ("", "-wal", "-shm"):
+            set_mode(JOURNAL_NAME + suffix, self.fd, without_others)
+        try:
+            segments = os.open(SEGMENTS_DIR, DIR_FLAGS, dir_fd=self.fd)
+        except OSError:
+            return
+        try:
+            for name in os.listdir(segments):
+                set_mode(name, segments, without_others)
+        except OSError:
+            pass
+        finally:
+            os.close(segments)
 
     def close(self) -> None:
         """Close every descriptor (in a forked child too: it closes only its copies).
@@ -565,24 +573,6 @@ class Root:
                 os.close(fd)
 
 
-def check_owned_private(path: Path, st: os.stat_result) -> None:
-    """Refuse a directory that is not ours alone to write, or that we cannot use."""
-    uid = os.getuid()
-    if st.st_uid != uid:
-        raise UnsafeRoot(path, f"is owned by uid {st.st_uid}, not you (uid {uid})",
-                         _REMOVE)
-    if st.st_mode & 0o022:
-        raise UnsafeRoot(
-            path,
-            f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})",
-            f"Run `chmod 700 {path}` or pass another root",
-        )
-    if st.st_mode & 0o700 != 0o700:
-        # Refused for root too, which the bits would not stop: the same root
-        # must work, or not, whoever opens it.
-        raise RootReadOnly(
-            path,
-            f"is not readable, writable and searchable by you (mode "
-            f"{stat.S_IMODE(st.st_mode):04o})",
-            f"Run `chmod 700 {path}` or pass another root", errno.EACCES,
-        )
+def _default_hint(root: Path) -> str:
+    default = default_root()
+    return f" (the default root is {default})" if root != default else ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from sessiontemp import SessionTempError, Unsupported
 from sessiontemp.platform import missing
+from tests.nobody import as_root
 
 
 def test_this_linux_machine_has_everything() -> None:
@@ -123,3 +125,58 @@ def test_a_test_asking_for_a_fixture_on_a_platform_it_refuses_is_told_why(
     assert result.returncode == 1, result.stdout + result.stderr
     assert "Unsupported" in result.stdout
     assert "not supported on this platform" in result.stdout
+
+
+# A privilege drop in a process that has imported only the package itself: its
+# modules (a copy in a directory only root may enter, so that this holds on
+# every machine) and, where the interpreter lives under /root, Python's own
+# (fcntl among them) can no longer be read.
+AFTER_A_DROP = """
+import json, os, shutil, sys
+hidden, real, core, first = sys.argv[1:5]
+if first:
+    __import__(first)
+shutil.copytree(real, os.path.join(hidden, "sessiontemp"), symlinks=False,
+                ignore=shutil.ignore_patterns("journal"))
+shutil.copytree(core, os.path.join(hidden, "sessiontemp", "journal"))
+sys.path.insert(0, hidden)
+import sessiontemp
+assert sessiontemp.__file__.startswith(hidden), sessiontemp.__file__
+os.setgroups([]); os.setgid(65534); os.setuid(65534)
+try:
+    from sessiontemp import Manager
+except BaseException as e:
+    path = getattr(e, "path", None)
+    print(json.dumps({"raised": [c.__name__ for c in type(e).__mro__], "message": str(e),
+                      "path": path, "readable": path is not None and os.access(path, os.R_OK)}))
+else:
+    print(json.dumps({"raised": None}))
+"""
+
+
+@as_root
+@pytest.mark.parametrize("first", ["", "fcntl"], ids=["nothing-imported", "fcntl-imported"])
+def test_a_package_a_privilege_drop_made_unreadable_is_named_not_called_an_unsupported_platform(
+    tmp_path: Path, first: str,
+) -> None:
+    import sessiontemp.journal
+
+    hidden = tmp_path / "hidden"
+    hidden.mkdir(mode=0o700)
+    real = Path(sessiontemp.__file__).parent
+    core = Path(sessiontemp.journal.__file__).parent
+    result = python("", AFTER_A_DROP, str(hidden), str(real), str(core), first, cwd=Path("/"))
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    assert got["raised"] is not None, got
+    assert "PackageUnreadable" in got["raised"], got
+    assert {"ImportError", "SessionTempError"} <= set(got["raised"]), got
+    assert "Unsupported" not in got["raised"], got
+    assert "not supported on this platform" not in got["message"]
+    # The path named is one uid 65534 cannot read, the reason says so, and the fix.
+    assert got["path"], got
+    assert not got["readable"], got
+    assert got["message"].startswith(got["path"])
+    assert "(uid 65534" in got["message"]
+    assert "so Python could not import" in got["message"]
+    assert "before dropping privileges" in got["message"]

@@ -474,7 +474,12 @@ def test_an_empty_root_on_a_read_only_file_system_is_root_read_only_naming_what_
         root.mkdir(mode=0o700)
         subprocess.run(["mount", "-o", "remount,ro", str(fs)], check=True)
         try:
-            for call in every_call(root).values():
+            for name, call in every_call(root).items():
+                if name != "Manager":
+                    # An empty directory is no root yet: nothing to recover or remove.
+                    with pytest.raises(NoSuchRoot):
+                        call()
+                    continue
                 with pytest.raises(RootReadOnly) as caught:
                     call()
                 assert_explains(caught.value, root / "managers",
@@ -576,15 +581,99 @@ def test_recovery_and_removal_of_a_root_that_does_not_exist_create_nothing(
     assert fingerprint(tmp_path) == before
 
 
-def test_sessiontemp_recover_of_a_missing_root_exits_2_and_creates_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("form", ["text", "json"])
+def test_sessiontemp_recover_of_a_missing_root_exits_0_saying_so_and_creates_nothing(
+    tmp_path: Path, form: str,
+) -> None:
     before = fingerprint(tmp_path)
-    done = subprocess.run([str(SCRIPT), "recover", "--root", "./no-such-root"], cwd=tmp_path,
+    done = subprocess.run([str(SCRIPT), "recover", "--root", "./no-such-root",
+                           *(["--json"] if form == "json" else [])], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 2, done
-    assert done.stdout == ""
-    assert f"{tmp_path / 'no-such-root'} does not exist" in done.stderr
+    assert done.returncode == 0, done
+    said = f"sessiontemp recover: nothing to recover: {tmp_path / 'no-such-root'} does not exist"
+    assert done.stderr.startswith(said), done.stderr
+    assert len(done.stderr.splitlines()) == 1
     assert str(default_root()) in done.stderr
+    if form == "json":
+        report = json.loads(done.stdout)
+        assert report["no_journal"] == done.stderr.split("nothing to recover: ", 1)[1].strip()
+        assert (report["ran"], report["removed"], report["skipped"], report["dead"]) == (
+            False, [], [], [])
+    else:
+        assert done.stdout == ""
     assert fingerprint(tmp_path) == before
+
+
+def plain_directory(place: Path, mode: int) -> Path:
+    """A directory of someone's own, never a root: a docs/ tree, a file, *mode* (0755: mkdir)."""
+    plain = place / "plain"
+    (plain / "docs" / "guide").mkdir(parents=True)
+    (plain / "docs" / "guide" / "index.md").write_text("# Guide\n")
+    (plain / "notes.txt").write_text("mine\n")
+    os.chmod(plain, mode)
+    return plain
+
+
+@pytest.mark.parametrize("mode", [0o755, 0o700], ids=["0755", "0700"])
+def test_recovery_and_removal_of_a_directory_that_never_was_a_root_write_nothing_to_it(
+    tmp_path: Path, mode: int,
+) -> None:
+    plain = plain_directory(tmp_path, mode)
+    before = fingerprint(plain)
+    for call in (lambda: recover(plain), lambda: remove_session(plain, "chat-42"),
+                 lambda: remove_artifact(plain, ARTIFACT)):
+        with pytest.raises(NoSuchRoot) as caught:
+            call()
+        assert_explains(caught.value, plain, "holds no sessiontemp journal (journal.sqlite3)",
+                        "only a Manager makes a root, recovery and removal never do, and "
+                        "nothing was written to it")
+    assert fingerprint(plain) == before
+
+
+@pytest.mark.parametrize("form", ["text", "json"])
+def test_sessiontemp_recover_of_a_plain_directory_exits_0_saying_so_and_writes_nothing(
+    tmp_path: Path, form: str,
+) -> None:
+    plain = plain_directory(tmp_path, 0o755)
+    before = fingerprint(plain)
+    done = subprocess.run([str(SCRIPT), "recover", "--root", str(plain),
+                           *(["--json"] if form == "json" else [])],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done
+    assert done.stderr.startswith(f"sessiontemp recover: nothing to recover: {plain} holds no "
+                                  "sessiontemp journal"), done.stderr
+    assert len(done.stderr.splitlines()) == 1
+    if form == "json":
+        assert "holds no sessiontemp journal" in json.loads(done.stdout)["no_journal"]
+    else:
+        assert done.stdout == ""
+    assert fingerprint(plain) == before
+
+
+@pytest.mark.parametrize("words", [[s] for s in cli.SUBCOMMANDS if s not in ("explain", "timeline")]
+                         + [["fsck", "--repair"], ["usage", "--measure"], ["events", "--follow"],
+                            ["explain", "sessiontemp-gen-0123456789abcdef"],
+                            ["timeline", "-o", "-"]])
+def test_journal_inspect_of_a_plain_directory_writes_nothing_to_it(
+    tmp_path: Path, words: list[str],
+) -> None:
+    plain = plain_directory(tmp_path, 0o755)
+    before = fingerprint(plain)
+    done = zygote.journal_inspect("--root", plain, *words)
+    assert done.returncode == 2, done
+    assert "Traceback" not in done.stderr
+    assert fingerprint(plain) == before
+
+
+def test_a_root_whose_journal_was_moved_aside_is_still_recovered(tmp_path: Path) -> None:
+    """The way out of a journal that cannot be used: the next recovery starts a fresh one."""
+    root = tmp_path / "root"
+    Manager(root).close()
+    for name in os.listdir(root):
+        if name.startswith(JOURNAL):
+            os.rename(root / name, tmp_path / name)
+    assert recover(root).ran
+    assert (root / JOURNAL).is_file()
 
 
 def test_sessiontemp_run_makes_a_missing_root_and_its_parents_0700_whatever_the_umask(

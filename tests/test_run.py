@@ -362,7 +362,8 @@ def test_session_is_refused_clearly_since_a_run_ends_its_session(
 def test_an_unsafe_root_is_one_line_naming_the_path_reason_and_fix(
     wrapper: list[str], root: Path, tmp_path: Path
 ) -> None:
-    root.mkdir(mode=0o700)
+    # A root (a journal in it), or recover would find nothing to recover there.
+    assert sessiontemp(wrapper, "run", "--root", os.fspath(root), "--", "true").returncode == 0
     root.chmod(0o777)
     marker = tmp_path / "ran"
     for args in (["run", "--root", os.fspath(root), "--", "touch", os.fspath(marker)],
@@ -515,7 +516,7 @@ def test_recover_reports_what_it_removed_and_why(
     again = json.loads(sessiontemp(wrapper, "recover", "--root", os.fspath(root),
                                    "--json").stdout)
     assert again == {"schema": SCHEMA, "root": os.fspath(root), "ran": True, "removed": [],
-                     "skipped": [], "dead": []}
+                     "skipped": [], "dead": [], "no_journal": None}
 
 
 def test_recover_shows_progress_through_the_directories_on_a_terminal_only(

@@ -55,6 +55,12 @@ def create_segment(path: os.PathLike[str] | str, *, checkpoint: tuple[int, bytes
     base, digest = int(checkpoint[0]), bytes(checkpoint[1])
     tmp = segments.temporary(path)
     segments.remove_file(tmp)
+    # Made here, 0600, before SQLite opens it: SQLite would make it 0644
+    # less the umask, and its -wal and -shm (a reader's too) copy the
+    # file's mode.  (The root makes the head the same way.)  No connection
+    # to it exists yet, so closing this descriptor drops no SQLite lock.
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600))
     conn = sqlite3.connect(tmp, isolation_level=None)
     try:
         conn.execute("PRAGMA synchronous=FULL")
@@ -75,7 +81,7 @@ def create_segment(path: os.PathLike[str] | str, *, checkpoint: tuple[int, bytes
         # Sticky before it has its name: an age cleaner never takes a
         # segment (no connection to the file is open: closing this
         # descriptor drops no SQLite lock).
-        os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) | stat.S_ISVTX)
+        os.fchmod(fd, 0o600 | stat.S_ISVTX)
         os.fsync(fd)
     finally:
         os.close(fd)

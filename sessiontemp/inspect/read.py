@@ -30,6 +30,7 @@ from sessiontemp.root import (
     MANAGERS_DIR,
     check_layout,
     default_root,
+    empty_path,
     generation_id_of,
     lock_file_name,
 )
@@ -87,6 +88,10 @@ def locate(journal: os.PathLike[str] | str | None = None,
     (``managers``, ``artifacts``, the journal's files, ...) are symlinks,
     of the wrong kind or someone else's: what they lead to is not the root's.
     """
+    for given, what in ((root, "the root"), (journal, "the journal")):
+        if given is not None and not os.fspath(given):
+            # Path("") is the working directory: never read (or repaired) by accident.
+            raise empty_path(what, "Pass a path, or None for the per-user root")
     base = None if root is None else Path(root)
     if base is not None:
         if not os.path.lexists(base):
