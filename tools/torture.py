@@ -722,6 +722,9 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         "inspector_wrong_answers": len(inspector.wrong),
         "inspector_wrong": inspector.wrong[:5],
         **({"readers": dict(inspector.asked), "reader_wrong_answers": len(inspector.wrong),
+            "reader_wrong_by_command": dict(collections.Counter(
+                w.split(":")[0].removeprefix("journal-inspect ").split()[0]
+                for w in inspector.wrong)),
             "reader_files_left": len(stray_reader_files(root)),
             "reader_files": stray_reader_files(root)[:10]} if args.readers else {}),
         "journal_problems": problems,
