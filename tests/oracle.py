@@ -441,7 +441,7 @@ class Run:
     def finish(self) -> None:
         """Let a paused pass go, end every command and process."""
         if self.paused:
-            self.step_resume(Step("resume"))
+            self.note("resumed at the end", self.step_resume(Step("resume")))
         for command in self.commands:
             self.end_command(command)
         self.commands.clear()
