@@ -557,6 +557,12 @@ def run_workload(root: Path, retention: Retention, steps: list[Step]) -> Transcr
         run.note("every process killed", present(root, run.names))
         run.note("a last recovery", run.report(run.start_bare().ask(run.now, "recover")))
         run.note("after it", present(root, run.names))
+        if retention == "off":
+            _, summary = inspect_json("--root", root, "summary", "--json")
+            assert summary["history"]["retired_until"] == 0, (
+                f"the default retention retired history up to event "
+                f"{summary['history']['retired_until']}: the workload is too large to stand "
+                "for retention off")
     finally:
         run.finish()
     return run.transcript
