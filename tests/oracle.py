@@ -489,9 +489,9 @@ def present(root: Path, names: Names) -> dict[str, Any]:
                   ("measured", "bytes", "inodes", "largest", "largest_bytes")},
     }
     status, live = inspect_json("--root", root, "state", "--live", "--json")
-    seen["state --live"] = {"status": status, **_state_present(names, live)}
+    seen["state --live"] = {"status": status, **_state_present(names, live, whole=False)}
     status, whole = inspect_json("--root", root, "state", "--json")
-    seen["state"] = {"status": status, **_state_present(names, whole)}
+    seen["state"] = {"status": status, **_state_present(names, whole, whole=True)}
     status, usage = inspect_json("--root", root, "usage", "--json")
     seen["usage"] = {
         "status": status,
@@ -523,9 +523,15 @@ def present(root: Path, names: Names) -> dict[str, Any]:
     return seen
 
 
-def _state_present(names: Names, state: dict[str, Any]) -> dict[str, Any]:
+def _state_present(names: Names, state: dict[str, Any], *, whole: bool) -> dict[str, Any]:
     """Of a ``state --json`` answer, what is not finished: managers not ended, directories
-    not removed, sessions, artifacts; fields that name a recovery pass are left out."""
+    not removed, the sessions they own or keep, artifacts; fields that name a recovery
+    pass are left out.
+
+    Of the *whole* state (every manager and directory seen, from where the kept
+    history starts) a session's adoptions and discard are left out too: they are
+    counted across every owner the session had, forgotten ones included.
+    """
     managers = {names.text(k): {f: names.json(v) for f, v in m.items()
                                 if f not in ("pid", "ended_by")}
                 for k, m in state["managers"].items() if m["ended"] is None}
@@ -533,11 +539,16 @@ def _state_present(names: Names, state: dict[str, Any]) -> dict[str, Any]:
                                    if f not in ("removal_by", "commands", "device", "inode")}
                    | {"commands": len(g["commands"])}
                    for k, g in state["generations"].items() if g["removal_outcome"] is None}
+    history = ("adoptions", "adopted_seq", "adopted_from", "discarded_seq",
+               "discarded_reason", "used_at") if whole else ()
+    sessions = {
+        k: {f: names.json(v) for f, v in s.items() if f not in history}
+        for k, s in sorted(state["sessions"].items())
+        if names.text(s["owner"]) in managers or names.text(s["kept"] or "") in generations}
     return {
         "managers": dict(sorted(managers.items())),
         "generations": dict(sorted(generations.items())),
-        "sessions": {k: {f: names.json(v) for f, v in s.items()}
-                     for k, s in sorted(state["sessions"].items())},
+        "sessions": sessions,
         "artifacts": dict(sorted((names.text(k), names.json(a))
                                  for k, a in state["artifacts"].items())),
         "refused": len(state["refused"]),
