@@ -437,7 +437,15 @@ class Facts:
     def __init__(self, workdir: Path) -> None:
         self.path = workdir / "facts"
         # Worker pid -> the monotonic time just before the driver sent its SIGKILL.
+        # Stamped and stored under the lock the judge reads them under: a kill
+        # stamped before a read ended is always seen by its judge.
         self.killed: dict[int, float] = {}
+        self.lock = threading.Lock()
+
+    def kill(self, pid: int) -> None:
+        """Note that worker *pid* is about to be killed (call before sending the signal)."""
+        with self.lock:
+            self.killed[pid] = time.monotonic()
 
     def held_throughout(self, start: float, end: float
                         ) -> tuple[set[str], dict[str, tuple[str, str]]]:
@@ -462,8 +470,11 @@ class Facts:
                 elif words[0] == "unlease":
                     released[words[1]] = at
 
+        with self.lock:
+            killed = dict(self.killed)
+
         def alive(pid: int) -> bool:
-            return self.killed.get(pid, math.inf) > end
+            return killed.get(pid, math.inf) > end
 
         managers = {m for m, (pid, at) in opened.items()
                     if at < start and closing.get(m, math.inf) > end and alive(pid)}
@@ -631,7 +642,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         i = rng.randrange(len(workers))
         children = rng.random() < 0.3
         if facts is not None:
-            facts.killed[workers[i].pid] = time.monotonic()
+            facts.kill(workers[i].pid)
         if workers[i].kill(children=children):
             kills += 1
         else:
@@ -643,7 +654,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
     if facts is not None:
         # Killed below: no answer read from here on may count on them.
         for w in workers:
-            facts.killed[w.pid] = time.monotonic()
+            facts.kill(w.pid)
     inspector.stop.set()
     if inspector.is_alive():
         inspector.join(TIMEOUT * 4)
