@@ -42,16 +42,15 @@ import attrs
 from tests import zygote
 from tests.childio import CutShort, JsonLines
 
-__all__ = ["KINDS", "SESSIONS", "Retention", "Step", "Transcript", "run_workload"]
+__all__ = ["KINDS", "SESSIONS", "RetentionMode", "Step", "Transcript", "run_workload"]
 
 CHILD: Final = Path(__file__).with_name("oraclechild.py")
 TIMEOUT: Final = 60.0
 SLOTS: Final = 3
 SESSIONS: Final = ("s0", "s1")
-# The test's clock: where it starts, and how far each step moves it.  A day's
-# distance from the epoch keeps every time plausible; steps of ten seconds keep
-# the resume window (50 s) a few steps long and history far younger than the
-# default retention's 30 days.
+# The test's clock: where it starts (a moment in 2027), and how far each step
+# moves it.  Steps of ten seconds keep the resume window (50 s) a few steps long
+# and history far younger than the default retention's 30 days.
 EPOCH: Final = 1_800_000_000.0
 TICK: Final = 10.0
 # A budget a few written files exceed, once measured.
@@ -67,7 +66,7 @@ KINDS: Final[tuple[Kind, ...]] = (
     "end-command", "release-lease", "keep", "remove-artifact", "kill", "close", "churn",
     "recover", "pause", "resume", "remove-session", "wait", "inspect",
 )
-Retention: TypeAlias = Literal["off", "eager"]
+RetentionMode: TypeAlias = Literal["off", "eager"]
 Transcript: TypeAlias = list[tuple[str, Any]]
 
 
@@ -208,7 +207,7 @@ class Command:
 class Run:
     """One workload played on one root."""
 
-    def __init__(self, root: Path, retention: Retention) -> None:
+    def __init__(self, root: Path, retention: RetentionMode) -> None:
         self.root = root
         self.retention = retention
         self.names = Names(root)
@@ -453,6 +452,22 @@ class Run:
             self.bare.end()
             self.bare = None
 
+    def abandon(self) -> None:
+        """After a failure: SIGKILL every process and command left, asking nothing of them."""
+        for command in self.commands:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(command.pidfd, signal.SIGKILL)
+            os.close(command.pidfd)
+        self.commands.clear()
+        processes = [w.process for w in self.workers.values()]
+        if self.bare is not None:
+            processes.append(self.bare)
+        for process in processes:
+            process.kill()
+            process.end()
+        self.workers.clear()
+        self.bare = None
+
 
 # -- what the readers say about the present ------------------------------------------
 
@@ -558,9 +573,10 @@ def _state_present(names: Names, state: dict[str, Any], *, whole: bool) -> dict[
 # -- a whole run ------------------------------------------------------------------------
 
 
-def run_workload(root: Path, retention: Retention, steps: list[Step]) -> Transcript:
+def run_workload(root: Path, retention: RetentionMode, steps: list[Step]) -> Transcript:
     """Play *steps* on a fresh *root*; the transcript of answers and readers' views."""
     run = Run(root, retention)
+    done = False
     try:
         for step in steps:
             run.play(step)
@@ -574,6 +590,10 @@ def run_workload(root: Path, retention: Retention, steps: list[Step]) -> Transcr
                 f"the default retention retired history up to event "
                 f"{summary['history']['retired_until']}: the workload is too large to stand "
                 "for retention off")
+        done = True
     finally:
-        run.finish()
+        if done:
+            run.finish()
+        else:
+            run.abandon()
     return run.transcript
