@@ -35,6 +35,12 @@ What is here, and how to reuse it:
 * Activity on a timeline: :func:`activities` draws a window's event times
   and the intervals leases were held, spread from milliseconds to days apart,
   for the timeline's compression of idle stretches (``sessiontemp.inspect.scale``).
+* Workloads of real processes for the retention oracle
+  (``tests/test_retention_oracle.py``): :func:`oracle_workloads` draws
+  scenes (managers opened, named or not, with a budget or not; leases,
+  files, measurements, commands that close their descriptors, artifacts;
+  kills, closes, recovery passes, a pass paused at its checkpoint while
+  other steps run) as one list of :class:`tests.oracle.Step`.
 * Faults a process lives through (for the state machine):
   :func:`faulted_operations`, :func:`fault_steps`, :func:`store_failures`,
   :func:`interrupt_ways`; the hook that injects them is in ``tests/faults.py``.
@@ -77,6 +83,9 @@ from sessiontemp.journal.events import (
 from sessiontemp.journal.reducer import Fold
 from tests.faults import STORE_FAILURES, StoreFailure
 from tests.neighbour import MOVES, Move
+from tests.oracle import KINDS as ORACLE_KINDS
+from tests.oracle import SLOTS
+from tests.oracle import Step as OracleStep
 
 __all__ = [
     "EVENT_CLASSES",
@@ -108,6 +117,7 @@ __all__ = [
     "manager_id",
     "manager_ids",
     "neighbour_moves",
+    "oracle_workloads",
     "records",
     "scaled",
     "session_histories",
@@ -993,3 +1003,60 @@ def interrupt_ways() -> st.SearchStrategy[Literal["kill", "raise_signal"]]:
     """How SIGINT is sent: to the process (``kill``, as a terminal does) or to the thread."""
     ways: tuple[Literal["kill", "raise_signal"], ...] = ("kill", "raise_signal")
     return st.sampled_from(ways)
+
+
+# -- workloads of real processes (the retention oracle) ---------------------------------
+
+# The steps a scene draws at random, between its fixed ones: everything but the
+# pause and resume of a pass, which scenes place in pairs.
+_ORACLE_SINGLES: Final = tuple(k for k in ORACLE_KINDS if k not in ("pause", "resume"))
+# What may run while a recovery pass is paused at its checkpoint: no other pass
+# (it would wait for the paused one), so no named open, recover or removal either
+# (tests/oracle.py skips those).
+_ORACLE_INTERLEAVED: Final = ("acquire", "write", "measure", "command", "end-command",
+                              "release-lease", "keep", "kill", "close", "rotate", "release",
+                              "open", "churn")
+
+
+def _oracle_step(kinds: Sequence[str]) -> st.SearchStrategy[OracleStep]:
+    return st.builds(OracleStep, kind=st.sampled_from(kinds), slot=st.integers(0, SLOTS - 1),
+                     n=st.integers(0, 11), flag=st.booleans())
+
+
+@st.composite
+def _oracle_scene(draw: st.DrawFn) -> list[OracleStep]:
+    slot = draw(st.integers(0, SLOTS - 1), label="slot")
+    kind = draw(st.sampled_from(("manager", "outlived", "interleaved", "steps")), label="scene")
+    if kind == "manager":
+        # A manager (named or not, a budget or not) with an owner and a lease.
+        opened = draw(_oracle_step(("open",)), label="open")
+        return [OracleStep("open", slot, opened.n, opened.flag), OracleStep("retain", slot),
+                OracleStep("acquire", slot)]
+    if kind == "outlived":
+        # A recovery pass paused at its checkpoint (once enough events fell due)
+        # while a lease's command that closed its descriptors starts and the
+        # lease's manager is killed.
+        return [OracleStep("churn", slot, 5), OracleStep("pause"),
+                OracleStep("command", slot, draw(st.integers(0, 3), label="lease")),
+                OracleStep("kill", slot), OracleStep("resume")]
+    if kind == "interleaved":
+        # Any steps a live manager may take while a pass is paused at its checkpoint.
+        between = draw(st.lists(_oracle_step(_ORACLE_INTERLEAVED), min_size=1, max_size=4),
+                       label="between")
+        return [OracleStep("churn", slot, 5), OracleStep("pause"), *between,
+                OracleStep("resume")]
+    return draw(st.lists(_oracle_step(_ORACLE_SINGLES), min_size=1, max_size=4), label="steps")
+
+
+def oracle_workloads(*, max_scenes: int = 6) -> st.SearchStrategy[list[OracleStep]]:
+    """A workload for the retention oracle: a manager opened, then up to *max_scenes* scenes.
+
+    Scenes are a manager opened with an owner and a lease; a pass paused at
+    its checkpoint while a command that closed its descriptors starts and
+    its manager is killed; a pass paused while other steps run; a few steps
+    of any kind.  Steps that cannot apply when they come are skipped by the
+    driver, the same way on every root.
+    """
+    return st.lists(_oracle_scene(), min_size=1, max_size=max_scenes).map(
+        lambda scenes: [OracleStep("open"), OracleStep("retain"), OracleStep("acquire"),
+                        *itertools.chain.from_iterable(scenes)])

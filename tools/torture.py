@@ -50,6 +50,19 @@ goes), runs a final recovery and checks:
   ``watch`` would), should exit 0 every time: each time it does not is
   counted (``inspector_wrong_answers``, with the first few answers), and
   fails the run with ``--inspector-must-agree``;
+* with ``--readers``, the reader in that loop runs ``verify``, ``summary``
+  and ``state`` (``--json``) in turn, and each answer is checked against
+  what the workers hold (each writes to a facts file outside the root when
+  its manager opened, before it closes, when a lease was acquired and before
+  it is released; the driver notes each kill before it sends it): a manager
+  open from before the reader started until after it ended is listed as
+  running (``summary``, with liveness ``live``) and not ended (``state``), a
+  lease its manager held throughout is counted (``summary``) and listed on
+  its directory, not removed (``state``); ``verify`` and ``summary``'s quick
+  check find nothing, and every command exits 0.  Each answer that breaks
+  one is a wrong answer (``reader_wrong_answers``), and any fails the run;
+  so does a file a reader left (``reader_files_left``): a ``-wal`` or
+  ``-shm`` in ``journal.sqlite3.d/`` whose segment is gone, after the run;
 * the journal verifies (``Store.verify()``); the newest checkpoint is
   usable and, with the events after it, gives the same state as the replay
   from where the kept history starts; ``journal-inspect verify`` and
@@ -68,6 +81,7 @@ import contextlib
 import ctypes
 import hashlib
 import json
+import math
 import os
 import random
 import select
@@ -126,6 +140,16 @@ SESSIONS = ("s0", "s1", "s2")
 def note(stats: Path, what: str) -> None:
     with open(stats, "a") as f:
         f.write(what + "\n")
+
+
+def fact(workdir: Path, *words: str) -> None:
+    """What this worker holds, for the readers' judge: one line, after or before the call.
+
+    One short line in one write to an O_APPEND file, stamped with the
+    system-wide monotonic clock the driver's reader reads too.
+    """
+    with open(workdir / "facts", "a") as f:
+        f.write(" ".join([*words, str(os.getpid()), repr(time.monotonic())]) + "\n")
 
 
 def violation(violations: Path, text: str) -> None:
@@ -209,6 +233,7 @@ def work(root: Path, workdir: Path, seed: int) -> None:
     keeps = 0
     while True:
         manager = open_manager(root, rng, stats)
+        fact(workdir, "open", manager.id)
         note(stats, "manager")
         if not announced:
             # The driver's handshake: this worker has a manager on the root.
@@ -222,6 +247,7 @@ def work(root: Path, workdir: Path, seed: int) -> None:
             roll = rng.random()
             if roll < 0.30 and len(leases) < 3:
                 lease = manager.acquire()
+                fact(workdir, "lease", lease.id, lease.generation, manager.id)
                 (lease.path / "marker").write_text(f"{os.getpid()}\n")
                 leases.append(lease)
                 note(stats, "lease")
@@ -237,6 +263,7 @@ def work(root: Path, workdir: Path, seed: int) -> None:
                 lease = leases.pop(rng.randrange(len(leases)))
                 if not (lease.path / "marker").is_file():
                     violation(violations, f"{lease.path} vanished under a live lease")
+                fact(workdir, "unlease", lease.id)
                 lease.release()
             elif roll < 0.66 and leases:
                 lease = rng.choice(leases)
@@ -286,8 +313,10 @@ def work(root: Path, workdir: Path, seed: int) -> None:
         for lease in leases:
             if not (lease.path / "marker").is_file():
                 violation(violations, f"{lease.path} vanished under a live lease")
+            fact(workdir, "unlease", lease.id)
             lease.release()
         manager.release()
+        fact(workdir, "closing", manager.id)
         manager.close()
 
 
@@ -391,33 +420,156 @@ def reap_everything(groups: list[int]) -> None:
     raise TimeoutError(f"processes still running {TIMEOUT:g} s after SIGKILL")
 
 
-def journal_inspect(root: Path, command: str) -> tuple[int, str]:
-    """Run the console script on *root*; its exit status and what it printed."""
+def journal_inspect(root: Path, *command: str) -> tuple[int, str]:
+    """Run the console script on *root*; its exit status and what it printed (a JSON
+    answer whole, anything else its last 2,000 characters)."""
     script = Path(sys.executable).parent / "journal-inspect"
-    done = subprocess.run([str(script), "--root", str(root), command], capture_output=True,
+    done = subprocess.run([str(script), "--root", str(root), *command], capture_output=True,
                           text=True, timeout=TIMEOUT * 4, check=False)
+    if "--json" in command and done.returncode == 0:
+        return done.returncode, done.stdout
     return done.returncode, (done.stdout + done.stderr)[-2000:]
+
+
+class Facts:
+    """What the workers hold, as their facts file and the driver's kills say, over time."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.path = workdir / "facts"
+        # Worker pid -> the monotonic time just before the driver sent its SIGKILL.
+        # Stamped and stored under the lock the judge reads them under: a kill
+        # stamped before a read ended is always seen by its judge.
+        self.killed: dict[int, float] = {}
+        self.lock = threading.Lock()
+
+    def kill(self, pid: int) -> None:
+        """Note that worker *pid* is about to be killed (call before sending the signal)."""
+        with self.lock:
+            self.killed[pid] = time.monotonic()
+
+    def held_throughout(self, start: float, end: float
+                        ) -> tuple[set[str], dict[str, tuple[str, str]]]:
+        """The managers open, and the leases held (lease -> (generation, manager)), from
+        before *start* until after *end*: what any answer read in between must show."""
+        opened: dict[str, tuple[int, float]] = {}
+        closing: dict[str, float] = {}
+        leased: dict[str, tuple[str, str, int, float]] = {}
+        released: dict[str, float] = {}
+        with contextlib.suppress(FileNotFoundError), open(self.path) as f:
+            for line in f:
+                words = line.split()
+                if not line.endswith("\n") or not words:
+                    continue  # a line being written
+                at, pid = float(words[-1]), int(words[-2])
+                if words[0] == "open":
+                    opened[words[1]] = (pid, at)
+                elif words[0] == "closing":
+                    closing[words[1]] = at
+                elif words[0] == "lease":
+                    leased[words[1]] = (words[2], words[3], pid, at)
+                elif words[0] == "unlease":
+                    released[words[1]] = at
+
+        with self.lock:
+            killed = dict(self.killed)
+
+        def alive(pid: int) -> bool:
+            return killed.get(pid, math.inf) > end
+
+        managers = {m for m, (pid, at) in opened.items()
+                    if at < start and closing.get(m, math.inf) > end and alive(pid)}
+        leases = {lease: (generation, manager)
+                  for lease, (generation, manager, pid, at) in leased.items()
+                  if at < start and released.get(lease, math.inf) > end and alive(pid)
+                  and manager in managers}
+        return managers, leases
+
+
+def stray_reader_files(root: Path) -> list[str]:
+    """``-wal`` and ``-shm`` files in the segment directory whose segment is gone."""
+    segments = root / f"{JOURNAL_NAME}.d"
+    try:
+        names = set(os.listdir(segments))
+    except FileNotFoundError:
+        return []
+    return sorted(name for name in names if name.endswith(("-wal", "-shm"))
+                  and name[:-4] not in names)
 
 
 class Inspector(threading.Thread):
     """``journal-inspect verify`` on the root in a loop while workers append, roll over,
-    retire and die: a healthy journal, so every run must exit 0."""
+    retire and die: a healthy journal, so every run must exit 0.
 
-    def __init__(self, root: Path, every: float) -> None:
+    With *facts* (``--readers``), ``verify``, ``summary`` and ``state`` in turn,
+    each answer judged against what the workers held throughout the read
+    (:meth:`judge`).
+    """
+
+    def __init__(self, root: Path, every: float, facts: Facts | None = None) -> None:
         super().__init__(daemon=True)
         self.root = root
         self.every = every
+        self.facts = facts
         self.runs = 0
+        self.asked: collections.Counter[str] = collections.Counter()
         self.wrong: list[str] = []
         self.stop = threading.Event()
 
     def run(self) -> None:
+        commands = ("verify", "summary", "state") if self.facts is not None else ("verify",)
         while not self.stop.wait(self.every):
-            status, output = journal_inspect(self.root, "verify")
+            command = commands[self.runs % len(commands)]
+            start = time.monotonic()
+            if self.facts is None:
+                status, output = journal_inspect(self.root, command)
+            else:
+                status, output = journal_inspect(self.root, command, "--json")
+            end = time.monotonic()
             self.runs += 1
+            self.asked[command] += 1
             if status != 0:
-                self.wrong.append(f"journal-inspect verify exited {status} during the run: "
+                self.wrong.append(f"journal-inspect {command} exited {status} during the run: "
                                   f"{output}")
+            elif self.facts is not None:
+                self.wrong += self.judge(command, json.loads(output), start, end)
+
+    def judge(self, command: str, answer: dict[str, Any], start: float, end: float
+              ) -> list[str]:
+        """What *answer*, read between *start* and *end*, gets wrong about the present."""
+        assert self.facts is not None
+        managers, leases = self.facts.held_throughout(start, end)
+        wrong: list[str] = []
+        if command == "verify":
+            if not answer["ok"]:
+                wrong.append(f"verify found problems: {answer['problems'][:3]}")
+        elif command == "summary":
+            if not answer["verify"]["ok"]:
+                wrong.append(f"summary's check found problems: "
+                             f"{answer['verify']['problems'][:3]}")
+            running = {m["id"]: m for m in answer["running_managers"]}
+            for manager in sorted(managers):
+                if manager not in running:
+                    wrong.append(f"summary lists manager {manager} as not running; it was "
+                                 f"open throughout the read")
+                elif running[manager]["liveness"] != "live":
+                    wrong.append(f"summary says manager {manager} is "
+                                 f"{running[manager]['liveness']}; it was open throughout")
+            if answer["generations"]["leases_held"] < len(leases):
+                wrong.append(f"summary counts {answer['generations']['leases_held']} leases "
+                             f"held; {len(leases)} were held throughout the read")
+        else:
+            for manager in sorted(managers):
+                record = answer["managers"].get(manager)
+                if record is None or record["ended"] is not None:
+                    wrong.append(f"state shows manager {manager} "
+                                 f"{'absent' if record is None else 'ended'}; it was open "
+                                 f"throughout the read")
+            for lease, (generation, manager) in sorted(leases.items()):
+                found = answer["generations"].get(generation)
+                if found is None or lease not in found["leases"] or found["removal"]:
+                    wrong.append(f"state does not show lease {lease} of manager {manager} "
+                                 f"held on {generation}; it was held throughout the read")
+        return [f"journal-inspect {command}: {w}" for w in wrong]
 
 
 def check_artifacts(root: Path, ledger: Ledger) -> dict[str, Any]:
@@ -479,7 +631,8 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
     started = time.monotonic()
     workers = [Worker(root, workdir, next(seeds)) for _ in range(args.processes)]
     groups = [w.pid for w in workers]
-    inspector = Inspector(root, args.inspect_every)
+    facts = Facts(workdir) if args.readers else None
+    inspector = Inspector(root, args.inspect_every, facts)
     if args.inspect_every > 0:
         inspector.start()
     kills = with_children = failed_workers = 0
@@ -488,6 +641,8 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(rng.uniform(0.02, 0.3))
         i = rng.randrange(len(workers))
         children = rng.random() < 0.3
+        if facts is not None:
+            facts.kill(workers[i].pid)
         if workers[i].kill(children=children):
             kills += 1
         else:
@@ -496,6 +651,10 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         workers[i] = Worker(root, workdir, next(seeds))
         groups.append(workers[i].pid)
     failed_workers += sum(w.process.poll() is not None for w in workers)
+    if facts is not None:
+        # Killed below: no answer read from here on may count on them.
+        for w in workers:
+            facts.kill(w.pid)
     inspector.stop.set()
     if inspector.is_alive():
         inspector.join(TIMEOUT * 4)
@@ -525,7 +684,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         history_from = origin.state.seq + 1
     finally:
         store.close()
-    if args.inspector_must_agree:
+    if args.inspector_must_agree and not args.readers:
         problems += inspector.wrong
     for command in ("verify", "fsck"):
         status, output = journal_inspect(root, command)
@@ -573,6 +732,12 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         "inspections_during_the_run": inspector.runs,
         "inspector_wrong_answers": len(inspector.wrong),
         "inspector_wrong": inspector.wrong[:5],
+        **({"readers": dict(inspector.asked), "reader_wrong_answers": len(inspector.wrong),
+            "reader_wrong_by_command": dict(collections.Counter(
+                w.split(":")[0].removeprefix("journal-inspect ").split()[0]
+                for w in inspector.wrong)),
+            "reader_files_left": len(stray_reader_files(root)),
+            "reader_files": stray_reader_files(root)[:10]} if args.readers else {}),
         "journal_problems": problems,
         "failed_workers": failed_workers,
         "workdir": str(workdir),
@@ -585,7 +750,8 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
 
 def failed(figures: dict[str, Any]) -> bool:
     return bool(figures["leaks"] or figures["wrongful_removals"] or figures["artifacts_lost"]
-                or figures["journal_problems"] or figures["failed_workers"])
+                or figures["journal_problems"] or figures["failed_workers"]
+                or figures.get("reader_wrong_answers") or figures.get("reader_files_left"))
 
 
 def main(argv: list[str]) -> int:
@@ -599,6 +765,11 @@ def main(argv: list[str]) -> int:
                         help="run journal-inspect verify this often during the run (0: never)")
     parser.add_argument("--inspector-must-agree", action="store_true",
                         help="fail the run when a verify during the run finds a problem")
+    parser.add_argument("--readers", action="store_true",
+                        help="in that loop, run verify, summary and state (--json) in turn, "
+                        "each answer checked against what the workers held throughout it; "
+                        "a wrong answer, or a -wal or -shm a reader left beside a deleted "
+                        "segment, fails the run")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
