@@ -185,17 +185,28 @@ def name_of(first: int) -> str:
 
 
 def listed(journal: Path) -> list[Segment]:
-    """The head and every segment file beside it, oldest first (none removed or checked)."""
+    """The head and every segment file beside it, oldest first (none removed or checked).
+
+    Anything at a segment's name that is not a regular file (a directory, a
+    FIFO, a socket, a symbolic link) is refused with :class:`UnsafeRoot`
+    naming it, by readers and writers alike: the journal never made it, a
+    reader would skip it while a writer tripped over it, and SQLite opening a
+    FIFO by its name would wait for a writer to it for ever.  The kind comes
+    with the listing (``d_type``), at no cost of its own.
+    """
     found = [Segment(journal, 0)]
     where = folder(journal)
     try:
-        names = os.listdir(where)
+        entries = os.scandir(where)
     except (FileNotFoundError, NotADirectoryError):
         return found
-    for name in names:
-        match = _NAME.match(name)
-        if match is not None and int(match.group(1)) > 0:
-            found.append(Segment(os.path.join(where, name), int(match.group(1)) - 1))
+    with entries:
+        for entry in entries:
+            match = _NAME.match(entry.name)
+            if match is not None and int(match.group(1)) > 0:
+                if not entry.is_file(follow_symlinks=False):
+                    _check_entry(entry.path, writer=False, kind=stat.S_IFREG)
+                found.append(Segment(entry.path, int(match.group(1)) - 1))
     found[1:] = sorted(found[1:], key=lambda s: s.base)
     return found
 
@@ -228,26 +239,41 @@ def check_files(path: os.PathLike[str] | str, *, writer: bool) -> None:
     """Refuse a journal file (the head or any segment) whose file, -wal or -shm is unsafe.
 
     A symbolic link at any of the three names is refused (:class:`UnsafeRoot`,
-    naming it); a *writer* also refuses one owned by another user, which it
-    would write to on their behalf.  A name that does not exist is fine.
+    naming it), and so is anything there but a regular file: SQLite opens
+    each by its name, and a FIFO would hold that open (and every caller
+    with it) until something wrote to it.  A *writer* also refuses one
+    owned by another user, which it would write to on their behalf.  A name
+    that does not exist is fine.
     """
     for suffix in _SIDE_FILES:
-        _check_entry(f"{os.fspath(path)}{suffix}", writer=writer)
+        _check_entry(f"{os.fspath(path)}{suffix}", writer=writer, kind=stat.S_IFREG)
 
 
 def check_directory(journal: os.PathLike[str] | str, *, writer: bool) -> None:
     """Refuse the segment directory beside *journal* when it is unsafe, as :func:`check_files`."""
-    _check_entry(folder(journal), writer=writer)
+    _check_entry(folder(journal), writer=writer, kind=stat.S_IFDIR)
 
 
-def _check_entry(name: str, *, writer: bool) -> None:
+_KINDS: Final = ((stat.S_IFDIR, "a directory"), (stat.S_IFREG, "a regular file"),
+                 (stat.S_IFIFO, "a FIFO"), (stat.S_IFSOCK, "a socket"),
+                 (stat.S_IFCHR, "a device"), (stat.S_IFBLK, "a device"))
+
+
+def _check_entry(name: str, *, writer: bool, kind: int) -> None:
     try:
-        # Not following: the link itself is what must not be there.
+        # Not following, and not opening: the link itself is what must not be
+        # there, and an open of a FIFO would block.  The kind is checked here,
+        # by the name SQLite opens next; SQLite takes no descriptor of ours,
+        # and an O_PATH one would tell no more than this does.
         st = os.lstat(name)
     except FileNotFoundError:
         return
     if stat.S_ISLNK(st.st_mode):
         raise UnsafeRoot(name, "is a symbolic link", _LINK_FIX)
+    if stat.S_IFMT(st.st_mode) != kind:
+        wanted = "a directory" if kind == stat.S_IFDIR else "a regular file"
+        found = dict(_KINDS).get(stat.S_IFMT(st.st_mode), "of an unknown kind")
+        raise UnsafeRoot(name, f"is not {wanted} ({found})", _LINK_FIX)
     uid = os.getuid()
     if writer and st.st_uid != uid:
         raise UnsafeRoot(name, f"is owned by uid {st.st_uid}, not you (uid {uid})", _LINK_FIX)
