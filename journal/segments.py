@@ -69,9 +69,11 @@ __all__ = [
     "directory",
     "folder",
     "listed",
+    "litter",
     "name_of",
     "remove_file",
     "sync_directory",
+    "tidy",
 ]
 
 # SQLite attaches at most 10 databases to one connection (SQLITE_MAX_ATTACHED
@@ -84,6 +86,8 @@ _MIB: Final = 1 << 20
 # root opened often (every Manager open runs a pass) would pay them each time.
 ROLL_FLOOR: Final = 256 << 10
 _NAME: Final = re.compile(r"^(\d{20})\.sqlite3$")
+# What SQLite keeps beside a segment's file, named after it.
+_SIDE: Final = re.compile(r"^(\d{20}\.sqlite3)-(?:wal|shm|journal)$")
 _SUFFIXES: Final = ("", "-wal", "-shm", "-journal")
 
 
@@ -219,6 +223,49 @@ def temporaries(journal: Path) -> list[str]:
     except (FileNotFoundError, NotADirectoryError):
         return []
     return [os.path.join(where, n) for n in names if n.startswith(".") and n.endswith(".tmp")]
+
+
+def litter(journal: Path) -> list[str]:
+    """What SQLite left beside segment files that are gone: each -wal, -shm or -journal.
+
+    A retirement unlinks a segment's file before its -wal and -shm, and a
+    reader that opened the file just before (its descriptor keeps the
+    deleted file readable) makes a new -wal and -shm at its first read,
+    which a read-only connection never deletes.  A segment's name never
+    comes back once its file is gone (each is named after its first event),
+    so such a file is nobody's: :func:`tidy` removes it.
+    """
+    where = folder(journal)
+    try:
+        names = set(os.listdir(where))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    found = []
+    for name in names:
+        match = _SIDE.match(name)
+        if match is not None and match.group(1) not in names:
+            found.append(os.path.join(where, name))
+    return sorted(found)
+
+
+def tidy(path: os.PathLike[str] | str) -> list[str]:
+    """If the segment file *path* is gone, remove what SQLite left beside it; return that.
+
+    Never for the head (it is never unlinked, only emptied).  A file that
+    cannot be removed (another user's root, read by an administrator) is
+    left, for the next writer and ``fsck`` to find.
+    """
+    name = os.fspath(path)
+    removed: list[str] = []
+    # By its name: never the head, whose -wal may hold committed events of a
+    # head moved aside while it was open.
+    if _NAME.match(os.path.basename(name)) is None or os.path.lexists(name):
+        return removed
+    for suffix in _SUFFIXES[1:]:
+        with contextlib.suppress(OSError):
+            os.unlink(name + suffix)
+            removed.append(name + suffix)
+    return removed
 
 
 def temporary(path: os.PathLike[str] | str) -> str:

@@ -166,6 +166,9 @@ class Link:
             raise self.translate(e, "open", Path(file)) from e
         try:
             (app_id,) = conn.execute("PRAGMA application_id").fetchone()
+            # The first read made the -wal and -shm; on a file retired since
+            # the connect, nothing would ever remove them.
+            self.tidy(file)
             if int(app_id) != schema.APPLICATION_ID:
                 path = Path(file)
                 raise JournalCorrupt(path, "is not a segment of a sessiontemp journal",
@@ -201,6 +204,11 @@ class Link:
                                    check_same_thread=False, timeout=self.busy_timeout)
         except (sqlite3.Error, JournalError, OSError):
             return None
+
+    def tidy(self, file: os.PathLike[str] | str) -> None:
+        """After the first read of the segment *file* on a new connection: if another process
+        retired it meanwhile, remove the -wal and -shm that read made (see segments.tidy)."""
+        segments.tidy(file)
 
     def quick_check(self, conn: sqlite3.Connection, path: os.PathLike[str] | str) -> None:
         """Refuse to write to a damaged file, before the first write.

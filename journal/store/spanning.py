@@ -57,6 +57,9 @@ def attach(link: Link, kept: list[Segment], *, again: bool = True) -> Span:
             uri = "file:" + quote(os.fsencode(os.path.abspath(segment.file))) + "?mode=" + mode
             conn.execute(f"ATTACH DATABASE ? AS s{i}", (uri,))
             tables = table_names(conn, f"s{i}")
+            # The first read of the file made its -wal and -shm: retired since
+            # the look above, nothing else would remove them.
+            link.tidy(segment.file)
             made.append(tables)
             if "events" in tables:
                 # Only schema names made here go into the SQL, never input.
