@@ -23,7 +23,7 @@ from typing import Final
 
 import attrs
 
-from sessiontemp.journal.errors import LowDisk, OverBudget
+from sessiontemp.journal.errors import JournalFull, LowDisk, OverBudget
 from sessiontemp.journal.reducer import GenerationState
 from sessiontemp.usage import Usage, human
 
@@ -114,6 +114,21 @@ def low_disk(root: os.PathLike[str] | str, free: int, floor: int,
     fix = ("Free space (remove what is big, or rotate and close sessions that are done), "
            "pass a root on a larger file system, or lower min_free_bytes; see "
            "`journal-inspect --root ROOT usage`")
+    return LowDisk(root, reason, fix, free_bytes=free, min_free_bytes=floor)
+
+
+def journal_full(root: os.PathLike[str] | str, free: int, floor: int,
+                 error: JournalFull) -> LowDisk:
+    """The refusal of a manager whose journal could not be opened on a full file system.
+
+    A :class:`LowDisk`, as any refusal for space: no directory is handed out,
+    and ``sessiontemp run`` exits 75 (try again once space is freed).
+    """
+    reason = (f"its file system has {human(free)} free, too little for the journal to be "
+              f"opened even with the reserve's blocks ({error.reason})")
+    fix = ("Free space (remove what is big; `sessiontemp recover` removes what killed runs "
+           "left), or pass a root on a larger file system; nothing already committed was "
+           "lost")
     return LowDisk(root, reason, fix, free_bytes=free, min_free_bytes=floor)
 
 

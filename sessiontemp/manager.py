@@ -41,7 +41,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Unpack
 
-from sessiontemp import budget, placement, recovery, reserve, resources, sessions
+from sessiontemp import budget, disk, placement, recovery, reserve, resources, sessions
 from sessiontemp.durability import DURABILITY, Durability
 from sessiontemp.durability import check as check_durability
 from sessiontemp.generations import Generations
@@ -49,6 +49,8 @@ from sessiontemp.handles import Handles, register
 from sessiontemp.journal import ids
 from sessiontemp.journal.errors import (
     JournalError,
+    JournalFull,
+    LowDisk,
     RuleViolation,
     Unavailable,
 )
@@ -210,6 +212,10 @@ class Manager:
                 # First: refused at once while another manager owns the name.
                 handles.session = sessions.SessionLock.take(handles.root, claim.name)
             handles.root.check_journal()
+            # On a nearly full disk, opening a journal cleanly closed makes its
+            # -shm (32 KiB) and -wal again: the reserve's blocks are what lets
+            # them be made, and the pass below journal what frees space.
+            reserve.make_room(handles.root.fd)
             handles.store = Store(handles.root.journal_path, busy_timeout=busy_timeout,
                                   retention=self._retention, step_hook=self._steps.before)
             ledger = writer.keep(handles.store)
@@ -240,15 +246,30 @@ class Manager:
                 self._writer.append(ManagerOpened(self.id, os.getpid()))
             else:
                 self._claim(claim, window)
-        except BaseException:
+        except BaseException as e:
+            # While the root is open: how full its file system is.
+            full = self._full(handles, e) if isinstance(e, JournalFull) else None
             if handles.liveness is not None and (
                 handles.store is None or handles.store.broken is None
             ):
                 # Never journaled: nobody will look for the file.
                 handles.liveness.unlink()
             handles.close_all()
+            if full is not None:
+                raise full from e
             raise
         return handles
+
+    def _full(self, handles: Handles, error: JournalFull) -> LowDisk:
+        """The refusal of a manager whose journal could not be opened for want of space."""
+        try:
+            space = disk.space_of(handles.root.fd)
+        except OSError:
+            space = disk.Space(0, 0, 0)
+        floor = self._limits.min_free_bytes
+        if floor is None:
+            floor = disk.default_min_free(space.total)
+        return budget.journal_full(handles.root.path, space.free, floor, error)
 
     def _claim(self, claim: sessions.Claim, window: float) -> None:
         """Journal this manager's birth as the owner of *claim*'s session, adopting what it can.
