@@ -238,6 +238,77 @@ def test_a_reader_whose_segment_is_retired_inside_its_first_read_leaves_no_file_
     assert fsck(root).ok
 
 
+def traced(log: Path, path: Path, calls: str, *more: str) -> list[str]:
+    """strace's words for ``journal-inspect verify`` with *calls* on *path* logged to *log*."""
+    assert STRACE is not None
+    return [STRACE, "-f", "-o", str(log), "-P", str(path), "-e", f"trace={calls}", *more,
+            str(zygote.JOURNAL_INSPECT), "--root", str(log.parent / "root"), "verify"]
+
+
+@pytest.mark.skipif(STRACE is None, reason="needs strace, to hold a reader between two calls")
+def test_a_reader_held_after_its_connect_to_the_active_segment_while_another_process_seals_and_retires_it_answers_right(  # noqa: E501
+    root: Path, tmp_path: Path, neighbour: Neighbour,
+) -> None:
+    """``journal-inspect verify`` connected to the active segment and found it not sealed; another
+    process then sealed and retired it before the reader looked at its name, and the reader
+    answered "cannot be opened (No such file or directory)" for a sound journal.
+
+    A first run, with nothing held, finds which of the reader's looks at the file's name comes
+    first after that connect (the calls on one layout are the same each run); the second holds
+    the reader there while the neighbour rolls the journal over and retires every sealed
+    segment.
+    """
+    _, active = sealed_and_active(root)
+    assert root == tmp_path / "root"
+    # Once, so that SQLite's files beside each segment are there in both runs below.
+    assert subprocess.run(traced(tmp_path / "settle.log", active, "none"),
+                          capture_output=True, check=False).returncode == 0
+    dry = tmp_path / "dry.log"
+    ran = subprocess.run(traced(dry, active, "openat,newfstatat"), capture_output=True,
+                         text=True, check=False)
+    if ran.returncode != 0 and "ptrace" in ran.stderr:
+        pytest.skip(f"strace may not trace here: {ran.stderr.strip()}")
+    assert ran.returncode == 0, ran.stderr
+    looks = 0
+    opened = 0
+    which = None
+    for line in dry.read_text().splitlines():
+        if " openat(" in line:
+            opened += 1
+        elif " newfstatat(" in line:
+            # strace counts every call it traces, on the name or on a descriptor of it.
+            looks += 1
+            # The connect opens the file, then marks it sticky (an O_PATH open);
+            # a look at the name follows it, and it follows links (flags 0).
+            if opened >= 2 and "AT_FDCWD" in line and line.rstrip().endswith(", 0) = 0"):
+                which = looks
+                break
+    assert which is not None, dry.read_text()
+    # Long enough for the neighbour's move; the reader waits it out whole.
+    hold = 5
+    log = tmp_path / "held.log"
+    reader = subprocess.Popen(
+        traced(log, active, "newfstatat",
+               "-e", f"inject=newfstatat:delay_enter={hold * 1_000_000}:when={which}"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        # strace writes the call as it enters it, its result once it ends.
+        while len((log.read_text() if log.exists() else "").splitlines()) < which:
+            assert reader.poll() is None, reader.communicate()
+            time.sleep(0.01)
+        done = neighbour.interleave(root)
+        assert active.name not in done["after"], done
+        held = "DELAYED" not in log.read_text()
+        out, err = reader.communicate(timeout=SECONDS + hold)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(reader.pid, signal.SIGKILL)
+        reader.wait()
+    assert held, "the reader's look at the file ended before the retirement: proves nothing"
+    assert reader.returncode == 0, out + err
+    assert "all checks pass" in out
+
+
 def test_what_a_reader_killed_inside_its_first_read_of_a_retired_segment_left_is_reported_by_fsck_and_removed_by_the_next_writer(  # noqa: E501
     root: Path,
 ) -> None:

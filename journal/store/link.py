@@ -418,6 +418,16 @@ class Link:
             self.active_id = self.identity
 
     def _connect_active(self, active: Segment) -> None:
+        try:
+            # Before the connect: once connected and found not sealed, the file
+            # may be sealed and retired by another process before a look at its
+            # name, which would then fail (no name comes back, so the file
+            # looked at here is the one connected to, or the connect fails).
+            st = os.stat(active.file)
+        except FileNotFoundError:
+            # Retired since the listing: open_active lists again.
+            raise JournalCorrupt(active.path, "is missing",
+                                 self.segment_fix(active.path)) from None
         conn = self.connect_segment(active.file)
         try:
             base = conn.execute("SELECT base, digest FROM segment").fetchone()
@@ -428,7 +438,6 @@ class Link:
                 raise JournalCorrupt(active.path, "does not say where its events start",
                                      self.segment_fix(active.path))
             self.base = (int(base[0]), bytes(base[1]))
-            st = os.stat(active.file)
             if not self.readonly:
                 self.quick_check(conn, active.file)
         except sqlite3.Error as e:
