@@ -214,7 +214,7 @@ class Manager:
             handles.root.check_journal()
             # On a nearly full disk, opening a journal cleanly closed makes its
             # -shm (32 KiB) and -wal again: the reserve's blocks are what lets
-            # them be made, and the pass below journal what frees space.
+            # them be made, as the pass below journals what frees space.
             reserve.make_room(handles.root.fd)
             handles.store = Store(handles.root.journal_path, busy_timeout=busy_timeout,
                                   retention=self._retention, step_hook=self._steps.before)
