@@ -286,14 +286,20 @@ def check_files(path: os.PathLike[str] | str, *, writer: bool) -> None:
     """Refuse a journal file (the head or any segment) whose file, -wal or -shm is unsafe.
 
     A symbolic link at any of the three names is refused (:class:`UnsafeRoot`,
-    naming it), and so is anything there but a regular file: SQLite opens
-    each by its name, and a FIFO would hold that open (and every caller
-    with it) until something wrote to it.  A *writer* also refuses one
-    owned by another user, which it would write to on their behalf.  A name
-    that does not exist is fine.
+    naming it), and so is anything at the file's own name but a regular file,
+    and a FIFO, a socket or a device at its -wal or -shm: SQLite opens each by
+    its name, and a FIFO would hold that open, or its first read (and every
+    caller with it), until something wrote to it.  A directory at the -wal or
+    -shm is SQLite's own to refuse (it cannot open one, and a reader then
+    reads the file as it is).  A *writer* also refuses one owned by another
+    user, which it would write to on their behalf.  A name that does not
+    exist is fine.
     """
-    for suffix in _SIDE_FILES:
-        _check_entry(f"{os.fspath(path)}{suffix}", writer=writer, kind=stat.S_IFREG)
+    name = os.fspath(path)
+    _check_entry(name, writer=writer, kind=stat.S_IFREG)
+    for suffix in _SIDE_FILES[1:]:
+        _check_entry(f"{name}{suffix}", writer=writer, kind=stat.S_IFREG,
+                     or_kind=stat.S_IFDIR)
 
 
 def check_directory(journal: os.PathLike[str] | str, *, writer: bool) -> None:
@@ -306,7 +312,7 @@ _KINDS: Final = ((stat.S_IFDIR, "a directory"), (stat.S_IFREG, "a regular file")
                  (stat.S_IFCHR, "a device"), (stat.S_IFBLK, "a device"))
 
 
-def _check_entry(name: str, *, writer: bool, kind: int) -> None:
+def _check_entry(name: str, *, writer: bool, kind: int, or_kind: int | None = None) -> None:
     try:
         # Not following, and not opening: the link itself is what must not be
         # there, and an open of a FIFO would block.  The kind is checked here,
@@ -317,7 +323,7 @@ def _check_entry(name: str, *, writer: bool, kind: int) -> None:
         return
     if stat.S_ISLNK(st.st_mode):
         raise UnsafeRoot(name, "is a symbolic link", _LINK_FIX)
-    if stat.S_IFMT(st.st_mode) != kind:
+    if stat.S_IFMT(st.st_mode) not in (kind, or_kind):
         wanted = "a directory" if kind == stat.S_IFDIR else "a regular file"
         found = dict(_KINDS).get(stat.S_IFMT(st.st_mode), "of an unknown kind")
         raise UnsafeRoot(name, f"is not {wanted} ({found})", _LINK_FIX)
