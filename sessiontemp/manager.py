@@ -41,7 +41,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Unpack
 
-from sessiontemp import budget, disk, placement, recovery, reserve, resources, sessions
+from sessiontemp import budget, placement, recovery, reserve, resources, sessions
 from sessiontemp.durability import DURABILITY, Durability
 from sessiontemp.durability import check as check_durability
 from sessiontemp.generations import Generations
@@ -50,7 +50,6 @@ from sessiontemp.journal import ids
 from sessiontemp.journal.errors import (
     JournalError,
     JournalFull,
-    LowDisk,
     RuleViolation,
     Unavailable,
 )
@@ -247,8 +246,11 @@ class Manager:
             else:
                 self._claim(claim, window)
         except BaseException as e:
-            # While the root is open: how full its file system is.
-            full = self._full(handles, e) if isinstance(e, JournalFull) else None
+            full = None
+            if isinstance(e, JournalFull):
+                # While the root is open: how full its file system is.
+                full = budget.journal_full(handles.root.path, handles.root.fd,
+                                           self._limits.min_free_bytes, e)
             if handles.liveness is not None and (
                 handles.store is None or handles.store.broken is None
             ):
@@ -259,17 +261,6 @@ class Manager:
                 raise full from e
             raise
         return handles
-
-    def _full(self, handles: Handles, error: JournalFull) -> LowDisk:
-        """The refusal of a manager whose journal could not be opened for want of space."""
-        try:
-            space = disk.space_of(handles.root.fd)
-        except OSError:
-            space = disk.Space(0, 0, 0)
-        floor = self._limits.min_free_bytes
-        if floor is None:
-            floor = disk.default_min_free(space.total)
-        return budget.journal_full(handles.root.path, space.free, floor, error)
 
     def _claim(self, claim: sessions.Claim, window: float) -> None:
         """Journal this manager's birth as the owner of *claim*'s session, adopting what it can.

@@ -351,7 +351,7 @@ class Reader:
             own.close()
             return None
         # Its first read made the -wal and -shm of a file perhaps retired since.
-        self._link.tidy(self._link.active.file)
+        segments.tidy(self._link.active.file)
         return self._drain_own(own, cursor, first, batch)
 
     def _drain_own(self, own: sqlite3.Connection, cursor: sqlite3.Cursor, first: list[Any],
