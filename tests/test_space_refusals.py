@@ -261,6 +261,17 @@ def test_a_journal_cleanly_closed_opens_on_a_full_disk_through_the_reserve_and_a
     assert verify(root / JOURNAL_NAME).ok
 
 
+def test_a_recovery_on_a_full_disk_opens_the_journal_through_the_reserve(fs32: Path) -> None:
+    """A recovery is what frees space: it raised JournalFull at its open, the reserve untouched."""
+    root, filler, count = closed_then_filled(fs32, 0, reserve=True)
+    report = recover(root)
+    assert report.ran
+    filler.unlink()
+    # Nothing to recover: nothing journaled.
+    assert len(records_of(root)) == count
+    assert verify(root / JOURNAL_NAME).ok
+
+
 @pytest.mark.parametrize("pages", [0, 1])
 def test_a_journal_that_cannot_open_on_a_full_disk_refuses_the_manager_as_low_disk_and_a_run_exits_75(  # noqa: E501
     fs32: Path, pages: int,
