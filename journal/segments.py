@@ -69,9 +69,11 @@ __all__ = [
     "directory",
     "folder",
     "listed",
+    "litter",
     "name_of",
     "remove_file",
     "sync_directory",
+    "tidy",
 ]
 
 # SQLite attaches at most 10 databases to one connection (SQLITE_MAX_ATTACHED
@@ -84,6 +86,8 @@ _MIB: Final = 1 << 20
 # root opened often (every Manager open runs a pass) would pay them each time.
 ROLL_FLOOR: Final = 256 << 10
 _NAME: Final = re.compile(r"^(\d{20})\.sqlite3$")
+# What SQLite keeps beside a segment's file, named after it.
+_SIDE: Final = re.compile(r"^(\d{20}\.sqlite3)-(?:wal|shm|journal)$")
 _SUFFIXES: Final = ("", "-wal", "-shm", "-journal")
 
 
@@ -185,17 +189,28 @@ def name_of(first: int) -> str:
 
 
 def listed(journal: Path) -> list[Segment]:
-    """The head and every segment file beside it, oldest first (none removed or checked)."""
+    """The head and every segment file beside it, oldest first (none removed or checked).
+
+    Anything at a segment's name that is not a regular file (a directory, a
+    FIFO, a socket, a symbolic link) is refused with :class:`UnsafeRoot`
+    naming it, by readers and writers alike: the journal never made it, a
+    reader would skip it while a writer tripped over it, and SQLite opening a
+    FIFO by its name would wait for a writer to it for ever.  The kind comes
+    with the listing (``d_type``), at no cost of its own.
+    """
     found = [Segment(journal, 0)]
     where = folder(journal)
     try:
-        names = os.listdir(where)
+        entries = os.scandir(where)
     except (FileNotFoundError, NotADirectoryError):
         return found
-    for name in names:
-        match = _NAME.match(name)
-        if match is not None and int(match.group(1)) > 0:
-            found.append(Segment(os.path.join(where, name), int(match.group(1)) - 1))
+    with entries:
+        for entry in entries:
+            match = _NAME.match(entry.name)
+            if match is not None and int(match.group(1)) > 0:
+                if not entry.is_file(follow_symlinks=False):
+                    _check_entry(entry.path, writer=False, kind=stat.S_IFREG)
+                found.append(Segment(entry.path, int(match.group(1)) - 1))
     found[1:] = sorted(found[1:], key=lambda s: s.base)
     return found
 
@@ -208,6 +223,49 @@ def temporaries(journal: Path) -> list[str]:
     except (FileNotFoundError, NotADirectoryError):
         return []
     return [os.path.join(where, n) for n in names if n.startswith(".") and n.endswith(".tmp")]
+
+
+def litter(journal: Path) -> list[str]:
+    """What SQLite left beside segment files that are gone: each -wal, -shm or -journal.
+
+    A retirement unlinks a segment's file before its -wal and -shm, and a
+    reader that opened the file just before (its descriptor keeps the
+    deleted file readable) makes a new -wal and -shm at its first read,
+    which a read-only connection never deletes.  A segment's name never
+    comes back once its file is gone (each is named after its first event),
+    so such a file is nobody's: :func:`tidy` removes it.
+    """
+    where = folder(journal)
+    try:
+        names = set(os.listdir(where))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    found = []
+    for name in names:
+        match = _SIDE.match(name)
+        if match is not None and match.group(1) not in names:
+            found.append(os.path.join(where, name))
+    return sorted(found)
+
+
+def tidy(path: os.PathLike[str] | str) -> list[str]:
+    """If the segment file *path* is gone, remove what SQLite left beside it; return that.
+
+    Never for the head (it is never unlinked, only emptied).  A file that
+    cannot be removed (another user's root, read by an administrator) is
+    left, for the next writer and ``fsck`` to find.
+    """
+    name = os.fspath(path)
+    removed: list[str] = []
+    # By its name: never the head, whose -wal may hold committed events of a
+    # head moved aside while it was open.
+    if _NAME.match(os.path.basename(name)) is None or os.path.lexists(name):
+        return removed
+    for suffix in _SUFFIXES[1:]:
+        with contextlib.suppress(OSError):
+            os.unlink(name + suffix)
+            removed.append(name + suffix)
+    return removed
 
 
 def temporary(path: os.PathLike[str] | str) -> str:
@@ -228,26 +286,47 @@ def check_files(path: os.PathLike[str] | str, *, writer: bool) -> None:
     """Refuse a journal file (the head or any segment) whose file, -wal or -shm is unsafe.
 
     A symbolic link at any of the three names is refused (:class:`UnsafeRoot`,
-    naming it); a *writer* also refuses one owned by another user, which it
-    would write to on their behalf.  A name that does not exist is fine.
+    naming it), and so is anything at the file's own name but a regular file,
+    and a FIFO, a socket or a device at its -wal or -shm: SQLite opens each by
+    its name, and a FIFO would hold that open, or its first read (and every
+    caller with it), until something wrote to it.  A directory at the -wal or
+    -shm is SQLite's own to refuse (it cannot open one, and a reader then
+    reads the file as it is).  A *writer* also refuses one owned by another
+    user, which it would write to on their behalf.  A name that does not
+    exist is fine.
     """
-    for suffix in _SIDE_FILES:
-        _check_entry(f"{os.fspath(path)}{suffix}", writer=writer)
+    name = os.fspath(path)
+    _check_entry(name, writer=writer, kind=stat.S_IFREG)
+    for suffix in _SIDE_FILES[1:]:
+        _check_entry(f"{name}{suffix}", writer=writer, kind=stat.S_IFREG,
+                     or_kind=stat.S_IFDIR)
 
 
 def check_directory(journal: os.PathLike[str] | str, *, writer: bool) -> None:
     """Refuse the segment directory beside *journal* when it is unsafe, as :func:`check_files`."""
-    _check_entry(folder(journal), writer=writer)
+    _check_entry(folder(journal), writer=writer, kind=stat.S_IFDIR)
 
 
-def _check_entry(name: str, *, writer: bool) -> None:
+_KINDS: Final = ((stat.S_IFDIR, "a directory"), (stat.S_IFREG, "a regular file"),
+                 (stat.S_IFIFO, "a FIFO"), (stat.S_IFSOCK, "a socket"),
+                 (stat.S_IFCHR, "a device"), (stat.S_IFBLK, "a device"))
+
+
+def _check_entry(name: str, *, writer: bool, kind: int, or_kind: int | None = None) -> None:
     try:
-        # Not following: the link itself is what must not be there.
+        # Not following, and not opening: the link itself is what must not be
+        # there, and an open of a FIFO would block.  The kind is checked here,
+        # by the name SQLite opens next; SQLite takes no descriptor of ours,
+        # and an O_PATH one would tell no more than this does.
         st = os.lstat(name)
     except FileNotFoundError:
         return
     if stat.S_ISLNK(st.st_mode):
         raise UnsafeRoot(name, "is a symbolic link", _LINK_FIX)
+    if stat.S_IFMT(st.st_mode) not in (kind, or_kind):
+        wanted = "a directory" if kind == stat.S_IFDIR else "a regular file"
+        found = dict(_KINDS).get(stat.S_IFMT(st.st_mode), "of an unknown kind")
+        raise UnsafeRoot(name, f"is not {wanted} ({found})", _LINK_FIX)
     uid = os.getuid()
     if writer and st.st_uid != uid:
         raise UnsafeRoot(name, f"is owned by uid {st.st_uid}, not you (uid {uid})", _LINK_FIX)

@@ -26,8 +26,8 @@ from typing import Final
 
 import attrs
 
-from sessiontemp import sizes
-from sessiontemp.journal.errors import LowDisk, OverBudget
+from sessiontemp import disk, sizes
+from sessiontemp.journal.errors import JournalFull, LowDisk, OverBudget
 from sessiontemp.journal.reducer import GenerationState
 from sessiontemp.usage import Usage, human
 
@@ -186,6 +186,27 @@ def low_disk(root: os.PathLike[str] | str, free: int, floor: int,
            "`journal-inspect --root ROOT usage`")
     return LowDisk(root, reason, fix, free_bytes=free, min_free_bytes=floor,
                    largest=tuple((os.fspath(path), size) for path, size in largest))
+
+
+def journal_full(root: os.PathLike[str] | str, fd: int, min_free_bytes: int | None,
+                 error: JournalFull) -> LowDisk:
+    """The refusal of a manager whose journal could not be opened on the full file system of
+    the root *root* (open as *fd*), keeping *min_free_bytes* free (None: the default).
+
+    A :class:`LowDisk`, as any refusal for space: no directory is handed out,
+    and ``sessiontemp run`` exits 75 (try again once space is freed).
+    """
+    try:
+        space = disk.space_of(fd)
+    except OSError:
+        space = disk.Space(0, 0, 0)
+    floor = disk.default_min_free(space.total) if min_free_bytes is None else min_free_bytes
+    reason = (f"its file system has {human(space.free)} free, too little for the journal to "
+              f"be opened even with the reserve's blocks ({error.reason})")
+    fix = ("Free space (remove what is big; `sessiontemp recover` removes what killed runs "
+           "left), or pass a root on a larger file system; nothing already committed was "
+           "lost")
+    return LowDisk(root, reason, fix, free_bytes=space.free, min_free_bytes=floor)
 
 
 def described(cause: str, found: int, limit: int) -> str:

@@ -21,7 +21,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 
-from sessiontemp import recovery, resources
+from sessiontemp import recovery, reserve, resources
 from sessiontemp.artifacts import ON_REQUEST, Artifact, id_of
 from sessiontemp.journal import ids
 from sessiontemp.journal.segments import DEFAULT_RETENTION, Retention
@@ -159,6 +159,9 @@ def _pass_over(
             stack.callback(lock.close)
         opened.check_journal()
         steps = Steps(step_hook)
+        # On a nearly full disk the journal's -shm and -wal are made of the
+        # reserve's blocks, as the pass's records are (a pass frees space).
+        reserve.make_room(opened.fd)
         store = Store(opened.journal_path, busy_timeout=busy_timeout, retention=retention,
                       step_hook=steps.before)
         stack.callback(store.close)

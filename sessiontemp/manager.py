@@ -49,6 +49,7 @@ from sessiontemp.handles import Handles, register
 from sessiontemp.journal import ids
 from sessiontemp.journal.errors import (
     JournalError,
+    JournalFull,
     RuleViolation,
     Unavailable,
 )
@@ -210,6 +211,10 @@ class Manager:
                 # First: refused at once while another manager owns the name.
                 handles.session = sessions.SessionLock.take(handles.root, claim.name)
             handles.root.check_journal()
+            # On a nearly full disk, opening a journal cleanly closed makes its
+            # -shm (32 KiB) and -wal again: the reserve's blocks are what lets
+            # them be made, as the pass below journals what frees space.
+            reserve.make_room(handles.root.fd)
             handles.store = Store(handles.root.journal_path, busy_timeout=busy_timeout,
                                   retention=self._retention, step_hook=self._steps.before)
             ledger = writer.keep(handles.store)
@@ -240,13 +245,20 @@ class Manager:
                 self._writer.append(ManagerOpened(self.id, os.getpid()))
             else:
                 self._claim(claim, window)
-        except BaseException:
+        except BaseException as e:
+            full = None
+            if isinstance(e, JournalFull):
+                # While the root is open: how full its file system is.
+                full = budget.journal_full(handles.root.path, handles.root.fd,
+                                           self._limits.min_free_bytes, e)
             if handles.liveness is not None and (
                 handles.store is None or handles.store.broken is None
             ):
                 # Never journaled: nobody will look for the file.
                 handles.liveness.unlink()
             handles.close_all()
+            if full is not None:
+                raise full from e
             raise
         return handles
 

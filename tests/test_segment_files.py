@@ -12,15 +12,20 @@ target is left untouched.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
+import stat
+import subprocess
+import textwrap
 from pathlib import Path
 
 import pytest
 
 from sessiontemp import Manager, UnsafeRoot, recover
 from sessiontemp.journal import Retention
+from sessiontemp.journal.segments import name_of
 from tests import zygote
 
 JOURNAL = "journal.sqlite3"
@@ -121,3 +126,110 @@ def test_a_segment_file_of_another_user_is_refused_to_a_writer_by_name(
         # (an entry of the root itself must be the root's owner's, as every one).
         ran = zygote.journal_inspect("--root", segmented, "verify")
         assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+# -- anything but a regular file at a segment's name ----------------------------------------------
+
+# A process of its own for each call, under a timeout: a call that opened a
+# FIFO would wait for a writer to it for ever, and must fail its test, not
+# hang the suite.
+TIMEOUT = 30.0
+OPENS = textwrap.dedent("""
+    import sys
+    from sessiontemp import Manager, UnsafeRoot, recover
+    try:
+        if sys.argv[2] == "Manager":
+            Manager(sys.argv[1]).close()
+        else:
+            recover(sys.argv[1])
+    except UnsafeRoot as e:
+        print(e.path, e.reason, e.fix, sep="\\n")
+    else:
+        print("opened")
+""")
+SUBCOMMANDS = [["summary"], ["events"], ["state"], ["verify"], ["fsck"],
+               ["timeline", "-o", os.devnull], ["explain", "aaaaaaaaaaaaaaaa"], ["usage"],
+               ["usage", "--measure"]]
+# Where a FIFO goes: (which file, which of its names); "newer" is a name after the active one.
+FIFO_PLACES = [("sealed", ""), ("sealed", "-wal"), ("sealed", "-shm"), ("active", ""),
+               ("active", "-wal"), ("newer", "")]
+
+
+def opens(root: Path, call: str) -> list[str]:
+    """What ``Manager(root)`` or ``recover(root)`` (*call*) did in a process of its own."""
+    ran = zygote.shared("sessiontemp").run(["-c", str(root), call], script=OPENS,
+                                           timeout=TIMEOUT)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    return ran.stdout.splitlines()
+
+
+def inspects(root: Path, *words: str) -> subprocess.CompletedProcess[str]:
+    """``journal-inspect --root ROOT WORDS...`` in a process of its own."""
+    return zygote.shared("sessiontemp.cli").run(
+        [str(zygote.JOURNAL_INSPECT), "--root", str(root), *words], entry="sessiontemp.cli:run",
+        timeout=TIMEOUT)
+
+
+def place_at(root: Path, which: str, suffix: str) -> Path:
+    if which == "newer":
+        return root / f"{JOURNAL}.d" / name_of(10**12)
+    return file_at(root, which, suffix)
+
+
+def plant_fifo(root: Path, which: str, suffix: str) -> Path:
+    name = place_at(root, which, suffix)
+    with contextlib.suppress(FileNotFoundError):
+        name.unlink()
+    os.mkfifo(name)
+    return name
+
+
+@pytest.mark.parametrize(("which", "suffix"), FIFO_PLACES,
+                         ids=[f"{w}{s or '-file'}" for w, s in FIFO_PLACES])
+def test_a_fifo_at_a_segment_file_is_refused_by_name_without_blocking_manager_recover_or_verify(
+    segmented: Path, which: str, suffix: str,
+) -> None:
+    fifo = plant_fifo(segmented, which, suffix)
+    for call in ("Manager", "recover"):
+        assert opens(segmented, call) == [
+            str(fifo), "is not a regular file (a FIFO)", "Remove it or pass another root"], call
+    ran = inspects(segmented, "verify")
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    assert f"{fifo} is not a regular file (a FIFO). Remove it or pass another root" in ran.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+@pytest.mark.parametrize("words", SUBCOMMANDS, ids=[" ".join(w) for w in SUBCOMMANDS])
+def test_a_fifo_at_a_sealed_segment_is_refused_by_every_journal_inspect_subcommand(
+    segmented: Path, words: list[str],
+) -> None:
+    fifo = plant_fifo(segmented, "sealed", "")
+    ran = inspects(segmented, *words)
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    assert f"{fifo} is not a regular file (a FIFO). Remove it or pass another root" in ran.stderr
+
+
+@pytest.mark.parametrize("which", ["sealed", "newer"])
+def test_a_directory_at_a_segment_name_is_refused_alike_by_a_writer_and_a_reader(
+    segmented: Path, which: str,
+) -> None:
+    """One rule for both: a Manager failed with a JournalError where journal-inspect read past
+    it as if it were not there."""
+    name = place_at(segmented, which, "")
+    with contextlib.suppress(FileNotFoundError):
+        name.unlink()
+    name.mkdir()
+    for call in ("Manager", "recover"):
+        assert opens(segmented, call) == [
+            str(name), "is not a regular file (a directory)", "Remove it or pass another root"]
+    for words in (["verify"], ["summary"]):
+        ran = inspects(segmented, *words)
+        assert ran.returncode == 2, ran.stdout + ran.stderr
+        assert (f"{name} is not a regular file (a directory). Remove it or pass another root"
+                in ran.stderr)
+    assert name.is_dir()
+    name.rmdir()
+    if which == "newer":
+        # Nothing else was wrong: gone, the journal opens and reads as before.
+        Manager(segmented).close()
+        assert inspects(segmented, "verify").returncode == 0

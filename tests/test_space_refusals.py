@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -29,6 +30,7 @@ from sessiontemp.inspect import explain, fsck, summary, timeline, verify
 from sessiontemp.inspect.json import moment
 from sessiontemp.inspect.read import when
 from sessiontemp.journal import Record, RuleViolation, Store
+from sessiontemp.journal.errors import JournalFull
 from sessiontemp.journal.events import (
     GenerationMeasured,
     GenerationReady,
@@ -43,7 +45,7 @@ from sessiontemp.root import JOURNAL_NAME, RESERVE
 from tests.commands import journaled
 from tests.conftest import live_state, own_view
 from tests.faults import STORE_FAILURES, Faults, StoreFailure, interrupting, raising, store_error
-from tests.test_bad_journal import fill
+from tests.test_bad_journal import fill, small_file_system
 from tests.test_cli import assert_documented, inspect_json
 from tests.test_cli import inspect as run_inspect
 from tests.test_space import G1, KIB, M1, M2, MIB, fold, fs, made
@@ -212,6 +214,112 @@ def test_on_a_full_disk_refusals_borrow_from_the_reserve_until_half_is_left_then
         filler.unlink()
     finally:
         manager.close()
+    assert verify(root / JOURNAL_NAME).ok
+
+
+# -- opening a journal on a full disk -----------------------------------------------------------
+
+# The pages left free once the disk is filled: SQLite's files fail at
+# different steps for different amounts (its -shm grows by 32 KiB).
+FREE_PAGES = [0, 1, 4]
+PAGE = 4 * KIB
+
+
+@pytest.fixture
+def fs32(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs of 32 MiB: its default floor (1%, 328 KiB) is more than the reserve gives back."""
+    with small_file_system(tmp_path, "32m") as mounted:
+        yield mounted
+
+
+def closed_then_filled(fs: Path, pages: int, *, reserve: bool) -> tuple[Path, Path, int]:
+    """A root whose journal was cleanly closed (no -wal, no -shm), on a file system then
+    filled to *pages* pages free; with *reserve* False, its reserve spent first.  Returns the
+    root, the filler and the journal's record count."""
+    root = fs / "root"
+    with Manager(root, measure_every=math.inf) as manager:
+        manager.retain()
+        with manager.acquire():
+            pass
+    # Counted by a writer, whose close (the last connection) deletes the -wal
+    # and -shm: a read-only connection would leave them for the next open.
+    store = Store(root / JOURNAL_NAME)
+    try:
+        count = len(list(store.records()))
+    finally:
+        store.close()
+    assert not (root / f"{JOURNAL_NAME}-shm").exists()
+    assert (root / RESERVE).stat().st_blocks * 512 >= RESERVE_BYTES
+    if not reserve:
+        os.truncate(root / RESERVE, 0)
+    filler = fill(fs)
+    os.truncate(filler, filler.stat().st_size - pages * PAGE)
+    assert os.statvfs(fs).f_bavail * os.statvfs(fs).f_frsize <= max(pages * PAGE, 16 * KIB)
+    return root, filler, count
+
+
+def run_true(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sessiontemp", "run", "--root", str(root), "--",
+                           "true"], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("pages", FREE_PAGES)
+def test_a_journal_cleanly_closed_opens_on_a_full_disk_through_the_reserve_and_a_run_is_refused_for_space(  # noqa: E501
+    fs32: Path, pages: int,
+) -> None:
+    """The journal's -shm could not be made again: Manager(root) raised JournalFull and
+    ``sessiontemp run`` exited 2 (bad input), the reserve untouched."""
+    root, filler, count = closed_then_filled(fs32, pages, reserve=True)
+    ran = run_true(root)
+    assert ran.returncode == 75, ran.stderr
+    assert f"no private directory in {root}: its file system has" in ran.stderr
+    assert "(the command was not started)" in ran.stderr
+    # The journal opens (the -shm made of the reserve's blocks); the lease is refused.
+    with Manager(root, measure_every=math.inf) as manager:
+        manager.retain()
+        with pytest.raises(LowDisk):
+            manager.acquire()
+    filler.unlink()
+    assert len(records_of(root)) > count
+    assert verify(root / JOURNAL_NAME).ok
+
+
+def test_a_recovery_on_a_full_disk_opens_the_journal_through_the_reserve(fs32: Path) -> None:
+    """A recovery is what frees space: it raised JournalFull at its open, the reserve untouched."""
+    root, filler, count = closed_then_filled(fs32, 0, reserve=True)
+    report = recover(root)
+    assert report.ran
+    filler.unlink()
+    # Nothing to recover: nothing journaled.
+    assert len(records_of(root)) == count
+    assert verify(root / JOURNAL_NAME).ok
+
+
+@pytest.mark.parametrize("pages", [0, 1])
+def test_a_journal_that_cannot_open_on_a_full_disk_refuses_the_manager_as_low_disk_and_a_run_exits_75(  # noqa: E501
+    fs32: Path, pages: int,
+) -> None:
+    """With the reserve spent, what is left is a refusal for space (an Unavailable), whose
+    cause is the journal's; nothing committed is lost."""
+    root, filler, count = closed_then_filled(fs32, pages, reserve=False)
+    with pytest.raises(LowDisk) as refused:
+        Manager(root)
+    error = refused.value
+    assert isinstance(error, Unavailable)
+    assert isinstance(error.__cause__, JournalFull)
+    assert error.path == str(root)
+    assert error.free_bytes <= max(pages * PAGE, 16 * KIB)
+    assert "too little for the journal to be opened" in error.reason
+    assert "Free space" in error.fix
+    ran = run_true(root)
+    assert ran.returncode == 75, ran.stderr
+    assert "too little for the journal to be opened" in ran.stderr
+    filler.unlink()
+    assert len(records_of(root)) == count
+    with Manager(root) as manager:
+        manager.retain()
+        with manager.acquire():
+            pass
     assert verify(root / JOURNAL_NAME).ok
 
 

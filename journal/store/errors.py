@@ -7,6 +7,7 @@ file) the error was met on, with its own fix.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sqlite3
@@ -24,7 +25,8 @@ from ..errors import (
     UnknownKind,
 )
 
-__all__ = ["MOVE_ASIDE", "RETRY", "corrupt", "segment_fix", "translate", "unopenable"]
+__all__ = ["MOVE_ASIDE", "RETRY", "corrupt", "missing", "segment_fix", "translate",
+           "unopenable"]
 
 MOVE_ASIDE: Final = "Move it aside (the manager then starts a new journal) or pass another root"
 RETRY: Final = "Nothing already committed was lost; retry, and report it if it persists"
@@ -49,6 +51,22 @@ def unopenable(journal: Path, e: OSError) -> JournalError:
         return JournalError(journal, why, "Too many files are open: close some, or raise the "
                             "limit (ulimit -n), then try again")
     return JournalError(journal, why, "Check the file system holding it, then try again")
+
+
+def missing(journal: Path, path: Path, following: str,
+            conn: sqlite3.Connection) -> JournalCorrupt:
+    """*path*, the newest segment of *journal*, is sealed, yet no newer file exists: the one
+    it names (*following*) is gone.  *conn* is connected to *path*."""
+    if path == journal:
+        # The head names the segment after it; history retired since
+        # then tells which one came last.
+        with contextlib.suppress(sqlite3.Error):
+            (retired,) = conn.execute("SELECT max(seq) FROM retired").fetchone()
+            if retired:
+                following = segments.name_of(int(retired) + 1)
+    lost = segments.directory(journal) / following
+    return JournalCorrupt(path, f"is sealed, but the segment that follows it, {lost}, "
+                          "is missing", segment_fix(journal, lost))
 
 
 def corrupt(journal: Path, error: RuleViolation) -> JournalCorrupt:

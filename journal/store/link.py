@@ -166,6 +166,8 @@ class Link:
             raise self.translate(e, "open", Path(file)) from e
         try:
             (app_id,) = conn.execute("PRAGMA application_id").fetchone()
+            # Its first read made the -wal and -shm, of a file perhaps retired since.
+            segments.tidy(file)
             if int(app_id) != schema.APPLICATION_ID:
                 path = Path(file)
                 raise JournalCorrupt(path, "is not a segment of a sessiontemp journal",
@@ -383,19 +385,6 @@ class Link:
             except sqlite3.Error as e:
                 raise self.translate(e, "open", self.active.path) from e
 
-    def _missing(self, path: Path, following: str) -> JournalCorrupt:
-        """The newest segment is sealed, yet no newer file exists: the one it names is gone."""
-        if path == self.path:
-            # The head names the segment after it; history retired since
-            # then tells which one came last.
-            with contextlib.suppress(sqlite3.Error):
-                (retired,) = self.conn.execute("SELECT max(seq) FROM retired").fetchone()
-                if retired:
-                    following = segments.name_of(int(retired) + 1)
-        lost = segments.directory(self.path) / following
-        return JournalCorrupt(path, f"is sealed, but the segment that follows it, {lost}, "
-                              "is missing", self.segment_fix(lost))
-
     def _connect_newest(self, active: Segment) -> None:
         if active.file != self.active.file:
             self._connect_active(active)
@@ -405,22 +394,27 @@ class Link:
         except sqlite3.Error as e:
             raise self.translate(e, "open", active.path) from e
         if following is not None:
-            raise self._missing(active.path, following)
+            raise errors.missing(self.path, active.path, following, self.conn)
         if self.active_id is None:
             self.active_id = self.identity
 
     def _connect_active(self, active: Segment) -> None:
+        try:
+            # Before the connect: after it, the file may be sealed and retired. A
+            # name never comes back, so this is the file connected to (or none is).
+            st = os.stat(active.file)
+        except FileNotFoundError:  # retired since the listing: open_active lists again
+            raise JournalCorrupt(active.path, "is missing", self.segment_fix(active.path)) from None
         conn = self.connect_segment(active.file)
         try:
             base = conn.execute("SELECT base, digest FROM segment").fetchone()
             following = self.sealed_next(conn)
             if following is not None:
-                raise self._missing(active.path, following)
+                raise errors.missing(self.path, active.path, following, self.conn)
             if base is None or int(base[0]) != active.base:
                 raise JournalCorrupt(active.path, "does not say where its events start",
                                      self.segment_fix(active.path))
             self.base = (int(base[0]), bytes(base[1]))
-            st = os.stat(active.file)
             if not self.readonly:
                 self.quick_check(conn, active.file)
         except sqlite3.Error as e:

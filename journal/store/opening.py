@@ -36,20 +36,24 @@ __all__ = ["check_header", "ensure_indexes", "open_link", "prepare"]
 def check_header(link: Link) -> None:
     """Refuse a head that is not a journal file of ours (the caller holds registry.opening)."""
     path = link.path
+    try:
+        # Not following: a symbolic link is refused as unsafe just below.
+        st: os.stat_result | None = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISLNK(st.st_mode):
+        if stat.S_ISDIR(st.st_mode):
+            raise JournalCorrupt(path, "is a directory", MOVE_ASIDE)
+        if not stat.S_ISREG(st.st_mode):
+            raise JournalCorrupt(path, "is not a regular file", MOVE_ASIDE)
     link.check_files(path)
     segments.check_directory(path, writer=not link.readonly)
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
+    if st is None:
         if link.readonly:
             raise JournalError(
                 path, "does not exist", "Check the path, or pass --root for a root"
             ) from None
         return
-    if stat.S_ISDIR(st.st_mode):
-        raise JournalCorrupt(path, "is a directory", MOVE_ASIDE)
-    if not stat.S_ISREG(st.st_mode):
-        raise JournalCorrupt(path, "is not a regular file", MOVE_ASIDE)
     if not link.readonly:
         _check_writable(link)
     if st.st_size == 0 or registry.is_open((st.st_dev, st.st_ino)):
@@ -62,14 +66,29 @@ def check_header(link: Link) -> None:
     # connection's read lock, and another process would then checkpoint and
     # delete a -wal still in use.
     try:
-        with open(path, "rb") as f:
-            head = f.read(len(schema.SQLITE_MAGIC))
+        head = _read_header(path)
     except PermissionError as e:
         raise JournalReadOnly(
             path, f"cannot be read ({e.strerror})", "Fix its permissions and try again"
         ) from None
     if head != schema.SQLITE_MAGIC:
         raise JournalCorrupt(path, "is not a SQLite database", MOVE_ASIDE)
+
+
+def _read_header(path: os.PathLike[str] | str) -> bytes | None:
+    """The first bytes of the head, read through a descriptor that cannot block; None if it is
+    not a regular file (any more: it was looked at by its name a moment before)."""
+    # O_NONBLOCK: a FIFO put at the name since makes the open return at once
+    # (a blocking open would wait for a writer for ever); O_NOFOLLOW: a link
+    # put there since is not followed.  The kind is then checked on what was
+    # opened, not on the name.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, len(schema.SQLITE_MAGIC))
+    finally:
+        os.close(fd)
 
 
 class _Opened(registry.Member, Protocol):

@@ -350,6 +350,8 @@ class Reader:
         except sqlite3.Error:
             own.close()
             return None
+        # Its first read made the -wal and -shm of a file perhaps retired since.
+        segments.tidy(self._link.active.file)
         return self._drain_own(own, cursor, first, batch)
 
     def _drain_own(self, own: sqlite3.Connection, cursor: sqlite3.Cursor, first: list[Any],

@@ -226,11 +226,16 @@ class Retirement:
     def retire(self, *, now: float) -> list[Path]:
         """Delete the oldest retired segments beyond :attr:`retention`; return their paths.
 
-        See ``Store.retire``.
+        See ``Store.retire``.  What SQLite left beside segments retired
+        earlier (:func:`segments.litter`) is removed first.
         """
         if self._link.readonly:
             raise JournalReadOnly(self._link.path, "cannot retire history through a read-only "
                                   "store", "Open the journal for writing")
+        for left in segments.litter(self._link.path):
+            # A -wal or -shm a reader made beside a segment retired under it,
+            # and could not remove (killed first): nobody's, and never read.
+            segments.tidy(left.rsplit("-", 1)[0])
         kept = self.segments()
         if not kept[0].has_events:
             # A pass killed between dropping the head's tables and its vacuum

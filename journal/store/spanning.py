@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 import attrs
 
+from .. import segments
 from ..errors import JournalCorrupt
 from ..segments import MAX_KEPT, Segment
 from .link import Link
@@ -57,6 +58,9 @@ def attach(link: Link, kept: list[Segment], *, again: bool = True) -> Span:
             uri = "file:" + quote(os.fsencode(os.path.abspath(segment.file))) + "?mode=" + mode
             conn.execute(f"ATTACH DATABASE ? AS s{i}", (uri,))
             tables = table_names(conn, f"s{i}")
+            # The first read of the file made its -wal and -shm: retired since
+            # the look above, nothing else would remove them.
+            segments.tidy(segment.file)
             made.append(tables)
             if "events" in tables:
                 # Only schema names made here go into the SQL, never input.

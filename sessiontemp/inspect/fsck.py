@@ -38,6 +38,7 @@ from sessiontemp.journal.reducer import (
     held_by,
     kept_for_resume,
 )
+from sessiontemp.journal.segments import litter
 from sessiontemp.processes import running
 from sessiontemp.root import (
     GENERATION_PREFIX,
@@ -72,7 +73,8 @@ class Finding:
     file no record keeps: its keeper died before recording it, its removal
     was cut short, or the journal was moved aside; nothing removes it but
     ``sessiontemp.remove_artifact``), "lost" (a kept artifact whose file is
-    gone).
+    gone), "leftover" (a -wal or -shm SQLite made beside a journal segment
+    that was retired: the next writer removes it).
     """
 
     check: str
@@ -266,6 +268,11 @@ def _fsck(base: Path, progress: Progress | None) -> tuple[tuple[Finding, ...],
             findings.append(Finding("removable", path, g.id, (
                 f"{why}, and no command holds it: the next recovery removes it"), repair))
     findings.extend(_artifacts(base, state, stored, removals))
+    findings.extend(
+        Finding("leftover", Path(left), None, (
+            "left by SQLite beside a journal segment that was retired (a reader opened it "
+            "as it was deleted, and was stopped before it removed this): nothing reads it"),
+            repair) for left in litter(journal))
     return tuple(findings), tuple(held)
 
 
