@@ -32,6 +32,12 @@ MAX_LINES = 600
 # Where SQL may be written: the store package (which also holds the inspector's named
 # reads, as Store methods) and nowhere else.
 SQL_HOMES = ("sessiontemp.journal.store",)
+# Who may append to the journal: the ledger (the one owner of a writer's folded state), and
+# the store package itself, where an append is committed.
+APPEND_HOMES = ("sessiontemp.journal.ledger", "sessiontemp.journal.store")
+# The store's write entry points: Store.append and Store.submit, the group commit's
+# submit and commit_batch.
+_APPENDS = frozenset({"append", "submit", "commit_batch"})
 # The first word of an SQL statement, then what must follow it for the text to be SQL
 # rather than prose: a statement is written in capitals here.
 _SQL = re.compile(
@@ -180,6 +186,25 @@ class Tree:
         return found
 
 
+    def stray_appends(self, homes: Iterable[str] = APPEND_HOMES) -> list[tuple[str, int, str]]:
+        """Each call of a store's write entry point (``store.append``, ``Store.submit``, ...)
+        outside *homes*: a receiver whose name ends in ``store`` or ``commits``."""
+        homes = tuple(homes)
+        found = []
+        for module in self.files:
+            if any(_within(module, home) for home in homes):
+                continue
+            for node in ast.walk(self.parsed(module)):
+                if not (isinstance(node, ast.Attribute) and node.attr in _APPENDS):
+                    continue
+                receiver = node.value
+                name = (receiver.id if isinstance(receiver, ast.Name) else
+                        receiver.attr if isinstance(receiver, ast.Attribute) else "")
+                if name.lower().lstrip("_").endswith(("store", "commits")):
+                    found.append((module, node.lineno, f"{ast.unparse(node)}"))
+        return found
+
+
 def _within(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
@@ -323,6 +348,15 @@ def test_sql_is_written_only_in_the_store_package() -> None:
         for module, found in by_module.items())
 
 
+def test_only_the_ledger_appends_to_the_journal() -> None:
+    found = LIBRARY.stray_appends()
+    assert not found, "\n".join(
+        f"{module} calls {call} at line {line}: every record goes through a Ledger "
+        "(journal/ledger.py), which decides it on the journal's state and folds it; "
+        "append through the writer's ledger (Ledger.submit, or Ledger.append for a writer "
+        "that decides from the whole journal) instead" for module, line, call in found)
+
+
 # -- the checks themselves, on planted trees -------------------------------------------------------
 
 def plant(base: Path, files: dict[str, str]) -> Tree:
@@ -380,6 +414,23 @@ def test_a_planted_long_module_an_upward_import_and_stray_sql_are_found(tmp_path
     assert [(i.source, i.target, i.line) for i in tree.upward_imports()] == [
         ("sessiontemp.journal.events", "sessiontemp.manager", 1)]
     assert [(m, line) for m, line, _ in tree.stray_sql()] == [("sessiontemp.manager", 3)]
+
+
+def test_a_planted_append_past_the_ledger_is_found(tmp_path: Path) -> None:
+    tree = plant(tmp_path, {
+        "journal/__init__.py": "",
+        "journal/ledger.py": "def f(store):\n    store.submit([])\n",
+        "journal/store/__init__.py": "def f(self):\n    self._commits.submit([])\n",
+        "sessiontemp/__init__.py": "",
+        "sessiontemp/recovery.py": ("class P:\n    def f(self, events):\n"
+                                    "        self.store.append(events, time=1.0)\n"
+                                    "        self.removed.append(1)\n"),
+        "sessiontemp/cleanup.py": "from x import Store\nappend = Store.append\n",
+        "sessiontemp/writer.py": "def f(ledger, handles):\n    ledger.submit(())\n"
+                                 "    handles.store.submit(())\n",
+    })
+    assert sorted((m, line) for m, line, _ in tree.stray_appends()) == [
+        ("sessiontemp.cleanup", 2), ("sessiontemp.recovery", 3), ("sessiontemp.writer", 3)]
 
 
 @pytest.mark.parametrize("text", [
