@@ -192,14 +192,17 @@ class Ledger(Generic[S]):
         Tolerantly: what a record the rules refuse names is held, and the
         refusal added to :attr:`refused`.  Raises :class:`JournalError` when
         history after the state was retired: a fold that passed over it
-        would decide from a state that never was.
+        would decide from a state that never was.  The empty state is the
+        exception: a writer starts there when no checkpoint of the kept
+        history could be used, and the tolerant fold holds whatever the
+        kept records name that it does not know.
         """
         seq = self.state.seq
         fold = self._tolerant(self.state)
         records = self._store.records(after=seq, tolerant=True)
         try:
             first = next(records, None)
-            if first is not None and first.seq != seq + 1 and (
+            if seq and first is not None and first.seq != seq + 1 and (
                     self._store.history().retired_until > seq):
                 raise JournalError(
                     self._store.path, f"a fold at event {seq} would go on at event "

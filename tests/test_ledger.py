@@ -8,7 +8,7 @@ import pytest
 
 from sessiontemp import Manager, handles
 from sessiontemp.journal import checkpoint, ids, testing
-from sessiontemp.journal.errors import RuleViolation
+from sessiontemp.journal.errors import JournalError, RuleViolation
 from sessiontemp.journal.events import (
     ManagerClosed,
     ManagerDied,
@@ -143,6 +143,28 @@ def test_a_whole_ledger_takes_what_a_rollover_caught_up_with_as_its_state(
     assert ledger.state.seq == 3
     assert ledger.state == checkpoint.origin(store).state
     assert ledger.catch_up() == ledger.state
+    store.close()
+
+
+def test_a_whole_ledger_never_passes_over_history_retired_after_its_state(
+    tmp_path: Path,
+) -> None:
+    eager = Retention(segment_bytes=0, history_bytes=0, history_age=0)
+    store = Store(tmp_path / "journal.sqlite3", retention=eager)
+    m = ids.new_manager()
+    store.append([ManagerOpened(m, 1)], time=1.0)
+    ledger = whole_ledger(store)
+    ledger.catch_up()
+    # Another writer folds on, rolls over and retires what this ledger has not read.
+    other = Store(tmp_path / "journal.sqlite3", retention=eager)
+    other.append([Retained(m), Rotated(m)], time=2.0)
+    checkpoint.save(other, replay(other.records(), tolerant=True), roll_over=True)
+    other.append([Retained(m)], time=3.0)
+    other.retire(now=4.0)
+    other.close()
+    with pytest.raises(JournalError, match="event 1 would go on at event 4"):
+        ledger.catch_up()
+    assert ledger.state.seq == 1
     store.close()
 
 
