@@ -6,7 +6,7 @@
     Store   --committed/failed->  Ledger: .durable moves on, or .state falls back to it
     Ledger  --due-------------->  maintain(seq, whole state): checkpoint what it holds
 
-A ledger of the journal's *whole* state (``follow`` given: a recovery pass,
+A ledger of the journal's *whole* state (``whole`` given: a recovery pass,
 a maintenance) decides from the journal at its tail instead:
 
     caller  --catch_up()------->  Ledger: others' records folded in, tolerantly
@@ -106,16 +106,16 @@ class Ledger(Generic[S]):
     ``fold(records, state)`` is the state after *records* (the reducer's
     :func:`~sessiontemp.journal.reducer.replay`); it raises to refuse them.
     *durability* says which appends are synced before they return.
-    With *follow* (``follow(state)`` opens a tolerant fold there), the state
+    With *whole* (``whole(state)`` opens a tolerant fold there), the state
     is the journal's whole state: see :meth:`catch_up` and :meth:`append`.
     """
 
     def __init__(self, store: Store, fold: Callable[[list[Record], S], S], state: S, *,
                  durability: Durability = "full",
-                 follow: Callable[[S], Follower[S]] | None = None) -> None:
+                 whole: Callable[[S], Follower[S]] | None = None) -> None:
         self._store = store
         self._fold = fold
-        self._follow = follow
+        self._opens = whole
         # What the records others appended broke, for the whole ledger's
         # writer to report (see catch_up): taken and cleared by it.
         self.refused: list[RuleViolation] = []
@@ -140,7 +140,7 @@ class Ledger(Generic[S]):
         self._lock = threading.Lock()
         self._whole: Follower[S] | None = None
         self._expected = 0
-        if follow is None:
+        if whole is None:
             store.keep(self)
 
     # -- the write path ----------------------------------------------------------
@@ -253,9 +253,9 @@ class Ledger(Generic[S]):
         return records
 
     def _tolerant(self, state: S) -> Follower[S]:
-        if self._follow is None:
-            raise TypeError("only a ledger of the journal's whole state (follow=) catches up")
-        return self._follow(state)
+        if self._opens is None:
+            raise TypeError("only a ledger of the journal's whole state (whole=) catches up")
+        return self._opens(state)
 
     def _take(self, fold: Follower[S]) -> S:
         self.refused.extend(fold.refused)

@@ -233,7 +233,7 @@ class _Pass:
         # to the tail by the ledger (catch_up), by each append (inside its
         # transaction) and by each rollover (what the new segment starts from).
         self.ledger: Ledger[State] = Ledger(store, replay, EMPTY,
-                                            follow=functools.partial(Fold, tolerant=True))
+                                            whole=functools.partial(Fold, tolerant=True))
         self.checkpointed = 0
         self.started = False
         self.removed: list[Removed] = []

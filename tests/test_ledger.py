@@ -101,7 +101,7 @@ def test_another_processs_append_lets_go_of_the_whole_state(tmp_path: Path, stor
 
 def whole_ledger(store: Store) -> Ledger[State]:
     """A ledger of the journal's whole state, as a recovery pass keeps one."""
-    return Ledger(store, replay, EMPTY, follow=lambda state: Fold(state, tolerant=True))
+    return Ledger(store, replay, EMPTY, whole=lambda state: Fold(state, tolerant=True))
 
 
 def test_a_whole_ledger_decides_on_what_others_appended_up_to_its_own_records(
