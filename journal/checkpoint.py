@@ -41,7 +41,6 @@ from .events import Record
 from .reducer import (
     EMPTY,
     ArtifactState,
-    Fold,
     GenerationState,
     ManagerState,
     SessionState,
@@ -137,7 +136,8 @@ def due(state: State, since: int, *, every: int = EVERY) -> bool:
     return state.seq - since >= max(every, size // 4)
 
 
-def save(store: Store, state: State, *, keep: int = KEEP, roll_over: bool = False) -> None:
+def save(store: Store, state: State, *, keep: int = KEEP, roll_over: bool = False,
+         catch_up: Callable[[list[Record]], State] | None = None) -> None:
     """Write *state* as the checkpoint of its seq, keeping the newest *keep*.
 
     And, older, the newest of each run of EVERY events for the newest
@@ -147,17 +147,18 @@ def save(store: Store, state: State, *, keep: int = KEEP, roll_over: bool = Fals
     *roll_over*: start a new segment with it once the active one is past
     what a retirement pass lets it hold (:meth:`Store.rollover_due`).  A
     new segment begins with the state at the journal's last event: events
-    appended since *state* are folded onto it there, tolerantly, as a
-    recovery pass folds them.
+    appended since *state* are folded onto it there by *catch_up* (a whole
+    :class:`~.ledger.Ledger`'s, which takes the result as its own state: the
+    writer's state never falls behind the journal it rolled over); without
+    it, a rollover that events follow is left for a later pass.
     """
     def caught_up(records: list[Record]) -> bytes:
-        fold = Fold(state, tolerant=True)
-        for record in records:
-            fold.step(record)
-        return encode(fold.result())
+        assert catch_up is not None
+        return encode(catch_up(records))
 
     store.save_checkpoint(state.seq, FORMAT, encode(state), keep=keep, spacing=EVERY,
-                          roll_over=roll_over, catch_up=caught_up)
+                          roll_over=roll_over,
+                          catch_up=None if catch_up is None else caught_up)
 
 
 def origin(store: Store) -> Restored:

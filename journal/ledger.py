@@ -6,6 +6,15 @@
     Store   --committed/failed->  Ledger: .durable moves on, or .state falls back to it
     Ledger  --due-------------->  maintain(seq, whole state): checkpoint what it holds
 
+A ledger of the journal's *whole* state (``whole`` given: a recovery pass,
+a maintenance) decides from the journal at its tail instead:
+
+    caller  --catch_up()------->  Ledger: others' records folded in, tolerantly
+    caller  --append(events)--->  Store: inside the transaction, the records
+                                  committed since the state, then the events,
+                                  folded (the events by the rules) before COMMIT
+    rollover --catch_up_with()->  Ledger: what the new segment starts from is the state
+
 A :class:`Ledger` holds the state over what its writer appended (``state``,
 including every append still queued; ``durable``, what is committed), the
 durability of each append (:mod:`journal.durability`), and the schedule of
@@ -14,7 +23,15 @@ it is handed, and says which were committed and which numbers they got
 (other processes append to the same journal: the store learns the real tail
 inside its write transaction, and an append numbered ahead on a stale one
 is folded again there).  The ledger never imports ``sessiontemp``, so a
-recovery on a root with no manager could keep one too.
+recovery on a root with no manager keeps one too.
+
+A whole ledger is the one place a writer folds the journal: nothing decides
+from a state that is behind the journal's tail, and a checkpoint that rolls
+the journal over starts the new segment from the very state the writer goes
+on deciding from (records others appended meanwhile included), so that what
+the retirement after it deletes was folded in first.  It is no keeper of the
+store: it appends one transaction at a time and waits for it, and the store
+it shares may be a manager's, whose ledger keeps it.
 """
 
 from __future__ import annotations
@@ -24,18 +41,31 @@ from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
 from .durability import Durability, synced
+from .errors import JournalError, RuleViolation
 from .events import Event, Record
 from .maintenance import Maintenance
 from .store import Pending, Store
 
 __all__ = ["Follower", "Ledger"]
 
-S = TypeVar("S")
+class Sequenced(Protocol):
+    """A state: it says the last event folded into it."""
+
+    @property
+    def seq(self) -> int: ...
+
+
+S = TypeVar("S", bound=Sequenced)
 S_co = TypeVar("S_co", covariant=True)
 
 
 class Follower(Protocol[S_co]):
-    """A fold kept open over the whole journal (a tolerant :class:`~.reducer.Fold`)."""
+    """A fold kept open over the whole journal (a tolerant :class:`~.reducer.Fold`).
+
+    ``refused`` lists the rule violations of the records it held on to.
+    """
+
+    refused: list[RuleViolation]
 
     def step(self, record: Record) -> None:
         """Fold *record*, the next the journal holds, in place."""
@@ -76,12 +106,19 @@ class Ledger(Generic[S]):
     ``fold(records, state)`` is the state after *records* (the reducer's
     :func:`~sessiontemp.journal.reducer.replay`); it raises to refuse them.
     *durability* says which appends are synced before they return.
+    With *whole* (``whole(state)`` opens a tolerant fold there), the state
+    is the journal's whole state: see :meth:`catch_up` and :meth:`append`.
     """
 
     def __init__(self, store: Store, fold: Callable[[list[Record], S], S], state: S, *,
-                 durability: Durability = "full") -> None:
+                 durability: Durability = "full",
+                 whole: Callable[[S], Follower[S]] | None = None) -> None:
         self._store = store
         self._fold = fold
+        self._opens = whole
+        # What the records others appended broke, for the whole ledger's
+        # writer to report (see catch_up): taken and cleared by it.
+        self.refused: list[RuleViolation] = []
         self.durability: Durability = durability
         # The state including every append queued (what the next append
         # builds on); what is committed; and, inside a transaction, what
@@ -103,7 +140,8 @@ class Ledger(Generic[S]):
         self._lock = threading.Lock()
         self._whole: Follower[S] | None = None
         self._expected = 0
-        store.keep(self)
+        if whole is None:
+            store.keep(self)
 
     # -- the write path ----------------------------------------------------------
 
@@ -145,6 +183,84 @@ class Ledger(Generic[S]):
     def reset(self, state: S) -> None:
         """Start over at *state* (nothing of this ledger's may be queued)."""
         self.state = self.durable = self._committing = state
+
+    # -- a writer that decides from the journal's whole state ---------------------
+
+    def catch_up(self) -> S:
+        """Fold every record the journal holds after :attr:`state` into it, and return it.
+
+        Tolerantly: what a record the rules refuse names is held, and the
+        refusal added to :attr:`refused`.  Raises :class:`JournalError` when
+        history after the state was retired: a fold that passed over it
+        would decide from a state that never was.  The empty state is the
+        exception: a writer starts there when no checkpoint of the kept
+        history could be used, and the tolerant fold holds whatever the
+        kept records name that it does not know.
+        """
+        seq = self.state.seq
+        fold = self._tolerant(self.state)
+        records = self._store.records(after=seq, tolerant=True)
+        try:
+            first = next(records, None)
+            if seq and first is not None and first.seq != seq + 1 and (
+                    self._store.history().retired_until > seq):
+                raise JournalError(
+                    self._store.path, f"a fold at event {seq} would go on at event "
+                    f"{first.seq}: the history between was retired",
+                    "Nothing was lost; run the recovery again")
+            if first is not None:
+                fold.step(first)
+                for record in records:
+                    fold.step(record)
+        finally:
+            records.close()
+        return self._take(fold)
+
+    def catch_up_with(self, records: list[Record]) -> S:
+        """Fold *records*, the journal's next after :attr:`state`, into it, and return it.
+
+        A rollover's catch-up: what others appended after the state, read
+        under the write lock, which the new segment starts from.
+        """
+        fold = self._tolerant(self.state)
+        for record in records:
+            fold.step(record)
+        return self._take(fold)
+
+    def append(self, events: tuple[Event, ...], *, time: float) -> list[Record]:
+        """Decide *events* on the journal's state at its tail, and commit them; return them.
+
+        Inside the write transaction, the records others committed after
+        :attr:`state` are folded in (tolerantly), then *events* by the
+        rules: a refusal (:class:`RuleViolation`) writes nothing, and the
+        state stays as it was.  Durable when it returns.
+        """
+        base = self.state
+        decided: list[tuple[Follower[S], S]] = []
+
+        def decide(records: list[Record]) -> None:
+            own = len(records) - len(events)
+            fold = self._tolerant(base)
+            for record in records[:own]:
+                fold.step(record)
+            # The rules decide: a refusal rolls the transaction back.
+            decided[:] = [(fold, self._fold(records[own:], fold.state()))]
+
+        records = self._store.append(events, time=time, decide=decide, after=base.seq)
+        ((fold, state),) = decided
+        self.refused.extend(fold.refused)
+        self.state = self.durable = self._committing = state
+        return records
+
+    def _tolerant(self, state: S) -> Follower[S]:
+        if self._opens is None:
+            raise TypeError("only a ledger of the journal's whole state (whole=) catches up")
+        return self._opens(state)
+
+    def _take(self, fold: Follower[S]) -> S:
+        self.refused.extend(fold.refused)
+        self.state = self.durable = self._committing = fold.state()
+        return self.state
 
     # -- the store's Keeper --------------------------------------------------------
 

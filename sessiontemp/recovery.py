@@ -58,6 +58,7 @@ journal's records through indexed :class:`Store` lookups
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -68,7 +69,7 @@ import attrs
 
 from sessiontemp import artifacts, reserve, sessions
 from sessiontemp.journal import checkpoint, ids
-from sessiontemp.journal.errors import JournalError, SessionTempError
+from sessiontemp.journal.errors import JournalError, RuleViolation, SessionTempError
 from sessiontemp.journal.events import (
     ArtifactRemoved,
     Event,
@@ -76,7 +77,15 @@ from sessiontemp.journal.events import (
     RecoveryStarted,
     SessionDiscarded,
 )
-from sessiontemp.journal.reducer import Fold, GenerationState, State, kept_for_resume
+from sessiontemp.journal.ledger import Ledger
+from sessiontemp.journal.reducer import (
+    EMPTY,
+    Fold,
+    GenerationState,
+    State,
+    kept_for_resume,
+    replay,
+)
 from sessiontemp.journal.store import Store
 from sessiontemp.liveness import RecoveryLock, take_liveness
 from sessiontemp.log import logger
@@ -195,7 +204,7 @@ def maintain(root: Root, store: Store, seq: int = 0, state: State | None = None,
         if state is None:
             work.restore()
         else:
-            work.state = state
+            work.ledger.reset(state)
             work.checkpointed = checkpoint.newest(store)
         work.refresh()
         work.write_checkpoint(every=store.maintenance_every)
@@ -220,10 +229,15 @@ class _Pass:
         self.clock = clock
         self.steps = steps
         self.id = ids.new_recovery()
-        self.state = State()
+        # The journal's whole state, the one the pass decides from: brought
+        # to the tail by the ledger (catch_up), by each append (inside its
+        # transaction) and by each rollover (what the new segment starts from).
+        self.ledger: Ledger[State] = Ledger(store, replay, EMPTY,
+                                            whole=functools.partial(Fold, tolerant=True))
         self.checkpointed = 0
         self.started = False
         self.removed: list[Removed] = []
+        self.handled: set[str] = set()
         self.skipped: list[Skipped] = []
         self.dead: list[str] = []
         self.finished_closing: set[str] = set()
@@ -232,6 +246,11 @@ class _Pass:
         # id; what it does to the journal, the journal's path.
         self.log = logger.bind(recovery=self.id)
         self.journal_log = logger.bind(path=str(store.path))
+
+    @property
+    def state(self) -> State:
+        """The journal's state as far as the pass has read it, its own appends included."""
+        return self.ledger.state
 
     def run(self) -> Report:
         self.restore()
@@ -270,7 +289,7 @@ class _Pass:
         restored = checkpoint.restore(self.store)
         for seq, reason in restored.skipped:
             self.journal_log.warning("checkpoint.skipped", seq=seq, reason=f"checkpoint {reason}")
-        self.state = restored.state
+        self.ledger.reset(restored.state)
         self.checkpointed = restored.state.seq
 
     def write_checkpoint(self, *, every: int = checkpoint.EVERY, roll_over: bool = False
@@ -278,20 +297,26 @@ class _Pass:
         """Write a checkpoint of the state just replayed, if enough events follow the last.
 
         *roll_over* writes one whatever follows, and starts a new segment with it
-        if the active one is still past what retirement lets it hold.
+        if the active one is still past what retirement lets it hold.  A new
+        segment starts from the state at the journal's tail, records others
+        appended since the replay included: the ledger folds them in as the
+        pass's own state, before the retirement after it deletes them.
         """
+        seq = self.state.seq
         if not roll_over and not checkpoint.due(self.state, self.checkpointed, every=every):
             return
-        self.steps.before("checkpoint", f"event {self.state.seq}")
+        self.steps.before("checkpoint", f"event {seq}")
         try:
-            checkpoint.save(self.store, self.state, roll_over=roll_over)
+            checkpoint.save(self.store, self.state, roll_over=roll_over,
+                            catch_up=self.ledger.catch_up_with)
         except JournalError as e:
             # Only speed is lost: the next pass replays a little further.
-            self.journal_log.warning("checkpoint.failed", seq=self.state.seq, reason=str(e))
+            self.journal_log.warning("checkpoint.failed", seq=seq, reason=str(e))
             return
-        self.journal_log.info("checkpoint.written", seq=self.state.seq,
-                              replayed=self.state.seq - self.checkpointed)
-        self.checkpointed = self.state.seq
+        finally:
+            self.report_refused()
+        self.journal_log.info("checkpoint.written", seq=seq, replayed=seq - self.checkpointed)
+        self.checkpointed = seq
         if self.store.rollover_failed is not None:
             self.journal_log.warning("segment.rollover_failed",
                                      reason=self.store.rollover_failed)
@@ -318,28 +343,32 @@ class _Pass:
         Tolerantly: a record the rules refuse is logged, and what it names is
         held (never removed) instead of stopping the pass.
         """
-        fold = Fold(self.state, tolerant=True)
-        records = self.store.records(after=self.state.seq, tolerant=True)
-        try:
-            for record in records:
-                fold.step(record)
-        finally:
-            records.close()
-        for refused in fold.refused:
-            error = self.store.corrupt(refused)
-            self.journal_log.error("journal.refused", seq=refused.seq,
+        self.ledger.catch_up()
+        self.report_refused()
+
+    def report_refused(self) -> None:
+        refused, self.ledger.refused = self.ledger.refused, []
+        for violation in refused:
+            error = self.store.corrupt(violation)
+            self.journal_log.error("journal.refused", seq=violation.seq,
                                    reason=f"{error.reason}; what it names is kept. {error.fix}")
-        self.state = fold.state()
 
     def append(self, events: Sequence[Event]) -> None:
-        if not self.started:
+        """Journal *events*, decided by the rules on the journal as it is at its tail.
+
+        Raises :class:`RuleViolation`, with nothing written, when the
+        records others appended meanwhile make them wrong.
+        """
+        started = self.started
+        if not started:
             # Named lazily: a pass with nothing to do leaves no trace.
             events = [RecoveryStarted(self.id, os.getpid()), *events]
-            self.started = True
         self.steps.before("journal", ",".join(e.kind for e in events))
-        self.store.append(events, time=self.clock())
-        # Events of others may sit between ours: catch up with all of them.
-        self.refresh()
+        try:
+            self.ledger.append(tuple(events), time=self.clock())
+        finally:
+            self.report_refused()
+        self.started = True
 
     def bury_dead_managers(self) -> None:
         for manager in list(self.state.managers.values()):
@@ -369,10 +398,15 @@ class _Pass:
                 now = self.state.managers.get(manager.id)
                 # None: it ended with nothing left, and the state let it go.
                 if now is not None and now.ended is None:
-                    self.append([ManagerDied(manager.id, self.id)])
-                    self.dead.append(manager.id)
-                    self.log.warning("manager.dead", manager=manager.id, pid=manager.pid,
-                                     seq=self.state.seq)
+                    try:
+                        self.append([ManagerDied(manager.id, self.id)])
+                    except RuleViolation as e:
+                        # Its end was journaled meanwhile: the journal's tail said no.
+                        self.log.info("manager.ended", manager=manager.id, reason=e.reason)
+                    else:
+                        self.dead.append(manager.id)
+                        self.log.warning("manager.dead", manager=manager.id, pid=manager.pid,
+                                         seq=self.state.seq)
                 # Its end is journaled now: the file has served its purpose.
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(lock_file_name(manager.id), dir_fd=self.root.managers_fd)

@@ -32,7 +32,7 @@ from typing import Protocol
 
 import attrs
 
-from sessiontemp.journal.errors import JournalError
+from sessiontemp.journal.errors import JournalError, RuleViolation
 from sessiontemp.journal.events import Event, Reappeared, RemovalStarted
 from sessiontemp.journal.history import Past, pasts
 from sessiontemp.journal.reducer import GenerationState, State, held_by
@@ -79,16 +79,22 @@ class Pass(Protocol):
 
     root: Root
     store: Store
-    state: State
     steps: Steps
     stale_after: float
     clock: Callable[[], float]
     removed: list[Removed]
+    # Each generation a removal was tried for in this pass, whatever came
+    # of it: the sweep of unknown names leaves them be (one entry a path).
+    handled: set[str]
     # Bound once per pass with its id: every event a sweep logs carries it.
     log: BoundLogger
 
     @property
     def id(self) -> str: ...
+
+    @property
+    def state(self) -> State:
+        """The journal's state the pass decides from (see :meth:`refresh`)."""
 
     def refresh(self) -> None:
         """Bring :attr:`state` up to the journal's end."""
@@ -147,11 +153,18 @@ def on_disk(work: Pass, generation: str) -> bool:
 
 def remove_target(work: Pass, target: Target, path: Path, reason: str) -> None:
     """Remove through the one removal routine, and report how it went."""
+    work.handled.add(target.generation)
     try:
         result = remove(work.root.fd, target, journal=work.append, steps=work.steps)
     except JournalError:
         # Not a bad entry but a journal that cannot be written: stop.
         raise
+    except RuleViolation as e:
+        # The journal's tail refused the removal (nothing was written or
+        # touched): what others appended meanwhile says it is not the pass's.
+        work.log.info("generation.left", generation=target.generation, path=str(path),
+                      reason=e.reason)
+        return
     except FileNotFoundError:
         # Gone meanwhile (another remover of a stray): nothing to report.
         return
@@ -180,7 +193,9 @@ def sweep_unknown(work: Pass) -> None:
     unknown: list[tuple[str, str]] = []
     for name in sorted(names):
         generation = generation_id_of(name)
-        if generation is None:
+        if generation is None or generation in work.handled:
+            # Not a generation's, or one this pass tried to remove already
+            # (a removal refused leaves its directory, reported once).
             continue
         known = work.state.generations.get(generation)
         path = work.root.path / name

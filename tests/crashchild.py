@@ -29,6 +29,11 @@ Commands (words separated by spaces)::
                               reads its stdin (the inherited descriptor FD)
                               until end of file  -> {"pid"}
     popen-sleep LEASE SECONDS start ``sleep SECONDS`` under the lease -> {"pid"}
+    popen-closing LEASE SECONDS
+                              start a command under the lease that closes every
+                              descriptor it inherited (the lease's lock with them,
+                              as sudo and ssh do), then sleeps SECONDS -> {"pid"}
+    cycle N                   acquire and release a lease N times (2N events)
     release-lease LEASE
     recover                   sessiontemp.recover(ROOT) -> the report
     open                      open (and close) another Manager -> its recovery report
@@ -59,6 +64,8 @@ from tests.childio import emit, report_json, serve
 
 # A command that holds its inherited descriptors until its stdin reaches end of file.
 WAIT_FOR_EOF = "import sys; sys.stdin.buffer.read()"
+# A command that lets go of every descriptor it inherited, then runs on.
+CLOSE_AND_SLEEP = "import os, sys, time; os.closerange(3, 1024); time.sleep(float(sys.argv[1]))"
 
 
 class Crasher:
@@ -174,6 +181,18 @@ class Driver:
                                              stdout=subprocess.DEVNULL)
         self.commands.append(command)
         return {"pid": command.pid}
+
+    def do_popen_closing(self, lease_id: str, seconds: str) -> dict[str, Any]:
+        command = self.lease(lease_id).popen([sys.executable, "-c", CLOSE_AND_SLEEP, seconds],
+                                             stdin=subprocess.DEVNULL,
+                                             stdout=subprocess.DEVNULL)
+        self.commands.append(command)
+        return {"pid": command.pid}
+
+    def do_cycle(self, count: str) -> dict[str, Any]:
+        for _ in range(int(count)):
+            self.manager.acquire().release()
+        return {}
 
     def do_release_lease(self, lease_id: str) -> dict[str, Any]:
         self.leases.pop(lease_id).release()

@@ -33,6 +33,12 @@ MAX_LINES = 600
 # Where SQL may be written: the store package (which also holds the inspector's named
 # reads, as Store methods) and nowhere else.
 SQL_HOMES = ("sessiontemp.journal.store",)
+# Who may append to the journal: the ledger (the one owner of a writer's folded state), and
+# the store package itself, where an append is committed.
+APPEND_HOMES = ("sessiontemp.journal.ledger", "sessiontemp.journal.store")
+# The store's write entry points: Store.append and Store.submit, the group commit's
+# submit and commit_batch.
+_APPENDS = frozenset({"append", "submit", "commit_batch"})
 # The first word of an SQL statement, then what must follow it for the text to be SQL
 # rather than prose: a statement is written in capitals here.
 _SQL = re.compile(
@@ -48,10 +54,6 @@ _SQL = re.compile(
 # write side's one fold) and the one read model every reader folds the kept history through.
 FOLD_HOMES = ("sessiontemp.journal.reducer", "sessiontemp.journal.ledger",
               "sessiontemp.journal.history")
-# Folds of the write path that one write path (a recovery pass appending through a Ledger,
-# its checkpoint's catch-up with it) removes: each must still fold, so that the entry goes
-# the moment its fold does.
-WRITE_PATH_FOLDS = ("sessiontemp.recovery", "sessiontemp.journal.checkpoint")
 # What reaches the reducer: its module, and the package that re-exports its names.
 _REDUCER = ("sessiontemp.journal.reducer", "sessiontemp.journal")
 
@@ -254,6 +256,24 @@ class Tree:
                     fold_types.add(local)
         return names, modules, fold_types
 
+    def stray_appends(self, homes: Iterable[str] = APPEND_HOMES) -> list[tuple[str, int, str]]:
+        """Each call of a store's write entry point (``store.append``, ``Store.submit``, ...)
+        outside *homes*: a receiver whose name ends in ``store`` or ``commits``."""
+        homes = tuple(homes)
+        found = []
+        for module in self.files:
+            if any(_within(module, home) for home in homes):
+                continue
+            for node in ast.walk(self.parsed(module)):
+                if not (isinstance(node, ast.Attribute) and node.attr in _APPENDS):
+                    continue
+                receiver = node.value
+                name = (receiver.id if isinstance(receiver, ast.Name) else
+                        receiver.attr if isinstance(receiver, ast.Attribute) else "")
+                if name.lower().lstrip("_").endswith(("store", "commits")):
+                    found.append((module, node.lineno, f"{ast.unparse(node)}"))
+        return found
+
 
 def _makes_fold(node: ast.AST, fold_types: set[str], modules: set[str]) -> bool:
     """Whether *node* is a call that makes a Fold: ``Fold(...)`` or ``reducer.Fold(...)``."""
@@ -412,14 +432,20 @@ def test_events_are_folded_only_by_the_reducer_the_ledger_and_the_one_read_model
     by_module: dict[str, list[tuple[int, str]]] = {}
     for module, line, how in LIBRARY.folds():
         by_module.setdefault(module, []).append((line, how))
-    for module in WRITE_PATH_FOLDS:
-        assert by_module.pop(module, None), (
-            f"{module} no longer folds events: remove it from WRITE_PATH_FOLDS")
     assert not by_module, "\n".join(
         f"{module} folds events at lines {', '.join(str(line) for line, _ in found)} "
         f"({found[0][1]}): a reader folds through sessiontemp.journal.history (fold, begin, "
         "start), a writer through its Ledger; no second fold of the journal may exist"
         for module, found in by_module.items())
+
+
+def test_only_the_ledger_appends_to_the_journal() -> None:
+    found = LIBRARY.stray_appends()
+    assert not found, "\n".join(
+        f"{module} calls {call} at line {line}: every record goes through a Ledger "
+        "(journal/ledger.py), which decides it on the journal's state and folds it; "
+        "append through the writer's ledger (Ledger.submit, or Ledger.append for a writer "
+        "that decides from the whole journal) instead" for module, line, call in found)
 
 
 # -- the checks themselves, on planted trees -------------------------------------------------------
@@ -506,6 +532,23 @@ def test_a_planted_fold_is_found_however_it_reaches_the_reducer(tmp_path: Path) 
         ("sessiontemp.c", 8, "steps a Fold of its own"),
         ("sessiontemp.e", 2, "calls the reducer's replay"),
     ]
+
+
+def test_a_planted_append_past_the_ledger_is_found(tmp_path: Path) -> None:
+    tree = plant(tmp_path, {
+        "journal/__init__.py": "",
+        "journal/ledger.py": "def f(store):\n    store.submit([])\n",
+        "journal/store/__init__.py": "def f(self):\n    self._commits.submit([])\n",
+        "sessiontemp/__init__.py": "",
+        "sessiontemp/recovery.py": ("class P:\n    def f(self, events):\n"
+                                    "        self.store.append(events, time=1.0)\n"
+                                    "        self.removed.append(1)\n"),
+        "sessiontemp/cleanup.py": "from x import Store\nappend = Store.append\n",
+        "sessiontemp/writer.py": "def f(ledger, handles):\n    ledger.submit(())\n"
+                                 "    handles.store.submit(())\n",
+    })
+    assert sorted((m, line) for m, line, _ in tree.stray_appends()) == [
+        ("sessiontemp.cleanup", 2), ("sessiontemp.recovery", 3), ("sessiontemp.writer", 3)]
 
 
 @pytest.mark.parametrize("text", [

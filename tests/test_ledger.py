@@ -8,10 +8,18 @@ import pytest
 
 from sessiontemp import Manager, handles
 from sessiontemp.journal import checkpoint, ids, testing
-from sessiontemp.journal.errors import RuleViolation
-from sessiontemp.journal.events import ManagerOpened, Retained, Rotated
+from sessiontemp.journal.errors import JournalError, RuleViolation
+from sessiontemp.journal.events import (
+    ManagerClosed,
+    ManagerDied,
+    ManagerOpened,
+    RecoveryStarted,
+    Retained,
+    Rotated,
+)
 from sessiontemp.journal.ledger import Ledger
 from sessiontemp.journal.reducer import EMPTY, Fold, State, replay
+from sessiontemp.journal.segments import Retention
 from sessiontemp.journal.store import Store
 
 
@@ -88,6 +96,75 @@ def test_another_processs_append_lets_go_of_the_whole_state(tmp_path: Path, stor
     other.close()
     ledger.wait(ledger.submit((Retained(m),), time=2.0))
     assert ledger.whole() is None
+    store.close()
+
+
+def whole_ledger(store: Store) -> Ledger[State]:
+    """A ledger of the journal's whole state, as a recovery pass keeps one."""
+    return Ledger(store, replay, EMPTY, whole=lambda state: Fold(state, tolerant=True))
+
+
+def test_a_whole_ledger_decides_on_what_others_appended_up_to_its_own_records(
+    tmp_path: Path, store: Store,
+) -> None:
+    m = ids.new_manager()
+    store.append([ManagerOpened(m, 1)], time=1.0)
+    ledger = whole_ledger(store)
+    assert ledger.catch_up().managers.keys() == {m}
+    # Another process closes the manager after the ledger read the journal.
+    other = Store(tmp_path / "journal.sqlite3")
+    other.append([ManagerClosed(m)], time=2.0)
+    other.close()
+    r = ids.new_recovery()
+    with pytest.raises(RuleViolation, match="closed"):
+        ledger.append((RecoveryStarted(r, 2), ManagerDied(m, r)), time=3.0)
+    assert store.last_seq() == 2
+    # A decision the tail allows is written, and the state holds the others' records too.
+    ledger.append((RecoveryStarted(r, 2),), time=3.0)
+    assert ledger.state == ledger.durable == replay(store.records(), tolerant=True)
+    store.close()
+
+
+def test_a_whole_ledger_takes_what_a_rollover_caught_up_with_as_its_state(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "journal.sqlite3",
+                  retention=Retention(segment_bytes=0, history_bytes=0, history_age=0))
+    m = ids.new_manager()
+    store.append([ManagerOpened(m, 1)], time=1.0)
+    ledger = whole_ledger(store)
+    ledger.catch_up()
+    other = Store(tmp_path / "journal.sqlite3")
+    other.append([Retained(m), Rotated(m)], time=2.0)
+    other.close()
+    checkpoint.save(store, ledger.state, roll_over=True, catch_up=ledger.catch_up_with)
+    store.retire(now=3.0)
+    assert store.history().retired_until == 3
+    assert ledger.state.seq == 3
+    assert ledger.state == checkpoint.origin(store).state
+    assert ledger.catch_up() == ledger.state
+    store.close()
+
+
+def test_a_whole_ledger_never_passes_over_history_retired_after_its_state(
+    tmp_path: Path,
+) -> None:
+    eager = Retention(segment_bytes=0, history_bytes=0, history_age=0)
+    store = Store(tmp_path / "journal.sqlite3", retention=eager)
+    m = ids.new_manager()
+    store.append([ManagerOpened(m, 1)], time=1.0)
+    ledger = whole_ledger(store)
+    ledger.catch_up()
+    # Another writer folds on, rolls over and retires what this ledger has not read.
+    other = Store(tmp_path / "journal.sqlite3", retention=eager)
+    other.append([Retained(m), Rotated(m)], time=2.0)
+    checkpoint.save(other, replay(other.records(), tolerant=True), roll_over=True)
+    other.append([Retained(m)], time=3.0)
+    other.retire(now=4.0)
+    other.close()
+    with pytest.raises(JournalError, match="event 1 would go on at event 4"):
+        ledger.catch_up()
+    assert ledger.state.seq == 1
     store.close()
 
 

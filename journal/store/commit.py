@@ -32,6 +32,7 @@ from . import schema
 from .digests import chain
 from .errors import RETRY
 from .link import Link
+from .reading import between
 
 __all__ = ["GroupCommit", "Keeper", "Pending", "Settle"]
 
@@ -86,16 +87,20 @@ class _StaleTail(Exception):
 class Pending:
     """One append waiting in the queue for a group commit, and then its outcome."""
 
-    __slots__ = ("decide", "done", "durable", "error", "events", "guess", "guessed",
+    __slots__ = ("after", "decide", "done", "durable", "error", "events", "guess", "guessed",
                  "records", "rows", "settle", "time", "waiter", "waiting")
 
     def __init__(self, events: list[Event], rows: list[tuple[str, str]], time: float,
-                 decide: Callable[[list[Record]], object] | None, durable: bool) -> None:
+                 decide: Callable[[list[Record]], object] | None, durable: bool,
+                 after: int | None = None) -> None:
         self.events = events
         self.rows = rows
         self.time = time
         self.decide = decide
         self.durable = durable
+        # The last event *decide* has seen: the records committed between it
+        # and this append are handed to decide before the append's own.
+        self.after = after
         self.settle: Settle | None = None
         # The records as folded ahead, on the sequence numbers guessed:
         # committed as they are when the guess holds.
@@ -172,6 +177,7 @@ class GroupCommit:
         decide: Callable[[list[Record]], object] | None = None,
         durable: bool = True,
         ahead: Ahead | None = None,
+        after: int | None = None,
     ) -> Pending:
         """Queue *events* for the next group commit; :meth:`wait` for it to be durable.
 
@@ -185,7 +191,7 @@ class GroupCommit:
         # The digest covers the time as SQLite gives it back: a float, and
         # never -0.0, which a REAL column returns as 0.0.
         time = float(time) + 0.0
-        pending = Pending(events, rows, time, decide, durable)
+        pending = Pending(events, rows, time, decide, durable, after)
         with self._queued:
             if ahead is not None:
                 if self._next_seq is None:
@@ -473,7 +479,9 @@ class GroupCommit:
                             if not reuse or p.decide is not None:
                                 try:
                                     if p.decide is not None:
-                                        p.decide(records)
+                                        p.decide(records if p.after is None else
+                                                 [*self._between(conn, p.after, mark[0]),
+                                                  *records])
                                     if settle is not None:
                                         # Last: what it settles is then taken.
                                         settle.settle(records)
@@ -523,6 +531,18 @@ class GroupCommit:
                 # the next ones start from what this one committed.
                 self._next_seq = (last[0] if last else seq) + 1 + sum(
                     len(p.events) for p in self._queue)
+
+    def _between(self, conn: sqlite3.Connection, after: int, until: int) -> list[Record]:
+        """What others committed after *after* (up to *until*), read under the write lock."""
+        records = between(conn, after, until)
+        if [r.seq for r in records] != list(range(after + 1, until + 1)):
+            # Only a rollover moves events out of the active segment, and
+            # only a holder of the recovery lock rolls over: a decision this
+            # far behind is read again from the whole journal.
+            raise JournalError(self._link.path, f"events {after + 1} to {until} followed what "
+                               "an append was decided on, and could not all be read while "
+                               "appending it", RETRY)
+        return records
 
     def _failed(self, batch: list[Pending], own: Pending, error: BaseException) -> None:
         """Fail every append of *batch* not refused already, and forget what was folded."""

@@ -156,6 +156,7 @@ class Store:
         time: float,
         decide: Callable[[list[Record]], object] | None = None,
         durable: bool = True,
+        after: int | None = None,
     ) -> list[Record]:
         """Commit *events* as one transaction and return them as records.
 
@@ -165,6 +166,9 @@ class Store:
         their final sequence numbers inside the transaction, before the
         commit: whatever it raises (a rule the records break) rolls the
         transaction back and propagates, so nothing it refuses is ever written.
+        With *after*, the last event the caller decided on, *decide* is
+        handed first every record committed after it (by other processes,
+        read there, under the write lock), then the append's own.
 
         With ``durable=False`` the commit is not synced on its own: it is
         written to the -wal file (a process crash loses nothing), and made
@@ -178,7 +182,8 @@ class Store:
         Appends from several threads at once share transactions and syncs
         (see :meth:`submit`).
         """
-        return self.wait(self.submit(events, time=time, decide=decide, durable=durable))
+        return self.wait(self.submit(events, time=time, decide=decide, durable=durable,
+                                     after=after))
 
     def submit(
         self,
@@ -188,6 +193,7 @@ class Store:
         decide: Callable[[list[Record]], object] | None = None,
         durable: bool = True,
         ahead: Ahead | None = None,
+        after: int | None = None,
     ) -> Pending:
         """Queue *events* for the next group commit; :meth:`wait` for it to be durable.
 
@@ -205,7 +211,7 @@ class Store:
         where they moved, and refusing this append alone).
         """
         return self._commits.submit(events, time=time, decide=decide, durable=durable,
-                                    ahead=ahead)
+                                    ahead=ahead, after=after)
 
     def wait(self, pending: Pending) -> list[Record]:
         """Return *pending*'s records once they are durable; raise why they are not.

@@ -36,7 +36,7 @@ from . import errors
 from .link import Link
 from .spanning import attach, table_names
 
-__all__ = ["TRIES", "Layout", "Reader"]
+__all__ = ["TRIES", "Layout", "Reader", "between"]
 
 T = TypeVar("T")
 
@@ -56,6 +56,25 @@ TRIES: Final = 20
 # back once retired; only a journal started afresh reuses names, and the
 # head's and the directory's inodes tell that.
 Layout: TypeAlias = tuple[tuple[int, int] | None, tuple[int, int] | None, tuple[str, ...]]
+
+
+def between(conn: sqlite3.Connection, after: int, until: int) -> list[Record]:
+    """The records *conn* holds after *after* up to *until*, in order; gaps left to the caller.
+
+    One that does not decode comes as :class:`Unreadable`, for a tolerant fold to refuse.
+    """
+    rows = conn.execute(
+        "SELECT seq, time, kind, payload FROM events WHERE seq > ? AND seq <= ? ORDER BY seq",
+        (after, until)).fetchall() if after < until else []
+    records = []
+    for number, time, kind, payload in rows:
+        event: Event
+        try:
+            event = decode(int(number), kind, payload)
+        except RuleViolation as e:
+            event = Unreadable(kind, payload, e.reason)
+        records.append(Record(int(number), float(time), event))
+    return records
 
 
 class Reader:

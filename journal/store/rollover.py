@@ -24,11 +24,10 @@ from collections.abc import Callable, Sequence
 from typing import TypeAlias
 
 from .. import segments
-from ..errors import RuleViolation
-from ..events import Event, Record, Unreadable, decode
+from ..events import Record
 from . import schema
 from .link import Link
-from .reading import Reader
+from .reading import Reader, between
 
 __all__ = ["CatchUp", "Rollover", "create_segment"]
 
@@ -165,18 +164,7 @@ class Rollover:
         if catch_up is None:
             self.failed = f"{active.path}: {why}, and nothing was given to fold them"
             return None
-        rows = self._reader.after(after).execute(
-            "SELECT seq, time, kind, payload FROM events WHERE seq > ? AND seq <= ? ORDER BY seq",
-            (after, seq)).fetchall()
-        records = []
-        for number, time, kind, payload in rows:
-            event: Event
-            try:
-                event = decode(int(number), kind, payload)
-            except RuleViolation as e:
-                # Refused by the caller's tolerant fold, as a replay does.
-                event = Unreadable(kind, payload, e.reason)
-            records.append(Record(int(number), float(time), event))
+        records = between(self._reader.after(after), after, seq)
         if [r.seq for r in records] != list(range(after + 1, seq + 1)):
             self.failed = f"{active.path}: {why}, and they could not all be read"
             return None
