@@ -296,9 +296,9 @@ class Generations:
         # (removal.seize): the generation keeps it until the removal's
         # start, with every event queued before it, is committed.
         held = self.handles.generations.pop(generation, None)
-        # The work directory's lock only keeps age cleaners out: a generation
-        # whose removal is due holds nothing anyone needs any more.
-        self.handles.drop_work(generation)
+        # The work directory's lock goes with the generation's: closed once
+        # the removal has started, kept with it when it could not start.
+        work = self.handles.work.pop(generation, None)
         # Removing frees space, and must not need any: on a full disk the
         # reserve's blocks are what its journal records are written to.
         reserve.make_room(self.handles.root.fd)
@@ -308,13 +308,19 @@ class Generations:
                             steps=self.steps, held=held)
         finally:
             now = self.journal.state.generations.get(generation)
-            if held is not None and now is not None and now.removal is None:
+            kept = now is not None and now.removal is None
+            if held is not None and kept:
                 # The removal's start was not journaled: the lock is still
                 # ours, shared again (remove() closes it only once it is).
                 if self.handles.closed:
                     os.close(held)
                 else:
                     self.handles.generations[generation] = held
+            if work is not None:
+                if kept and held is not None and not self.handles.closed:
+                    self.handles.work[generation] = work
+                else:
+                    os.close(work)
         if result.outcome == "blocked":
             # Each obstacle is warned of once: every later operation tries
             # the removal again, and would otherwise repeat it.
