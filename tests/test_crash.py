@@ -553,7 +553,7 @@ def test_a_command_outliving_its_killed_manager_keeps_its_directory_until_it_exi
     # A pass while the command still runs skips it again, and writes nothing.
     seq = journal_state(root).seq
     again = sessiontemp.recover(root, busy_timeout=TIMEOUT)
-    assert [s.path for s in again.skipped] == [held_path]
+    assert [s.path for s in again.skipped] == [held_path.parent]
     assert again.removed == ()
     assert journal_state(root).seq == seq
     assert written.exists()
@@ -565,7 +565,7 @@ def test_a_command_outliving_its_killed_manager_keeps_its_directory_until_it_exi
     command.wait_exited()
 
     last = sessiontemp.recover(root, busy_timeout=TIMEOUT)
-    assert [r.path for r in last.removed] == [held_path]
+    assert [r.path for r in last.removed] == [held_path.parent]
     assert last.skipped == ()
     assert_only_live_left(root, live=())
 

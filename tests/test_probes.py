@@ -203,7 +203,11 @@ PAUSED_OWNER = textwrap.dedent("""
 
 
 def claim_while_probed(root: Path, directory: Path, hold: float) -> dict[str, Any]:
-    """Claim "chat" while another process holds an exclusive lock on *directory* for *hold* s."""
+    """Claim "chat" while another process holds an exclusive lock on *directory*'s generation.
+
+    *directory* is the leased directory; its generation, its parent, is held for *hold* s.
+    """
+    directory = directory.parent
     import fcntl
 
     owner = zygote.shared("sessiontemp").start(None, [str(root), "chat"], script=PAUSED_OWNER,
