@@ -122,6 +122,7 @@ class Generations:
             fd = lock_shared(self.handles.root.fd, name)
             if made is None:
                 self._check_identity(generation, fd)
+            self.steps.before("lock", f"{name}/{WORK_DIR}")
             work = lock_work(fd)
             # A usage touch: an age rule (systemd-tmpfiles, the sweep of a
             # lost journal's leftovers) then measures idleness, not age.
@@ -207,6 +208,7 @@ class Generations:
             # owner's own bits away; the directory must be exactly 0700.
             os.fchmod(fd, 0o700)
             st = os.fstat(fd)
+            self.steps.before("lock", f"{name}/{WORK_DIR}")
             work = lock_work(fd)
         except BaseException as e:
             _close(work, fd)

@@ -385,6 +385,7 @@ def _take_over(generation: GenerationState, *, root: Root, steps: Steps,
     try:
         # Made again if an age cleaner took it while nothing held it (or
         # an earlier version made the generation without one).
+        steps.before("lock", f"{name}/{WORK_DIR}")
         work = lock_work(fd)
     except BaseException as e:
         os.close(fd)
