@@ -17,6 +17,7 @@ from sessiontemp.journal import checkpoint, rules
 from sessiontemp.journal.events import Record
 from sessiontemp.journal.reducer import Forgotten, GenerationState, ManagerState, State, replay
 from sessiontemp.journal.store import Store
+from sessiontemp.root import WORK_DIR
 from tests.strategies import ids, legal_records, scaled, times
 
 _SETTINGS = scaled(0.25)
@@ -204,8 +205,8 @@ def test_a_generation_is_named_by_its_path_its_work_directory_its_trash_name_or_
     gid = "abcdefghijk23456"
     assert inspect.generation_of(f"/r/sessiontemp-gen-{gid}/") == gid
     # A command's TMPDIR (a lease's path): the generation's work directory.
-    assert inspect.generation_of(f"/r/sessiontemp-gen-{gid}/tmp") == gid
-    assert inspect.generation_of(f"/r/sessiontemp-trash-{gid}/tmp/") == gid
+    assert inspect.generation_of(f"/r/sessiontemp-gen-{gid}/{WORK_DIR}") == gid
+    assert inspect.generation_of(f"/r/sessiontemp-trash-{gid}/{WORK_DIR}/") == gid
     assert inspect.generation_of(f"sessiontemp-trash-{gid}") == gid
     assert inspect.generation_of(gid) == gid
 
