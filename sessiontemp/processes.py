@@ -1,7 +1,7 @@
 """Commands that use a generation without holding its lock.
 
-The lease's lock descriptor is the first liveness signal, but a command can
-close it: sudo, ssh and daemonizing tools close every descriptor they
+The lease's lock descriptors are the first liveness signal, but a command can
+close them: sudo, ssh and daemonizing tools close every descriptor they
 inherit (``closerange(3, ...)``) and run on.  So each command a lease
 starts is journaled by pid *and start time* (the pair names one process for
 good, where a pid alone is soon reused), and before a generation is

@@ -183,7 +183,7 @@ def _start_and_wait(lease: Lease, command: Sequence[str], mask: Iterable[int]) -
     except OSError as e:
         raise CommandNotStarted(command[0], e.errno or 0, f"could not be started "
                                 f"({e.strerror})", "Check the command") from e
-    # Also for a command that closes the descriptor it inherited.
+    # Also for a command that closes the descriptors it inherited.
     lease.track(pid)
     return _wait(pid)
 

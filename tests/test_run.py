@@ -131,8 +131,9 @@ def test_the_command_sees_tmpdir_tmp_and_temp_on_one_private_directory_under_the
     variables, mode, made = done.stdout.splitlines()
     tmpdir, tmp, temp = variables.split("|")
     assert tmpdir == tmp == temp
-    assert Path(tmpdir).parent == root
-    assert Path(tmpdir).name.startswith(GENERATION_PREFIX)
+    # The generation's work directory, one level below the generation.
+    assert Path(tmpdir).parent.parent == root
+    assert Path(tmpdir).parent.name.startswith(GENERATION_PREFIX)
     assert mode == "700"
     assert Path(made).parent == Path(tmpdir)
     assert not Path(tmpdir).exists()
@@ -300,7 +301,7 @@ def test_a_sigkilled_wrapper_leaves_the_directory_to_its_command_then_to_recover
         report = json.loads(first.stdout)
         assert len(report["dead"]) == 1
         assert report["removed"] == []
-        assert [s["path"] for s in report["skipped"]] == [os.fspath(directory)]
+        assert [s["path"] for s in report["skipped"]] == [os.fspath(directory.parent)]
         assert_still_writing(directory)
     finally:
         stop.touch()
@@ -309,7 +310,7 @@ def test_a_sigkilled_wrapper_leaves_the_directory_to_its_command_then_to_recover
 
     second = sessiontemp(wrapper, "recover", "--root", os.fspath(root))
     assert second.returncode == 0, second.stderr
-    assert f"removed {directory}: " in second.stdout
+    assert f"removed {directory.parent}: " in second.stdout
     assert not directory.exists()
     assert leftovers(root) == []
 
@@ -510,7 +511,7 @@ def test_recover_reports_what_it_removed_and_why(
     done = sessiontemp(wrapper, "recover", "--root", os.fspath(root))
     assert done.returncode == 0, done.stderr
     assert f"declared manager {manager} dead" in done.stdout
-    assert f"removed {path}: " in done.stdout
+    assert f"removed {Path(path).parent}: " in done.stdout
     assert done.stdout.endswith(f"{root}: 1 removed, 0 left\n")
     assert not Path(path).exists()
     again = json.loads(sessiontemp(wrapper, "recover", "--root", os.fspath(root),
