@@ -8,16 +8,29 @@ process is killed; the next recovery removes it once it exits.
 Signals are handled without a race: the forwarded ones (and SIGCHLD) are
 blocked before the command starts, so none is lost between the start and
 the first wait, and :func:`signal.sigwaitinfo` then takes them one at a
-time together with the sender's identity.  That identity decides whether
-to forward: a signal the kernel sent to the whole foreground process group
-(Ctrl-C, Ctrl-\\, a terminal resize or hangup) has already reached the
-command, and forwarding it again would deliver it twice.
+time together with the sender's identity.
+
+A signal is passed on only when it did not reach the command already,
+which depends on whether the command is in the group the signal went to.
+In the foreground of a terminal the command stays in the wrapper's process
+group (it reads the terminal, stops and resumes with its job, shares the
+foreground with the rest of a pipeline): what the kernel sends that group
+(Ctrl-C, Ctrl-\\, a resize) and what the session's shell sends its job (a
+hangup) has reached it already.  Anywhere else (under ``timeout``, a CI
+runner, a supervisor) the wrapper hands its group to the command and
+leaves it, so that a signal sent to the group (``kill -- -PGID``,
+``timeout``'s cancel, SIGKILL too) reaches the command from the kernel and
+only one sent to the wrapper alone goes through it; a wrapper that leads
+its group, and so cannot leave it, starts the command in a group of its
+own and passes every signal on to that group.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import errno
+import functools
 import os
 import shlex
 import signal
@@ -47,6 +60,8 @@ FORWARDED: Final = frozenset({
 _LABEL_LIMIT: Final = 1000
 # si_code of a signal the kernel itself generated, as a terminal's are (Linux).
 _SI_KERNEL: Final = 0x80
+# si_code of a signal a process sent with kill() (Linux).
+_SI_USER: Final = 0
 # Python ignores these at start-up; a command expects them at their default,
 # as subprocess's restore_signals gives it.
 _RESTORED: Final = (signal.SIGPIPE, signal.SIGXFSZ)
@@ -165,8 +180,12 @@ def _pending_stop() -> int:
 
 
 def _start_and_wait(lease: Lease, command: Sequence[str], mask: Iterable[int]) -> int:
+    group = _group_for_the_command()
+    # setpgroup=0: a new group, led by the command; without it, this process's.
+    spawn = functools.partial(os.posix_spawnp, setpgroup=0) if group is _Group.OWN \
+        else os.posix_spawnp
     try:
-        pid = os.posix_spawnp(
+        pid = spawn(
             command[0], list(command), {**os.environ, **lease.env()},
             # A dup2 of a descriptor onto itself clears close-on-exec: the
             # command inherits the lease's lock, as pass_fds does.
@@ -183,12 +202,69 @@ def _start_and_wait(lease: Lease, command: Sequence[str], mask: Iterable[int]) -
     except OSError as e:
         raise CommandNotStarted(command[0], e.errno or 0, f"could not be started "
                                 f"({e.strerror})", "Check the command") from e
-    # Also for a command that closes the descriptor it inherited.
-    lease.track(pid)
-    return _wait(pid)
+    handed = os.getpgrp()
+    if group is _Group.HANDED:
+        # Only once the command is in the group: a signal sent to the group
+        # meanwhile reaches it (and this process, which may forward it: at
+        # worst twice, where leaving first could lose it).
+        try:
+            os.setpgid(0, 0)
+        except OSError:
+            group = _Group.SHARED
+    try:
+        # Also for a command that closes the descriptor it inherited.
+        lease.track(pid)
+        return _wait(pid, group)
+    finally:
+        if group is _Group.HANDED:
+            # Back to the caller's group (gone when nothing else was in it).
+            with contextlib.suppress(OSError):
+                os.setpgid(0, handed)
 
 
-def _wait(pid: int) -> int:
+class _Group(enum.Enum):
+    """The command's process group, and so which signals reach it without the wrapper."""
+
+    # The wrapper's, which is the terminal's foreground: the command reads
+    # the terminal, stops and resumes with its job and shares the
+    # foreground with the rest of a pipeline.
+    SHARED = enum.auto()
+    # The wrapper's, which the wrapper then leaves: whatever is sent to the
+    # group (kill -- -PGID, timeout, a CI runner's cancel, SIGKILL too)
+    # reaches the command from the kernel, and only what is sent to the
+    # wrapper alone comes through it.
+    HANDED = enum.auto()
+    # A new group led by the command, where the wrapper leads its own group
+    # and so cannot leave it: what is sent to the wrapper's group reaches
+    # the command only through the wrapper, which passes it to the
+    # command's group.
+    OWN = enum.auto()
+
+
+def _group_for_the_command() -> _Group:
+    if _in_terminal_foreground():
+        return _Group.SHARED
+    if os.getpgrp() != os.getpid():
+        return _Group.HANDED
+    return _Group.OWN
+
+
+def _in_terminal_foreground() -> bool:
+    """Whether this process's group is the foreground group of its controlling terminal."""
+    try:
+        # O_NOCTTY: a process without a controlling terminal must not acquire one here.
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False  # no controlling terminal
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _wait(pid: int, group: _Group) -> int:
     """Wait for *pid* to exit, forwarding signals; its exit status as a shell reports it."""
     watched = {*FORWARDED, signal.SIGCHLD}
     while True:
@@ -198,22 +274,41 @@ def _wait(pid: int) -> int:
         # A SIGCHLD that came before this call is pending, so an exit is
         # never missed between the waitpid above and here.
         info = signal.sigwaitinfo(watched)
-        if info.si_signo in FORWARDED and _forward(info, pid):
+        if info.si_signo in FORWARDED and _forward(info, pid, group):
             # Gone already: it has just exited, and the next waitpid says how.
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, info.si_signo)
+                if group is _Group.OWN:
+                    # The command's group stands in for the group the signal
+                    # may have been sent to: the command and what it started.
+                    os.killpg(pid, info.si_signo)
+                else:
+                    os.kill(pid, info.si_signo)
 
 
-def _forward(info: signal.struct_siginfo, pid: int) -> bool:
-    """Whether the signal *info* describes should go on to the command *pid*."""
-    if info.si_pid == pid:
-        # The command signalled this process: sending it back would loop.
-        return False
-    if info.si_code == _SI_KERNEL:
-        # The kernel signalled the whole process group (a terminal); the
-        # command has it already unless it moved to a group of its own.
-        try:
-            return os.getpgid(pid) != os.getpgrp()
-        except ProcessLookupError:
+def _forward(info: signal.struct_siginfo, pid: int, group: _Group) -> bool:
+    """Whether the signal *info* describes should go on to the command *pid*.
+
+    Not when it reached the command already: sent by the command or a
+    process of its group (to this process alone, as ``timeout`` does beside
+    its signal to the whole group; sending it on would deliver it twice or
+    back to its sender), or sent to a group the command is in.
+    """
+    try:
+        if info.si_pid == pid or (info.si_pid > 0 and os.getpgid(info.si_pid) == os.getpgid(pid)):
             return False
-    return True
+    except ProcessLookupError:
+        pass  # the sender or the command has exited: the checks below tell
+    if group is not _Group.SHARED:
+        # Nothing sent to this process's group reaches the command.
+        return True
+    # Sent to the whole group: by the kernel for a terminal (Ctrl-C, a
+    # resize), or by the session's shell to its job (a hangup).  The command
+    # has it already, unless it moved to a group of its own.
+    to_group = info.si_code == _SI_KERNEL or (
+        info.si_code == _SI_USER and info.si_pid == os.getsid(0))
+    if not to_group:
+        return True
+    try:
+        return os.getpgid(pid) != os.getpgrp()
+    except ProcessLookupError:
+        return False
