@@ -17,18 +17,15 @@ group (it reads the terminal, stops and resumes with its job, shares the
 foreground with the rest of a pipeline): what the kernel sends that group
 (Ctrl-C, Ctrl-\\, a resize) and what the session's shell sends its job (a
 hangup) has reached it already.  Anywhere else (under ``timeout``, a CI
-runner, a supervisor) the wrapper hands its group to the command and
-leaves it, so that a signal sent to the group (``kill -- -PGID``,
-``timeout``'s cancel, SIGKILL too) reaches the command from the kernel and
-only one sent to the wrapper alone goes through it; a wrapper that leads
-its group, and so cannot leave it, starts the command in a group of its
-own and passes every signal on to that group.
+runner, a supervisor) the command leads a process group of its own, so a
+signal sent to the wrapper's group (``kill -- -PGID``, ``timeout``'s
+cancel) reaches it only through the wrapper, which passes it on to the
+command's group once.
 """
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import errno
 import functools
 import os
@@ -41,7 +38,7 @@ from typing import Final
 
 import attrs
 
-from sessiontemp import budget
+from sessiontemp import budget, processes
 from sessiontemp.budget import Limits
 from sessiontemp.journal.errors import BadInput, CommandNotStarted, OverBudget
 from sessiontemp.lease import Lease
@@ -60,6 +57,8 @@ FORWARDED: Final = frozenset({
 _LABEL_LIMIT: Final = 1000
 # si_code of a signal the kernel itself generated, as a terminal's are (Linux).
 _SI_KERNEL: Final = 0x80
+# How many times to yield to a signal's sender that still runs (_let_finish).
+_YIELDS: Final = 100
 # si_code of a signal a process sent with kill() (Linux).
 _SI_USER: Final = 0
 # Python ignores these at start-up; a command expects them at their default,
@@ -180,10 +179,12 @@ def _pending_stop() -> int:
 
 
 def _start_and_wait(lease: Lease, command: Sequence[str], mask: Iterable[int]) -> int:
-    group = _group_for_the_command()
-    # setpgroup=0: a new group, led by the command; without it, this process's.
-    spawn = functools.partial(os.posix_spawnp, setpgroup=0) if group is _Group.OWN \
-        else os.posix_spawnp
+    # In the foreground of a terminal the command shares this process's group
+    # (it reads the terminal, stops and resumes with its job, shares the
+    # foreground with the rest of a pipeline); anywhere else it leads a group
+    # of its own, which no signal to this process's group reaches.
+    shared = _in_terminal_foreground()
+    spawn = os.posix_spawnp if shared else functools.partial(os.posix_spawnp, setpgroup=0)
     try:
         pid = spawn(
             command[0], list(command), {**os.environ, **lease.env()},
@@ -202,51 +203,9 @@ def _start_and_wait(lease: Lease, command: Sequence[str], mask: Iterable[int]) -
     except OSError as e:
         raise CommandNotStarted(command[0], e.errno or 0, f"could not be started "
                                 f"({e.strerror})", "Check the command") from e
-    handed = os.getpgrp()
-    if group is _Group.HANDED:
-        # Only once the command is in the group: a signal sent to the group
-        # meanwhile reaches it (and this process, which may forward it: at
-        # worst twice, where leaving first could lose it).
-        try:
-            os.setpgid(0, 0)
-        except OSError:
-            group = _Group.SHARED
-    try:
-        # Also for a command that closes the descriptor it inherited.
-        lease.track(pid)
-        return _wait(pid, group)
-    finally:
-        if group is _Group.HANDED:
-            # Back to the caller's group (gone when nothing else was in it).
-            with contextlib.suppress(OSError):
-                os.setpgid(0, handed)
-
-
-class _Group(enum.Enum):
-    """The command's process group, and so which signals reach it without the wrapper."""
-
-    # The wrapper's, which is the terminal's foreground: the command reads
-    # the terminal, stops and resumes with its job and shares the
-    # foreground with the rest of a pipeline.
-    SHARED = enum.auto()
-    # The wrapper's, which the wrapper then leaves: whatever is sent to the
-    # group (kill -- -PGID, timeout, a CI runner's cancel, SIGKILL too)
-    # reaches the command from the kernel, and only what is sent to the
-    # wrapper alone comes through it.
-    HANDED = enum.auto()
-    # A new group led by the command, where the wrapper leads its own group
-    # and so cannot leave it: what is sent to the wrapper's group reaches
-    # the command only through the wrapper, which passes it to the
-    # command's group.
-    OWN = enum.auto()
-
-
-def _group_for_the_command() -> _Group:
-    if _in_terminal_foreground():
-        return _Group.SHARED
-    if os.getpgrp() != os.getpid():
-        return _Group.HANDED
-    return _Group.OWN
+    # Also for a command that closes the descriptor it inherited.
+    lease.track(pid)
+    return _wait(pid, shared=shared)
 
 
 def _in_terminal_foreground() -> bool:
@@ -264,8 +223,11 @@ def _in_terminal_foreground() -> bool:
         os.close(fd)
 
 
-def _wait(pid: int, group: _Group) -> int:
-    """Wait for *pid* to exit, forwarding signals; its exit status as a shell reports it."""
+def _wait(pid: int, *, shared: bool) -> int:
+    """Wait for *pid* to exit, forwarding signals; its exit status as a shell reports it.
+
+    *shared*: the command is in this process's group, else it leads its own.
+    """
     watched = {*FORWARDED, signal.SIGCHLD}
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
@@ -273,37 +235,68 @@ def _wait(pid: int, group: _Group) -> int:
             return exit_status(status)
         # A SIGCHLD that came before this call is pending, so an exit is
         # never missed between the waitpid above and here.
-        info = signal.sigwaitinfo(watched)
-        if info.si_signo in FORWARDED and _forward(info, pid, group):
+        # With whatever else is pending by then, each kind passed on once, as
+        # the kernel merges a pending signal with its repeat: a sender that
+        # signals this process and then its group (GNU timeout) has its
+        # second signal merged with the first rather than passed on twice.
+        batch = [signal.sigwaitinfo(watched)]
+        _let_finish(batch[0].si_pid)
+        while (more := signal.sigtimedwait(watched, 0)) is not None:
+            batch.append(more)
+        sent = set()
+        for info in batch:
+            if info.si_signo not in FORWARDED or info.si_signo in sent or not _forward(
+                    info, pid, shared=shared):
+                continue
+            sent.add(info.si_signo)
             # Gone already: it has just exited, and the next waitpid says how.
             with contextlib.suppress(ProcessLookupError):
-                if group is _Group.OWN:
-                    # The command's group stands in for the group the signal
-                    # may have been sent to: the command and what it started.
-                    os.killpg(pid, info.si_signo)
-                else:
+                if shared:
                     os.kill(pid, info.si_signo)
+                else:
+                    # The command's group stands in for this process's: the
+                    # command and what it started, as a signal to the group
+                    # would have reached them.
+                    os.killpg(pid, info.si_signo)
 
 
-def _forward(info: signal.struct_siginfo, pid: int, group: _Group) -> bool:
+def _let_finish(sender: int) -> None:
+    """Give *sender*, while it runs on, the moment to send what it sends next.
+
+    Waking this process can take the processor from the sender between two
+    of its signals (GNU timeout signals its child, then at once its group);
+    yielding lets it send the second, which then merges with the first.
+    Bounded: a sender that keeps running (a shell going on with its script)
+    is waited for no further.
+    """
+    for _ in range(_YIELDS):
+        if sender <= 0 or processes.state(sender) != "R":
+            return
+        os.sched_yield()
+
+
+def _forward(info: signal.struct_siginfo, pid: int, *, shared: bool) -> bool:
     """Whether the signal *info* describes should go on to the command *pid*.
 
-    Not when it reached the command already: sent by the command or a
-    process of its group (to this process alone, as ``timeout`` does beside
-    its signal to the whole group; sending it on would deliver it twice or
-    back to its sender), or sent to a group the command is in.
+    Not when it reached the command already, which depends on whether the
+    command is in the group the signal went to; and never back to where it
+    came from.
     """
-    try:
-        if info.si_pid == pid or (info.si_pid > 0 and os.getpgid(info.si_pid) == os.getpgid(pid)):
-            return False
-    except ProcessLookupError:
-        pass  # the sender or the command has exited: the checks below tell
-    if group is not _Group.SHARED:
-        # Nothing sent to this process's group reaches the command.
-        return True
+    if info.si_pid == pid:
+        # The command signalled this process: sending it back would loop.
+        return False
+    if not shared:
+        # Nothing sent to this process's group reaches the command's group;
+        # a signal from that group would be sent back to its sender.
+        try:
+            return info.si_pid <= 0 or os.getpgid(info.si_pid) != pid
+        except ProcessLookupError:
+            return True  # the sender has exited
     # Sent to the whole group: by the kernel for a terminal (Ctrl-C, a
     # resize), or by the session's shell to its job (a hangup).  The command
-    # has it already, unless it moved to a group of its own.
+    # has it already, unless it moved to a group of its own.  Any other
+    # sender's signal is taken as sent to this process alone: one sent to
+    # the group cannot be told from it (siginfo does not say).
     to_group = info.si_code == _SI_KERNEL or (
         info.si_code == _SI_USER and info.si_pid == os.getsid(0))
     if not to_group:
