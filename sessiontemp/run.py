@@ -57,10 +57,10 @@ FORWARDED: Final = frozenset({
 _LABEL_LIMIT: Final = 1000
 # si_code of a signal the kernel itself generated, as a terminal's are (Linux).
 _SI_KERNEL: Final = 0x80
-# How many times to yield to a signal's sender that still runs (_let_finish).
-_YIELDS: Final = 100
 # si_code of a signal a process sent with kill() (Linux).
 _SI_USER: Final = 0
+# How many times to yield to a signal's sender that still runs (_let_finish).
+_YIELDS: Final = 100
 # Python ignores these at start-up; a command expects them at their default,
 # as subprocess's restore_signals gives it.
 _RESTORED: Final = (signal.SIGPIPE, signal.SIGXFSZ)
