@@ -50,7 +50,8 @@ def lab(root: Path, tmp_path: Path) -> Iterator[Lab]:
         started.shutdown()
 
 
-def pass_meanwhile(root: Path, meanwhile: Callable[[], None]) -> Report:
+def pass_meanwhile(root: Path, meanwhile: Callable[[], None],
+                   retention: Retention = EAGER) -> Report:
     """A recovery pass on *root* that retires what it replayed; *meanwhile* runs in between.
 
     Between its replay and its checkpoint, rollover and retirement (its
@@ -63,8 +64,11 @@ def pass_meanwhile(root: Path, meanwhile: Callable[[], None]) -> Report:
             met.append(detail)
             meanwhile()
 
-    report = sessiontemp.recover(root, retention=EAGER, step_hook=hook, busy_timeout=TIMEOUT)
+    report = sessiontemp.recover(root, retention=retention, step_hook=hook,
+                                 busy_timeout=TIMEOUT)
     assert met, "the pass wrote no checkpoint"
+    if retention != EAGER:
+        return report
     store = Store(root / JOURNAL, readonly=True)
     try:
         # Everything the pass replayed, and what others appended before its rollover.
@@ -111,8 +115,9 @@ def test_a_directory_a_command_uses_is_kept_when_its_start_was_appended_during_a
     assert live_state(root).generations == {}
 
 
+@pytest.mark.parametrize("retention", [EAGER, Retention()], ids=["retired", "kept"])
 def test_a_pass_journals_nothing_the_rules_refuse_of_what_others_did_during_it(
-    root: Path, lab: Lab
+    retention: Retention, root: Path, lab: Lab
 ) -> None:
     self_cleaning = lab.child()
     self_cleaning.ask("retain")
@@ -136,7 +141,7 @@ def test_a_pass_journals_nothing_the_rules_refuse_of_what_others_did_during_it(
         killed_closing.ask("arm")
         assert killed_closing.step("close") is None
 
-    report = pass_meanwhile(root, meanwhile)
+    report = pass_meanwhile(root, meanwhile, retention)
     checked = verify(root / JOURNAL)
     assert checked.problems == (), checked.problems[:5]
     assert report.removed == ()
