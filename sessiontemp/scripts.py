@@ -45,6 +45,7 @@ def sessiontemp_shell() -> None:
 
         hook = hook_words(words[0])
         if hook is not None:
-            os.execv(hook[0], hook)
+            # The hook's own program, by its absolute path: no shell to read it again.
+            os.execv(hook[0], hook)  # noqa: S606
     sys.argv[1:] = ["shell", *words]
     sessiontemp()

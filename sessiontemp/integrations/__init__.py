@@ -1,4 +1,5 @@
-"""Ready integrations: the agent CLI's settings (:mod:`.claude_code`) and notebook kernels (:mod:`.notebook`).
+"""Ready integrations: the agent CLI's settings (:mod:`.claude_code`), notebook kernels
+(:mod:`.notebook`).
 
 Each is loaded only by the command or the extension that uses it: ``import
 sessiontemp`` imports neither.

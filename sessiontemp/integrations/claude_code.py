@@ -1,4 +1,4 @@
-"""Claude Code: every Bash tool call, hook and stdio MCP server of a chat runs in the chat's session.
+"""Claude Code: every Bash tool call, hook and stdio MCP server of a chat runs in its session.
 
 Two pieces, both written into a settings file by :func:`integrate`:
 
@@ -248,8 +248,8 @@ def _merge(data: dict[str, Any], programs: Programs, path: Path) -> list[Change]
             if not had_env:
                 del data["env"]
             raise BadInput(path, f"env.{PREFIX_KEY} is already {before!r}, another tool's shell "
-                           "prefix", f"Remove it from the file (or run that tool from a "
-                           f"wrapper of your own), then run again")
+                           "prefix", "Remove it from the file (or run that tool from a "
+                           "wrapper of your own), then run again")
         env[PREFIX_KEY] = programs.prefix
         changes.append(Change("added" if before is None else "updated", f"env.{PREFIX_KEY}",
                               programs.prefix))
