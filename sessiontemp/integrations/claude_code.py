@@ -88,10 +88,12 @@ class Programs:
 
     @property
     def prefix(self) -> str:
+        """The value of ``env.CLAUDE_CODE_SHELL_PREFIX``: the ``sessiontemp-shell`` path."""
         return os.fspath(self.shell)
 
     @property
     def hook_command(self) -> str:
+        """The hooks' command line: ``sessiontemp session hook`` by its absolute path."""
         return f"{shlex.quote(os.fspath(self.sessiontemp))} session hook"
 
 
@@ -126,6 +128,7 @@ class Change:
         return f"{self.action} {self.key}: {self.value}"
 
     def as_json(self) -> dict[str, str]:
+        """The change as one JSON object of ``integrate --json``'s ``changes``."""
         return {"action": self.action, "key": self.key, "value": self.value}
 
 
@@ -139,9 +142,11 @@ class Outcome:
 
     @property
     def changed(self) -> bool:
+        """Whether the file was changed (and written)."""
         return bool(self.changes)
 
     def as_json(self) -> dict[str, Any]:
+        """``integrate --json``'s object: the settings path, the mode, the changes."""
         return {"settings": os.fspath(self.settings), "remove": self.removed,
                 "changed": self.changed, "changes": [c.as_json() for c in self.changes]}
 

@@ -114,6 +114,7 @@ class KernelSession:
         old.release()
 
     def status(self) -> str:
+        """``%sessiontemp status``: the session, its root, its directory, whether it resumed."""
         return (f"session {self.manager.session} (root {self.manager.root}): directory "
                 f"{self.lease.path}, {'resumed' if self.manager.resumed else 'new'} when the "
                 f"kernel started; manager {self.manager.id}, pid {os.getpid()}")
