@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import stat
 import subprocess
@@ -48,7 +49,12 @@ sys.exit(2 if len(sys.argv) > 2 and sys.argv[2] in fail else 0)
 
 
 def quote(word: str) -> str:
-    """One word quoted for a POSIX shell, as Claude Code quotes the prefix and the command."""
+    """One word quoted for a POSIX shell, as Claude Code quotes the prefix and the command:
+    bare if made only of ``[A-Za-z0-9_./:=@+,-]``, else in single quotes."""
+    if word == "":
+        return "''"
+    if re.fullmatch(r"[A-Za-z0-9_./:=@+,-]+", word):
+        return word
     return "'" + word.replace("'", "'\"'\"'") + "'"
 
 
@@ -249,6 +255,11 @@ def test_the_end_hook_ends_the_session_and_other_events_do_nothing(standin: Path
     assert run_hook(standin, {"session_id": chat, "hook_event_name": "SessionStart",
                               "source": "compact"}).returncode == 0
     assert recorded(standin) == [["session", "end", chat]]
+    # A /clear ends the old id's chat: the commands that follow are given the new id.
+    assert run_hook(standin, {"session_id": chat, "hook_event_name": "SessionEnd",
+                              "reason": "clear"}).returncode == 0
+    assert recorded(standin)[1:] == [["session", "end", chat]]
+    (standin / "record.jsonl").unlink()
     failed = run_hook(standin, {"session_id": chat, "hook_event_name": "SessionEnd"},
                       STANDIN_FAIL="end")
     assert failed.returncode == 2
@@ -282,8 +293,9 @@ def test_the_prefix_runs_the_session_hook_directly_since_no_session_is_live_befo
 
 def test_claude_codes_quoting_splits_a_prefix_at_its_last_dash_into_program_and_flags() -> None:
     """The model of Claude Code's quoting the tests below rely on."""
-    assert claude_command("/bin/p", "a 'b'") == "'/bin/p' 'a '\"'\"'b'\"'\"''"
-    assert claude_command("/bin/p --x -y", "c") == "'/bin/p --x' -y 'c'"
+    assert claude_command("/bin/p", "a 'b'") == "/bin/p 'a '\"'\"'b'\"'\"''"
+    assert claude_command("/my bin/p --x -y", "c") == "'/my bin/p --x' -y c"
+    assert claude_command("/bin/p", "") == "/bin/p ''"
     done = subprocess.run(["bash", "-c", claude_command("/bin/echo", "it's a | b && c")],
                           capture_output=True, text=True, check=True)
     assert done.stdout == "it's a | b && c\n"
@@ -351,3 +363,28 @@ def test_the_hooks_start_and_end_a_real_session_through_the_prefix(tmp_path: Pat
             {"session_id": chat, "hook_event_name": "SessionEnd", "reason": "other"}),
             env=env, capture_output=True, text=True, check=False)
     assert ended.returncode == 0, ended.stderr
+
+
+@needs_shell
+def test_the_prefix_starts_an_mcp_server_as_claude_code_does_in_the_chats_session(
+    tmp_path: Path,
+) -> None:
+    """A stdio MCP server is started with no shell: the prefix, then one argument, the
+    server's command line quoted."""
+    root = tmp_path / "root"
+    chat = str(uuid.uuid4())
+    env = {**os.environ, "SESSIONTEMP_ROOT": os.fspath(root), "CLAUDE_CODE_SESSION_ID": chat}
+    subprocess.run([os.fspath(SCRIPT), "session", "start", chat, "--owner-pid",
+                    str(os.getpid())], env=env, check=True, capture_output=True)
+    try:
+        server = [sys.executable, "-c", "import os, sys; print(os.environ['TMPDIR'], "
+                  "sys.argv[1])", "ünïcode 'arg'"]
+        done = subprocess.run([os.fspath(PREFIX), " ".join(quote(w) for w in server)],
+                              env=env, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        where, argument = done.stdout.rstrip("\n").split(" ", 1)
+        assert Path(where).parent == root
+        assert argument == "ünïcode 'arg'"
+    finally:
+        subprocess.run([os.fspath(SCRIPT), "session", "end", chat], env=env, check=False,
+                       capture_output=True)

@@ -396,7 +396,9 @@ def plan(event: Mapping[str, Any], owner: Callable[[], int]) -> list[list[str]]:
     by ``session_id`` for the CLI (*owner* gives its pid).  From ``clear``:
     rotate it; Claude Code gives a cleared chat a new id (and ends the old
     one with ``SessionEnd``), so when no session of that id is live, start
-    it.  ``SessionEnd``: end it (one owner less; the last seals it).
+    it.  ``SessionEnd`` (a ``clear`` too: the commands that follow are given
+    the new id in ``CLAUDE_CODE_SESSION_ID``): end it (one owner less; the
+    last seals it).
     """
     name = event.get("session_id")
     kind = event.get("hook_event_name")
