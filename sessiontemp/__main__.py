@@ -263,8 +263,16 @@ def cmd_integrate(args: argparse.Namespace, out: console.Out) -> int:
     from sessiontemp.integrations import claude_code
 
     settings = claude_code.default_settings() if args.settings is None else args.settings
-    outcome = claude_code.integrate(settings, claude_code.Programs.installed(),
-                                    remove=args.remove)
+    try:
+        outcome = claude_code.integrate(settings, claude_code.Programs.installed(),
+                                        remove=args.remove)
+    except OSError as e:
+        if isinstance(e, SessionTempError):
+            raise
+        # Worded for this command: its path is --settings, not --root.
+        raise BadInput(e.filename if e.filename is not None else settings,
+                       e.strerror or str(e), "Check the path, or pass another --settings "
+                       "FILE") from e
     if args.json:
         out.write(json.dumps(outcome.as_json(), sort_keys=True) + "\n")
         return 0

@@ -174,6 +174,18 @@ def test_a_settings_file_that_is_not_json_is_refused_naming_it_and_the_place(
     assert settings.read_text() == '{"env": {,}}'
 
 
+def test_a_settings_path_that_cannot_be_made_is_one_line_naming_it_and_the_option(
+    tmp_path: Path,
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    done = integrate(blocker / ".claude" / "settings.json")
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"sessiontemp integrate: {blocker}")
+    assert "pass another --settings FILE" in done.stderr
+    assert len(done.stderr.splitlines()) == 1
+
+
 def test_a_symlinked_settings_file_is_written_through_its_link(tmp_path: Path) -> None:
     real = tmp_path / "dotfiles" / "settings.json"
     real.parent.mkdir()
