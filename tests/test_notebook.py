@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ import pytest
 from sessiontemp import GENERATION_PREFIX, Manager, recover
 from sessiontemp.integrations.notebook import session_name
 from sessiontemp.journal.events import CommandStarted, LeaseAcquired
-from tests.commands import journaled
+from tests.commands import journaled, wait_until
 
 pytest.importorskip("ipykernel")
 manager_module = pytest.importorskip("jupyter_client.manager")
@@ -57,6 +57,25 @@ class Kernel:
         self.client.execute_interactive(code, output_hook=hook, timeout=120)
         assert not errors, errors
         return "".join(out)
+
+    def interrupted(self, code: str, when: Callable[[], bool]) -> str:
+        """Run *code*, interrupt the kernel (as the notebook's stop button) once *when* holds;
+        the cell's output."""
+        out: list[str] = []
+        sent = self.client.execute(code)
+        wait_until(when, "the cell to reach the point of its interrupt")
+        self.manager.interrupt_kernel()
+        while True:
+            message = self.client.get_iopub_msg(timeout=120)
+            if message["parent_header"].get("msg_id") != sent:
+                continue
+            kind, content = message["msg_type"], message["content"]
+            if kind == "stream":
+                out.append(content["text"])
+            elif kind == "error":
+                out.append("\n".join(content["traceback"]))
+            elif kind == "status" and content["execution_state"] == "idle":
+                return "".join(out)
 
     def restart(self) -> None:
         self.client.stop_channels()
@@ -144,6 +163,22 @@ def test_rotate_gives_later_cells_a_fresh_directory_and_end_gives_the_kernel_its
     assert kernel.run("import tempfile\nprint(tempfile.gettempdir())").strip() == \
         kernel_env["TMPDIR"]
     assert generations(root) == []
+
+
+def test_an_interrupted_command_gets_sigint_and_the_cell_goes_on_with_its_lease_given_back(
+    kernel: Kernel, kernel_env: dict[str, str],
+) -> None:
+    root = Path(kernel_env["SESSIONTEMP_ROOT"])
+    kernel.run("%load_ext sessiontemp")
+    here = Path(kernel.run("!echo $TMPDIR").strip())
+    said = kernel.interrupted("!touch $TMPDIR/started; sleep 120\nprint('after', _exit_code)",
+                              lambda: (here / "started").exists())
+    assert "KeyboardInterrupt" not in said
+    assert "after" in said
+    # The command's lease was given back: a rotate removes the directory at once.
+    kernel.run("%sessiontemp rotate")
+    assert not here.exists()
+    assert len(generations(root)) == 1
 
 
 def test_a_restarted_kernel_resumes_the_directory_and_a_killed_one_leaks_nothing(
