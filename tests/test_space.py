@@ -635,12 +635,13 @@ def test_measure_of_a_directory_moved_away_from_its_name_returns_zeros_instead_o
     with Manager(root, measure_every=math.inf) as manager:
         manager.retain()
         with manager.acquire() as lease:
-            lease.path.rename(root / "moved-away")
+            # The generation, the leased directory's parent.
+            lease.path.parent.rename(root / "moved-away")
             try:
                 usage = manager.measure()
                 assert (usage.bytes, usage.inodes) == (0, 0)
             finally:
-                (root / "moved-away").rename(lease.path)
+                (root / "moved-away").rename(lease.path.parent)
 
 
 def test_measure_async_measures_and_journals_from_an_event_loop(root: Path) -> None:
