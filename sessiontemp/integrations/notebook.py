@@ -150,10 +150,16 @@ class KernelSession:
         taken: list[str] = []
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         with self.manager.acquire(label=label[:4096]) as lease:
-            child = lease.popen([program, "-c", command], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            assert child.stdout is not None
+            child: subprocess.Popen[bytes] | None = None
             try:
+                # Started here rather than by lease.popen, so that a Ctrl-C while its pid
+                # is journaled finds the child in hand, to pass the interrupt on to.
+                child = subprocess.Popen(
+                    [program, "-c", command], env={**os.environ, **lease.env()},
+                    pass_fds=lease.pass_fds, stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                lease.track(child.pid)
+                assert child.stdout is not None
                 while chunk := os.read(child.stdout.fileno(), 65536):
                     text = decoder.decode(chunk)
                     if capture:
@@ -163,13 +169,16 @@ class KernelSession:
                         sys.stdout.flush()
                 status = child.wait()
             except KeyboardInterrupt:
+                if child is None:
+                    raise
                 # As a terminal's Ctrl-C: the command gets SIGINT, the cell goes on.
                 with contextlib.suppress(ProcessLookupError):
                     child.send_signal(signal.SIGINT)
                 status = child.wait()
                 print("^C", file=sys.stderr)
             finally:
-                child.stdout.close()
+                if child is not None and child.stdout is not None:
+                    child.stdout.close()
         taken.append(decoder.decode(b"", final=True))
         return status, "".join(taken)
 
