@@ -583,7 +583,7 @@ def test_a_disk_below_min_free_bytes_is_refused_naming_the_largest_directories_u
         assert refused.value.min_free_bytes == 2 * MIB
         assert generation_name(lease.generation) in str(refused.value)
         assert "6.0 MiB" in str(refused.value)
-        assert [path for path, _ in refused.value.largest] == [str(lease.path)]
+        assert [path for path, _ in refused.value.largest] == [str(lease.path.parent)]
         # The keyword with its value, never a bare name.
         assert "kept free (min_free_bytes=2097152)" in str(refused.value)
         assert "lower the floor (min_free_bytes=0 turns it off)" in str(refused.value)
