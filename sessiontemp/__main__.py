@@ -3,6 +3,7 @@
     sessiontemp run [--root DIR] [--max-bytes N] [--max-inodes N] [--min-free-bytes N]
                     -- CMD ARGS...
     sessiontemp recover [--root DIR] [--json]
+    sessiontemp integrate claude-code [--settings FILE] [--remove] [--json]
 
 Each subcommand calls one library function (:func:`sessiontemp.run.run_command`,
 :func:`sessiontemp.recover`) and formats its result.  Bad input (a bad
@@ -85,10 +86,19 @@ gone, remove their directories that no running command holds, and print what
 was removed and what was left, with why."""
 
 
-SUBCOMMANDS: Final = ("run", "recover")
+INTEGRATE_HELP = """\
+Merge into an agent CLI's settings what gives each of its chats a session:
+for claude-code, the shell prefix (env.CLAUDE_CODE_SHELL_PREFIX, the
+absolute path of sessiontemp-shell) and the SessionStart and SessionEnd
+hooks (sessiontemp session hook). Nothing else in the file changes; run
+again, it changes nothing; --remove takes out exactly what it added. It
+prints each change."""
+
+
+SUBCOMMANDS: Final = ("run", "recover", "integrate")
 # The options that take the next word as their value, wherever they are given.
 _VALUED: Final = frozenset({"--root", "--session", "--max-bytes", "--max-inodes",
-                            "--min-free-bytes"})
+                            "--min-free-bytes", "--settings"})
 # Refused for space: EX_TEMPFAIL of sysexits.h, "try again later" (once space is freed).
 SPACE_STATUS: Final = 75
 
@@ -141,6 +151,20 @@ def build_parser() -> Parser:
     rec.add_argument("--root", type=root, metavar="DIR", help=root_help)
     rec.add_argument("--json", action="store_true",
                      help="print one JSON object (schema: the documentation's JSON output page)")
+
+    integ = parser.add_subcommand(
+        "integrate", prefix=f"{PROG} integrate", help="give each chat of an agent CLI a session",
+        description=INTEGRATE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    integ.add_argument("cli", choices=["claude-code"], metavar="CLI",
+                       help="the agent CLI: claude-code")
+    integ.add_argument("--settings", type=PathArgument(
+        "the settings file", "Pass the path of a settings.json"), metavar="FILE",
+        help="the settings file to change (default: ~/.claude/settings.json, the user's: "
+        "the paths written are this machine's; a project's own is "
+        ".claude/settings.local.json)")
+    integ.add_argument("--remove", action="store_true",
+                       help="take out what an earlier integrate added")
+    integ.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -237,6 +261,37 @@ def cmd_recover(args: argparse.Namespace, out: console.Out) -> int:
     return 0
 
 
+def cmd_integrate(args: argparse.Namespace, out: console.Out) -> int:
+    import json
+
+    from sessiontemp.integrations import claude_code
+
+    settings = claude_code.default_settings() if args.settings is None else args.settings
+    try:
+        outcome = claude_code.integrate(settings, claude_code.Programs.installed(),
+                                        remove=args.remove)
+    except OSError as e:
+        if isinstance(e, SessionTempError):
+            raise
+        # Worded for this command: its path is --settings, not --root.
+        raise BadInput(e.filename if e.filename is not None else settings,
+                       e.strerror or str(e), "Check the path, or pass another --settings "
+                       "FILE") from e
+    if args.json:
+        out.write(json.dumps(outcome.as_json(), sort_keys=True) + "\n")
+        return 0
+    for change in outcome.changes:
+        out.write(f"{console.shown(change)}\n")
+    if outcome.changed:
+        out.write(f"wrote {console.shown(settings)}\n")
+    elif args.remove:
+        out.write(f"{console.shown(settings)}: no sessiontemp integration there; nothing "
+                  "changed\n")
+    else:
+        out.write(f"{console.shown(settings)}: already integrated; nothing changed\n")
+    return 0
+
+
 def _arrange(words: list[str], parser: Parser) -> list[str]:
     """*words* with the subcommand first: an option given before it (``--root DIR run --
     CMD``) is the subcommand's, as journal-inspect takes ``--root DIR summary``.
@@ -306,6 +361,11 @@ class Plain:
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Parse *argv* (default: the process's), run the subcommand, return the exit status."""
     given = list(sys.argv[1:] if argv is None else argv)
+    if given[:2] == ["session", "hook"]:
+        # The agent CLI's hook (written by `integrate`), not a command for people.
+        from sessiontemp.integrations import claude_code
+
+        return claude_code.hook(given[2:], sys.stdin.buffer.read(), console.say)
     args: argparse.Namespace | Plain | None = Plain.of(given)
     if args is None:
         parser = build_parser()
@@ -319,6 +379,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     stream = console.Terminal(sys.stdout if out is None else out)
     try:
         status: int = (cmd_run(args, stream) if isinstance(args, Plain) or args.subcommand == "run"
+                       else cmd_integrate(args, stream) if args.subcommand == "integrate"
                        else cmd_recover(args, stream))
     except SessionTempError as e:
         # Each names the path, what is wrong and the fix.
@@ -327,7 +388,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         # stdout's reader left: the work is done; console.exit_with ends quietly.
         raise
     except OSError as e:
-        where = e.filename if e.filename is not None else args.root
+        where = e.filename if e.filename is not None else getattr(args, "root", None)
         return _fail(args.subcommand, f"{where}: {e.strerror or e}. Check the path, or pass "
                      "another --root")
     except ValueError as e:

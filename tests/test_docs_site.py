@@ -46,7 +46,7 @@ README = REPO / "README.md"
 
 PAGES = [
     "index", "tutorial",
-    "howto/agent-harness", "howto/notebook-kernel", "howto/ci-job", "howto/run",
+    "howto/agent-harness", "howto/agent-cli", "howto/notebook-kernel", "howto/ci-job", "howto/run",
     "howto/pytest-plugin", "howto/systemd-tmpfiles", "howto/incident",
     "concepts/lifecycle", "concepts/crash-guarantee", "concepts/durability",
     "concepts/faults", "concepts/journal",
