@@ -216,7 +216,9 @@ def test_the_plugins_budget_takes_a_size_as_run_does_and_its_refusal_names_the_o
                                 "--sessiontemp-max-bytes", "100K")
     result.assert_outcomes(passed=3, errors=1)
     big = [m for m in journaled(root, GenerationMeasured) if m.bytes > 100 * 1024]
-    (line,) = [line for line in result.stdout.lines if "is over its budget" in line]
+    # The error's own line ("E   ..."); the short summary may repeat it, cut to the terminal.
+    (line,) = [line for line in result.stdout.lines
+               if line.startswith("E ") and "is over its budget" in line]
     generation = f"sessiontemp-gen-{big[-1].generation}"
     assert line.removeprefix("E").strip() == (
         f"sessiontemp.journal.errors.OverBudget: {root / generation / WORK_DIR} is over its "
