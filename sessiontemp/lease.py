@@ -161,12 +161,21 @@ class Lease:
         return self._hold.fd is None
 
     def env(self) -> dict[str, str]:
-        """The variables that point a command's temporary files at this lease's directory."""
+        """The variables that point a command's temporary files at this lease's directory.
+
+        Raises :class:`Unavailable` once the lease is released, as
+        :attr:`pass_fds` and :meth:`popen` do: a command started on a
+        released lease's directory is protected by nothing, and the
+        directory may go under it.
+        """
+        if self._hold.fd is None:
+            raise self._gone()
         return dict.fromkeys(_TEMP_VARIABLES, self._path)
 
     def _gone(self) -> Unavailable:
-        return Unavailable(self.path, f"lease {self.id} was already released",
-                           "Acquire a new lease to start a command")
+        return Unavailable(self.path, f"lease {self.id} ({self.label or 'unlabelled'}) was "
+                           "already released",
+                           "Acquire a new lease (manager.acquire()) to start a command")
 
     def popen(
         self, args: str | Sequence[str | os.PathLike[str]], **kwargs: Any
@@ -181,7 +190,7 @@ class Lease:
         """
         given: Mapping[str, str] | None = kwargs.pop("env", None)
         base = os.environ if given is None else given
-        env = {**base, **self.env()}
+        env = {**base, **dict.fromkeys(_TEMP_VARIABLES, self._path)}
         extra = tuple(kwargs.pop("pass_fds", ()))
         # The child shares the locked open file description, so the
         # directory stays locked until the child exits, whatever happens
@@ -205,6 +214,12 @@ class Lease:
         child that kept the descriptor.
         """
         return self._owner.track(self, pid)
+
+    async def track_async(self, pid: int) -> bool:
+        """:meth:`track` in a worker thread: its journal commit never runs on the event loop."""
+        from sessiontemp import aio
+
+        return await aio.complete(functools.partial(self.track, pid))
 
     def keep(self, path: os.PathLike[str] | str, label: str) -> Artifact:
         """Copy the file at *path* out of this lease's directory into the root's artifact store.
@@ -244,6 +259,16 @@ class Lease:
         """
         if self._hold.fd is not None:
             self._owner.release_lease(self)
+
+    async def release_async(self) -> None:
+        """:meth:`release` in a worker thread; cancelled meanwhile, it still releases, then raises.
+
+        A release appends to the journal and may remove the directory, so
+        it never runs on the event loop; ``async with lease:`` ends with it.
+        """
+        from sessiontemp import aio
+
+        await aio.complete(self.release)
 
     def __enter__(self) -> Lease:
         return self
@@ -292,7 +317,7 @@ class Lease:
 
         given: Mapping[str, str] | None = kwargs.pop("env", None)
         base = os.environ if given is None else given
-        env = {**base, **self.env()}
+        env = {**base, **dict.fromkeys(_TEMP_VARIABLES, self._path)}
         # The lock cannot be held across the await, so the child gets a
         # duplicate: the same open file description, hence the same lock,
         # which a release racing the start in another thread cannot close
@@ -326,9 +351,6 @@ class Lease:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        from sessiontemp import aio
-
-        # In a worker thread: a release appends to the journal and may remove
-        # the directory.  Seen through to the end even when the task is
-        # cancelled, so the lease is given back before the cancellation goes on.
-        await aio.complete(self.release)
+        # Seen through to the end even when the task is cancelled, so the
+        # lease is given back before the cancellation goes on.
+        await self.release_async()
