@@ -160,7 +160,7 @@ async def remove_artifact_async(
     busy_timeout: float = 30.0,
     step_hook: StepHook | None = None,
 ) -> bool:
-    """:func:`remove_artifact` in a worker thread; cancelled meanwhile, it still ends, then raises."""
+    """:func:`remove_artifact` in a worker thread; cancelled meanwhile, it ends, then raises."""
     from sessiontemp import aio
 
     return await aio.complete(functools.partial(
@@ -176,7 +176,7 @@ async def remove_session_async(
     busy_timeout: float = 30.0,
     step_hook: StepHook | None = None,
 ) -> Report:
-    """:func:`remove_session` in a worker thread; cancelled meanwhile, it still ends, then raises."""
+    """:func:`remove_session` in a worker thread; cancelled meanwhile, it ends, then raises."""
     from sessiontemp import aio
 
     return await aio.complete(functools.partial(

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import errno
 import os
+import pwd
 import stat
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -27,7 +29,8 @@ from sessiontemp.journal.errors import (
     UnsafeRoot,
 )
 
-__all__ = ["REMOVE", "check_entry", "check_owned_private", "empty_path", "os_error", "path_of",
+__all__ = ["REMOVE", "check_entry", "check_owned_private", "default_root", "empty_path",
+           "os_error", "path_of",
            "set_mode", "without_others"]
 
 REMOVE: Final = "Remove it or pass another root"
@@ -42,6 +45,12 @@ def os_error(path: os.PathLike[str] | str, error: OSError, doing: str) -> Sessio
     code = error.errno
     why = f"cannot be {doing} ({error.strerror or error})"
     if code in (errno.EACCES, errno.EPERM):
+        owner = _other_owner(path)
+        if owner is not None:
+            # Changing another user's modes is no fix: a root of one's own is.
+            return RootReadOnly(path, f"{why}: {owner}", "Use a root of your own: the "
+                                f"per-user default ({default_root()}), or pass a directory "
+                                "you own", code)
         return RootReadOnly(path, why, "Give yourself read and write access to it (chmod u+rwX; "
                             "chattr -i if it is immutable), or pass another root", code)
     if code == errno.EROFS:
@@ -59,8 +68,45 @@ def os_error(path: os.PathLike[str] | str, error: OSError, doing: str) -> Sessio
         return RootUnusable(path, why, "A component of the path is not a directory: pass "
                             "another root", code)
     if code == errno.ENOENT:
+        parent = Path(path).parent
+        if doing == "created" and os.path.isdir(parent):
+            # The parent is there, yet refuses the name: a virtual file system
+            # (/proc, /sys) takes no directory of ours; retrying changes nothing.
+            return RootUnusable(path, f"{why}: {parent} takes no new directories (a virtual "
+                                "file system, as /proc and /sys are)", "Pass a root on a "
+                                f"disk's file system, such as the per-user default "
+                                f"({default_root()})", code)
         return RootUnusable(path, why, "It was removed meanwhile; try again", code)
     return RootUnusable(path, why, "Check the path and its file system, then try again", code)
+
+
+def default_root() -> Path:
+    """The per-user root under the system temporary directory."""
+    return Path(tempfile.gettempdir()) / f"sessiontemp-{os.getuid()}"
+
+
+def _other_owner(path: os.PathLike[str] | str) -> str | None:
+    """Who owns *path* (or its nearest existing ancestor), when that is another user.
+
+    None when it is this process's user, or cannot be told.
+    """
+    here = Path(path)
+    while True:
+        try:
+            st = os.lstat(here)
+        except OSError:
+            if here == here.parent:
+                return None
+            here = here.parent
+            continue
+        if st.st_uid == os.getuid():
+            return None
+        try:
+            name = pwd.getpwuid(st.st_uid).pw_name
+        except KeyError:
+            name = "another user"
+        shown = "it is" if here == Path(path) else f"{here} is"
+        return f"{shown} owned by {name} (uid {st.st_uid}), not by you (uid {os.getuid()})"
 
 
 def empty_path(what: str, fix: str) -> BadInput:

@@ -226,7 +226,8 @@ class Lease:
 
         *path* is relative to :attr:`path` or absolute under it; *label*
         (1-80 characters of ``[A-Za-z0-9._-]``, starting with a letter or a
-        digit) becomes part of the file's name.  The copy is a new 0600 file,
+        digit) becomes part of the file's name.  The copy is a new file of
+        mode 1600 (0600 with the sticky bit, which keeps age cleaners off it),
         fsynced with its directory before its SHA-256 and size are
         journaled; it outlives every rotation, release and close, and goes
         only by :func:`sessiontemp.remove_artifact`.  Refused with

@@ -28,6 +28,7 @@ from sessiontemp.root import (
     GENERATION_PREFIX,
     JOURNAL_NAME,
     MANAGERS_DIR,
+    TRASH_PREFIX,
     check_layout,
     default_root,
     empty_path,
@@ -100,6 +101,12 @@ def locate(journal: os.PathLike[str] | str | None = None,
             raise BadInput(base, "is not a directory", _ROOT_FIX + (
                 ", or name a journal file as PATH" if journal is None else ""))
         check_layout(base)
+        if journal is None and not os.path.lexists(base / JOURNAL_NAME):
+            # The user passed --root: "pass --root" is no fix, the right directory is.
+            raise BadInput(base, f"holds no journal ({JOURNAL_NAME}): no Manager has made it "
+                           "a root", "Check the path: pass the directory a Manager made its "
+                           f"root (the per-user default is {default_root()}), or name a "
+                           "journal file as PATH")
     if journal is not None:
         path = Path(journal)
         if path.is_dir():
@@ -228,8 +235,11 @@ def generation_of(target: str) -> str:
     if gid is not None:
         return gid
     if "/" in target or name in ("", ".", ".."):
-        raise BadInput(target, f"is not a sessiontemp generation (its name does not start "
-                       f"with {GENERATION_PREFIX})",
+        prefix = next((p for p in (GENERATION_PREFIX, TRASH_PREFIX) if name.startswith(p)), None)
+        why = (f"its name does not start with {GENERATION_PREFIX}" if prefix is None else
+               f"{name[len(prefix):]!r} is not a generation id: sessiontemp names each "
+               "generation with 16 characters of a-z and 2-7")
+        raise BadInput(target, f"is not a sessiontemp generation ({why})",
                        "Name a generation directory of the root, or a generation id "
                        "(journal-inspect events --kind generation.created lists them)")
     return name
