@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from sessiontemp import recovery, reserve, resources
 from sessiontemp.artifacts import ON_REQUEST, Artifact, id_of
 from sessiontemp.journal import ids
+from sessiontemp.journal.errors import BadInput
 from sessiontemp.journal.segments import DEFAULT_RETENTION, Retention
 from sessiontemp.journal.store import Store
 from sessiontemp.recovery import DEFAULT_STALE_AFTER, Report, check_stale_after
@@ -89,8 +90,8 @@ def remove_artifact(
     """
     artifact_id = artifact.id if isinstance(artifact, Artifact) else artifact
     if not isinstance(artifact_id, str) or not ids.ARTIFACT.fullmatch(artifact_id):
-        raise ValueError(f"{artifact_id!r} is not an artifact id (16 lower-case hex digits); "
-                         "pass the Artifact lease.keep returned, or its id")
+        raise BadInput(repr(artifact_id), "is not an artifact id (16 lower-case hex digits)",
+                       "Pass the Artifact lease.keep returned, or its id")
     report = _pass_over(root, f"artifact {artifact_id} could not be removed", clock=clock,
                         busy_timeout=busy_timeout, step_hook=step_hook,
                         remove_artifacts=(artifact_id,))

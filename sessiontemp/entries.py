@@ -29,7 +29,8 @@ from sessiontemp.journal.errors import (
     UnsafeRoot,
 )
 
-__all__ = ["REMOVE", "check_entry", "check_owned_private", "default_root", "empty_path",
+__all__ = ["REMOVE", "check_entry", "check_owned_private", "check_path", "default_root",
+           "empty_path",
            "os_error", "path_of",
            "set_mode", "without_others"]
 
@@ -107,6 +108,16 @@ def _other_owner(path: os.PathLike[str] | str) -> str | None:
             name = "another user"
         shown = "it is" if here == Path(path) else f"{here} is"
         return f"{shown} owned by {name} (uid {st.st_uid}), not by you (uid {os.getuid()})"
+
+
+def check_path(value: object, what: str, fix: str) -> None:
+    """Refuse *value*, given as *what*, unless it is a path (a str or an os.PathLike).
+
+    ``os.fspath`` would raise a bare TypeError naming neither the argument
+    nor the fix.
+    """
+    if not isinstance(value, str | os.PathLike):
+        raise BadInput(f"{what} {value!r}", f"is of type {type(value).__name__}, not a path", fix)
 
 
 def empty_path(what: str, fix: str) -> BadInput:

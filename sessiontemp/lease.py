@@ -19,6 +19,7 @@ lease never loads it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import subprocess
@@ -28,14 +29,19 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sessiontemp import forks
-from sessiontemp.journal.errors import Unavailable
+from sessiontemp.journal.errors import (
+    BadInput,
+    CommandNotStarted,
+    SessionTempError,
+    Unavailable,
+)
 
 if TYPE_CHECKING:
     import asyncio.subprocess
 
     from sessiontemp.artifacts import Artifact
 
-__all__ = ["Hold", "Issuer", "Lease", "LeaseOwner"]
+__all__ = ["Hold", "Issuer", "Lease", "LeaseOwner", "not_started"]
 
 _TEMP_VARIABLES = ("TMPDIR", "TMP", "TEMP")
 
@@ -68,6 +74,26 @@ class LeaseOwner(Protocol):
 
     def discard(self, artifact: Artifact) -> None:
         """Remove *artifact*, kept for a caller cancelled before it got it; a failure is logged."""
+
+
+def not_started(program: object, error: OSError,
+                cwd: str | os.PathLike[str] | None = None) -> SessionTempError:
+    """The library's error for a command that could not be started, naming it and the fix."""
+    if cwd is not None and error.filename == os.fspath(cwd):
+        # subprocess names the working directory when it is the one missing.
+        return BadInput(cwd, f"cannot be the command's working directory ({error.strerror})",
+                        "Pass an existing directory as cwd (lease.path, for one)")
+    shown = os.fsdecode(program) if isinstance(program, str | bytes | os.PathLike) else \
+        repr(program)
+    if isinstance(error, FileNotFoundError):
+        return CommandNotStarted(shown, errno.ENOENT, "command not found",
+                                 "Check its name and PATH, or give its path")
+    if isinstance(error, PermissionError):
+        return CommandNotStarted(shown, errno.EACCES, "cannot be executed (permission "
+                                 "denied)", "Check that it is an executable file, or run it "
+                                 "through its interpreter")
+    return CommandNotStarted(shown, error.errno or 0, f"could not be started "
+                             f"({error.strerror})", "Check the command")
 
 
 class Hold:
@@ -195,8 +221,13 @@ class Lease:
         # The child shares the locked open file description, so the
         # directory stays locked until the child exits, whatever happens
         # to this process.
-        child = self._hold.run(lambda fd: subprocess.Popen(
-            args, env=env, pass_fds=(*extra, fd), **kwargs))
+        try:
+            child = self._hold.run(lambda fd: subprocess.Popen(
+                args, env=env, pass_fds=(*extra, fd), **kwargs))
+        except OSError as e:
+            program = args if isinstance(args, str | bytes | os.PathLike) else (
+                kwargs.get("executable") or (args[0] if args else ""))
+            raise not_started(program, e, kwargs.get("cwd")) from e
         if child is None:
             raise self._gone()
         self.track(child.pid)
@@ -233,7 +264,8 @@ class Lease:
         only by :func:`sessiontemp.remove_artifact`.  Refused with
         :class:`BadInput` unless *path* is a regular file with one link of
         at most 16 MiB (``sessiontemp.artifacts.MAX_BYTES``), reached without
-        following a symlink; with ValueError for a bad label; with
+        following a symlink, and for a bad label or a file that does not
+        exist (naming its whole path); with
         :class:`Unavailable` once the lease is released.
         """
         return self._owner.keep(self, path, label)
@@ -331,6 +363,8 @@ class Lease:
             process = await asyncio.create_subprocess_exec(
                 program, *args, env=env, pass_fds=pass_fds, **kwargs
             )
+        except OSError as e:
+            raise not_started(program, e, kwargs.get("cwd")) from e
         finally:
             os.close(fd)
         try:

@@ -48,6 +48,7 @@ from sessiontemp.generations import Generations
 from sessiontemp.handles import Handles, register
 from sessiontemp.journal import ids
 from sessiontemp.journal.errors import (
+    BadInput,
     JournalError,
     JournalFull,
     RuleViolation,
@@ -70,7 +71,7 @@ from sessiontemp.locks import hold_root
 from sessiontemp.log import bound
 from sessiontemp.meter import Meter
 from sessiontemp.options import ManagerOptions
-from sessiontemp.root import Root, default_root, generation_name
+from sessiontemp.root import Root, check_path, default_root, generation_name
 from sessiontemp.shield import shielded
 from sessiontemp.steps import StepHook, Steps
 from sessiontemp.usage import Usage
@@ -117,7 +118,7 @@ class Manager:
     and age of retired history kept).
 
     *session* names the logical session (1-64 characters of
-    ``[A-Za-z0-9._-]``, not ``.`` or ``..``; ValueError otherwise): one live
+    ``[A-Za-z0-9._-]``, not ``.`` or ``..``; BadInput otherwise): one live
     manager per name and root, a second is refused with
     :class:`SessionOwned` naming the owner's pid.  When a named session's
     manager dies, its current directory is kept for *resume_window* seconds
@@ -135,7 +136,7 @@ class Manager:
     GiB).  The directory is measured in the background at most every
     *measure_every* seconds (``math.inf``: only by :meth:`measure`); see
     the documentation's "Space".  Negative, NaN or bool values raise
-    ValueError.
+    :class:`BadInput` (a ValueError).
 
     A forked child owns nothing of its parent's manager: its copy refuses
     every operation with :class:`~sessiontemp.journal.errors.ForkedCopy`, and closing
@@ -162,6 +163,9 @@ class Manager:
         min_free_bytes: int | None = None,
         measure_every: float = budget.DEFAULT_MEASURE_EVERY,
     ) -> None:
+        if root is not None:
+            check_path(root, "the root", "Pass a directory as a str or Path, or None for the "
+                       f"per-user default ({default_root()})")
         recovery.check_stale_after(stale_after)
         self._limits = budget.check_limits(max_bytes, max_inodes, min_free_bytes, measure_every)
         self._retention = retention
@@ -387,11 +391,16 @@ class Manager:
         the manager is sealed, closed or has no owner, or when the directory
         cannot be made or the journal cannot record it.  Never falls back
         to any other directory.  A label longer than 4096 characters (what
-        the journal's schema accepts) is refused with ValueError.
+        the journal's schema accepts), or one that is no str, is refused with
+        :class:`BadInput` (a ValueError).
         """
+        if not isinstance(label, str):
+            raise BadInput(f"lease label {label!r}",
+                           f"is of type {type(label).__name__}, not a str",
+                           "Pass text saying what the lease is for")
         if len(label) > MAX_LABEL:
-            raise ValueError(f"a lease label holds at most {MAX_LABEL} characters, not "
-                             f"{len(label)}; shorten it")
+            raise BadInput("the lease label", f"holds at most {MAX_LABEL} characters, not "
+                           f"{len(label)}", "Shorten it")
         self._handles.refuse_forked(self.id)
         return shielded(functools.partial(self._leases.acquire, label), Lease.release)
 

@@ -57,6 +57,7 @@ from sessiontemp import resources
 from sessiontemp.entries import (
     check_entry,
     check_owned_private,
+    check_path,
     default_root,
     empty_path,
     os_error,
@@ -87,6 +88,7 @@ __all__ = [
     "check_entry",
     "check_layout",
     "check_owned_private",
+    "check_path",
     "default_root",
     "empty_path",
     "generation_id_of",
@@ -277,6 +279,9 @@ class Root:
         operating system refuses what is needed; :class:`~sessiontemp.BadInput` (a
         ValueError) for an empty path (:func:`empty_path`).
         """
+        if path is not None:
+            check_path(path, "the root", "Pass a directory as a str or Path, or None for the "
+                       f"per-user default ({default_root()})")
         if path is not None and not os.fspath(path):
             raise empty_path("the root", "Pass a directory, or None for the per-user default "
                              f"({default_root()})")

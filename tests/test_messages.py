@@ -64,7 +64,8 @@ def test_a_root_owned_by_another_user_names_the_owner_and_the_users_own_default_
     # Root's root, in a directory any user may pass through (pytest's own is 0700).
     place = Path(tempfile.mkdtemp(prefix="sessiontemp-others-"))
     try:
-        place.chmod(0o755)  # noqa: S103 - the second user must reach the root to be refused it
+        # The second user must reach the root to be refused it.
+        place.chmod(0o755)
         root = place / "root"
         Manager(root).close()
         expected = (f"{root} cannot be opened (Permission denied): it is owned by root (uid 0), "

@@ -177,7 +177,7 @@ def test_a_root_that_is_a_regular_file_is_refused_and_left_as_it_was(root: Path)
 
 
 def test_a_negative_stale_after_is_refused_before_anything_is_created(root: Path) -> None:
-    with pytest.raises(ValueError, match="stale_after must be a finite number of seconds >= 0"):
+    with pytest.raises(ValueError, match="stale_after: must be a finite number of seconds >= 0"):
         Manager(root, stale_after=-1)
     assert not root.exists()
 

@@ -7,12 +7,11 @@ import json
 import os
 import time as _time
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import attrs
 
-from sessiontemp.inspect.read import opened
+from sessiontemp.inspect.read import as_path, opened
 from sessiontemp.journal.errors import BadInput
 from sessiontemp.journal.events import KINDS
 
@@ -66,6 +65,9 @@ class EventFilter:
 
 def check_kind(kind: str) -> str:
     """*kind* if this version knows it; else :class:`~sessiontemp.BadInput` naming the closest."""
+    if not isinstance(kind, str):
+        raise BadInput(f"the kind {kind!r}", f"is of type {type(kind).__name__}, not a str",
+                       f"Pass one kind as a str: {', '.join(KINDS)}")
     if kind in KINDS:
         return kind
     close = difflib.get_close_matches(kind, list(KINDS), n=1, cutoff=0.6)
@@ -88,7 +90,7 @@ def events(
     *poll* seconds) until *stop* returns True, the limit is reached, or
     ``until_seq``/``until_time`` is passed.
     """
-    path = Path(journal)
+    path = as_path(journal, "the journal")
     naming = tuple(t for t in (selection.manager, selection.generation) if t is not None)
     after = max((selection.since_seq or 1) - 1, 0)
     given = 0
