@@ -48,7 +48,6 @@ from sessiontemp.generations import Generations
 from sessiontemp.handles import Handles, register
 from sessiontemp.journal import ids
 from sessiontemp.journal.errors import (
-    BadInput,
     JournalError,
     JournalFull,
     RuleViolation,
@@ -65,13 +64,13 @@ from sessiontemp.journal.reducer import Fold, State
 from sessiontemp.journal.segments import DEFAULT_RETENTION, Retention
 from sessiontemp.journal.store import Pending, Store
 from sessiontemp.lease import Lease
-from sessiontemp.leasing import Leases
+from sessiontemp.leasing import Leases, check_label
 from sessiontemp.liveness import LivenessLock
 from sessiontemp.locks import hold_root
 from sessiontemp.log import bound
 from sessiontemp.meter import Meter
 from sessiontemp.options import ManagerOptions
-from sessiontemp.root import Root, check_path, default_root, generation_name
+from sessiontemp.root import Root, check_root_path, default_root, generation_name
 from sessiontemp.shield import shielded
 from sessiontemp.steps import StepHook, Steps
 from sessiontemp.usage import Usage
@@ -81,8 +80,6 @@ __all__ = ["DEFAULT_RESUME_WINDOW", "DEFAULT_STALE_AFTER", "DURABILITY", "Durabi
 
 DEFAULT_STALE_AFTER: Final = recovery.DEFAULT_STALE_AFTER
 DEFAULT_RESUME_WINDOW: Final = sessions.DEFAULT_RESUME_WINDOW
-# The longest label the journal's schema accepts (its events decode no longer text).
-MAX_LABEL: Final = 4096
 
 
 class Manager:
@@ -163,9 +160,7 @@ class Manager:
         min_free_bytes: int | None = None,
         measure_every: float = budget.DEFAULT_MEASURE_EVERY,
     ) -> None:
-        if root is not None:
-            check_path(root, "the root", "Pass a directory as a str or Path, or None for the "
-                       f"per-user default ({default_root()})")
+        check_root_path(root)
         recovery.check_stale_after(stale_after)
         self._limits = budget.check_limits(max_bytes, max_inodes, min_free_bytes, measure_every)
         self._retention = retention
@@ -394,13 +389,7 @@ class Manager:
         the journal's schema accepts), or one that is no str, is refused with
         :class:`BadInput` (a ValueError).
         """
-        if not isinstance(label, str):
-            raise BadInput(f"lease label {label!r}",
-                           f"is of type {type(label).__name__}, not a str",
-                           "Pass text saying what the lease is for")
-        if len(label) > MAX_LABEL:
-            raise BadInput("the lease label", f"holds at most {MAX_LABEL} characters, not "
-                           f"{len(label)}", "Shorten it")
+        check_label(label)
         self._handles.refuse_forked(self.id)
         return shielded(functools.partial(self._leases.acquire, label), Lease.release)
 

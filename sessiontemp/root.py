@@ -89,6 +89,7 @@ __all__ = [
     "check_layout",
     "check_owned_private",
     "check_path",
+    "check_root_path",
     "default_root",
     "empty_path",
     "generation_id_of",
@@ -213,6 +214,13 @@ def check_layout(root: os.PathLike[str] | str) -> None:
         check_entry(path, st, directory=name in DIRECTORIES, private=False, owner=owner)
 
 
+def check_root_path(root: object) -> None:
+    """Refuse a root given as anything but a path or None (:class:`BadInput`, with the fix)."""
+    if root is not None:
+        check_path(root, "the root", "Pass a directory as a str or Path, or None for the "
+                   f"per-user default ({default_root()})")
+
+
 def _make(root: Path) -> None:
     """Make *root* and every missing parent, each 0700: nothing wider is ever created."""
     missing = []
@@ -279,9 +287,7 @@ class Root:
         operating system refuses what is needed; :class:`~sessiontemp.BadInput` (a
         ValueError) for an empty path (:func:`empty_path`).
         """
-        if path is not None:
-            check_path(path, "the root", "Pass a directory as a str or Path, or None for the "
-                       f"per-user default ({default_root()})")
+        check_root_path(path)
         if path is not None and not os.fspath(path):
             raise empty_path("the root", "Pass a directory, or None for the per-user default "
                              f"({default_root()})")
