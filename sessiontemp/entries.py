@@ -30,9 +30,7 @@ from sessiontemp.journal.errors import (
 )
 
 __all__ = ["REMOVE", "check_entry", "check_owned_private", "check_path", "default_root",
-           "empty_path",
-           "os_error", "path_of",
-           "set_mode", "without_others"]
+           "empty_path", "os_error", "own_root", "path_of", "set_mode", "without_others"]
 
 REMOVE: Final = "Remove it or pass another root"
 
@@ -49,9 +47,7 @@ def os_error(path: os.PathLike[str] | str, error: OSError, doing: str) -> Sessio
         owner = _other_owner(path)
         if owner is not None:
             # Changing another user's modes is no fix: a root of one's own is.
-            return RootReadOnly(path, f"{why}: {owner}", "Use a root of your own: the "
-                                f"per-user default ({default_root()}), or pass a directory "
-                                "you own", code)
+            return RootReadOnly(path, f"{why}: {owner}", own_root(), code)
         return RootReadOnly(path, why, "Give yourself read and write access to it (chmod u+rwX; "
                             "chattr -i if it is immutable), or pass another root", code)
     if code == errno.EROFS:
@@ -102,12 +98,22 @@ def _other_owner(path: os.PathLike[str] | str) -> str | None:
             continue
         if st.st_uid == os.getuid():
             return None
-        try:
-            name = pwd.getpwuid(st.st_uid).pw_name
-        except KeyError:
-            name = "another user"
         shown = "it is" if here == Path(path) else f"{here} is"
-        return f"{shown} owned by {name} (uid {st.st_uid}), not by you (uid {os.getuid()})"
+        return f"{shown} owned by {_user(st.st_uid)}, not by you (uid {os.getuid()})"
+
+
+def _user(uid: int) -> str:
+    """``uid 1000 (alice)``: the number, and the name where the system knows one."""
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def own_root() -> str:
+    """The fix for a root that is not the user's own: changing its modes is none."""
+    return (f"Use a root of your own: the per-user default ({default_root()}), or pass a "
+            "directory you own")
 
 
 def check_path(value: object, what: str, fix: str) -> None:
@@ -178,9 +184,16 @@ def check_entry(path: Path, st: os.stat_result, *, directory: bool, private: boo
                          f"(uid {owner})", REMOVE)
 
 
-def check_owned_private(path: Path, st: os.stat_result) -> None:
-    """Refuse a directory not ours alone (to write, read or enter), or one we cannot use."""
+def check_owned_private(path: Path, st: os.stat_result, *, root: bool = False) -> None:
+    """Refuse a directory not ours alone (to write, read or enter), or one we cannot use.
+
+    For the *root* itself, another user's is answered with its owner and
+    the user's own default root: removing it is neither possible nor the fix.
+    """
     uid = os.getuid()
+    if st.st_uid != uid and root:
+        raise UnsafeRoot(path, f"is owned by {_user(st.st_uid)}, not you (uid {uid})",
+                         own_root())
     if st.st_uid != uid:
         raise UnsafeRoot(path, f"is owned by uid {st.st_uid}, not you (uid {uid})",
                          REMOVE)

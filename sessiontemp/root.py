@@ -324,7 +324,7 @@ class Root:
                 # one (a mistyped --root ~), and whether it would be a safe
                 # root is not the question then.
                 opened._require_root()
-            check_owned_private(root, st)
+            check_owned_private(root, st, root=True)
             # The descriptor was checked, not the name: someone who swapped
             # the name between our open and now would get the journal and
             # the lock files, which are opened by path, into their directory.
@@ -487,7 +487,7 @@ class Root:
                              "Find out who moved it; then open the root again")
         # The same inode as the one held: its mode and owner are the
         # descriptor's own, with no fstat of it.
-        check_owned_private(self.path, named)
+        check_owned_private(self.path, named, root=True)
 
     @property
     def journal_path(self) -> Path:

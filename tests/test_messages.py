@@ -68,7 +68,7 @@ def test_a_root_owned_by_another_user_names_the_owner_and_the_users_own_default_
         place.chmod(0o755)
         root = place / "root"
         Manager(root).close()
-        expected = (f"{root} cannot be opened (Permission denied): it is owned by root (uid 0), "
+        expected = (f"{root} cannot be opened (Permission denied): it is owned by uid 0 (root), "
                     f"not by you (uid {NOBODY}). Use a root of your own: the per-user default "
                     f"(/tmp/sessiontemp-{NOBODY}), or pass a directory you own")
         for call in (f"sessiontemp.Manager({str(root)!r})",
