@@ -28,7 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from sessiontemp import forks
+from sessiontemp import forks, resources
 from sessiontemp.journal.errors import (
     BadInput,
     CommandNotStarted,
@@ -85,6 +85,10 @@ def not_started(program: object, error: OSError,
                         "Pass an existing directory as cwd (lease.path, for one)")
     shown = os.fsdecode(program) if isinstance(program, str | bytes | os.PathLike) else \
         repr(program)
+    if resources.shortage(error):
+        # Out of descriptors, processes or memory: the command is fine, the process is not.
+        return CommandNotStarted(shown, error.errno or 0, f"could not be started "
+                                 f"({error.strerror})", resources.fix(error))
     if isinstance(error, FileNotFoundError):
         return CommandNotStarted(shown, errno.ENOENT, "command not found",
                                  "Check its name and PATH, or give its path")
