@@ -34,6 +34,7 @@ from sessiontemp import budget, console
 from sessiontemp.journal.errors import (
     BadInput,
     CommandNotStarted,
+    JournalFull,
     LowDisk,
     NoSuchRoot,
     OverBudget,
@@ -167,6 +168,9 @@ def cmd_run(args: argparse.Namespace | Plain, out: console.Out) -> int:
         # As env(1), nohup(1) and shells report them.
         return _fail("run", str(e), 127 if e.errno == errno.ENOENT else 126)
     except LowDisk as e:
+        if isinstance(e.__cause__, JournalFull):
+            # The journal itself could not open: no floor of this command's to name.
+            return _fail("run", f"{e} (the command was not started)", SPACE_STATUS)
         # Worded for this command line, as an overrun below is.
         low = budget.low_disk(e.path, e.free_bytes, e.min_free_bytes, e.largest, budget.RUN)
         return _fail("run", f"{low} (the command was not started)", SPACE_STATUS)

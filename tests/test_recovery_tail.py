@@ -99,14 +99,14 @@ def test_a_directory_a_command_uses_is_kept_when_its_start_was_appended_during_a
     assert command.running()
     assert Path(used["path"]).is_dir(), "removed while a command it started still runs"
     assert report.dead == (daemonizing.manager,)
-    assert [s.path for s in report.skipped] == [Path(used["path"])]
+    assert [s.path for s in report.skipped] == [Path(used["path"]).parent]
     assert verify(root / JOURNAL).problems == ()
 
     # Once the command has exited, the next pass removes what it used.
     command.kill()
     command.wait_exited()
     after = sessiontemp.recover(root, retention=EAGER, busy_timeout=TIMEOUT)
-    assert [r.path for r in after.removed] == [Path(used["path"])]
+    assert [r.path for r in after.removed] == [Path(used["path"]).parent]
     assert verify(root / JOURNAL).problems == ()
     assert live_state(root).generations == {}
 
@@ -161,7 +161,8 @@ def test_a_dead_managers_generation_replaced_by_a_copy_is_reported_once(
     victim.ask("retain")
     paths = []
     for _ in range(count):
-        paths.append(Path(victim.ask("acquire")["path"]))
+        # The generation (the command's directory is the one entry inside it).
+        paths.append(Path(victim.ask("acquire")["path"]).parent)
         victim.ask("rotate")
     victim.kill()
     for path in paths:

@@ -29,6 +29,7 @@ from sessiontemp.root import (
     JOURNAL_NAME,
     MANAGERS_DIR,
     TRASH_PREFIX,
+    WORK_DIR,
     check_layout,
     default_root,
     empty_path,
@@ -249,12 +250,16 @@ def text_of(value: object, what: str, fix: str) -> str:
 def generation_of(target: str) -> str:
     """The generation id named by a directory path, a generation or trash name, or an id.
 
-    Raises :class:`~sessiontemp.BadInput` for a path (it has a slash) whose last part is
-    neither a generation nor a trash name, such as ``/etc``.
+    A generation's work directory (a lease's path, a command's ``TMPDIR``) names its
+    generation too.  Raises :class:`~sessiontemp.BadInput` for a path (it has a slash)
+    whose last part is neither a generation nor a trash name, such as ``/etc``.
     """
     text_of(target, "the generation", "Pass a generation's path, name or id as a str")
-    name = Path(target.rstrip("/")).name
+    path = Path(target.rstrip("/"))
+    name = path.name
     gid = generation_id_of(name)
+    if gid is None and name == WORK_DIR and "/" in target:
+        gid = generation_id_of(path.parent.name)
     if gid is not None:
         return gid
     if "/" in target or name in ("", ".", ".."):
