@@ -543,10 +543,15 @@ def test_open_async_of_a_subclass_opens_the_subclass(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_the_asyncio_example_of_the_documentation_runs_as_written(tmp_path: Path) -> None:
+def test_the_asyncio_example_of_the_documentation_runs_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     page = (REPOSITORY / "docs" / "concepts" / "commands.md").read_text()
     section = page.split("## asyncio\n", 1)[1]
     example = section.split("```python\n", 1)[1].split("```", 1)[0]
+    # The example runs its chat on a root relative to the working directory: not here.
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
     names: dict[str, Any] = {}
     exec(compile(example, "commands.md", "exec"), names)  # noqa: S102 - the page's own code
     asyncio.run(names["chat"](str(tmp_path / "root")))
