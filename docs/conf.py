@@ -44,10 +44,19 @@ smartquotes = False
 
 html_theme = "furo"
 html_title = "sessiontemp"
-html_static_path: list[str] = []
+# Code blocks wrap long lines rather than hide their ends (see the file).
+html_static_path = ["_static"]
+html_css_files = ["wrap.css"]
 html_show_sourcelink = False
 
 autodoc_member_order = "bysource"
+# A signature longer than this shows one parameter a line, as attrs' and
+# structlog's references do: Manager's fifteen options are no wall of text.
+maximum_signature_line_length = 88
+# Defaults as the source writes them (time.time, DEFAULT_RETENTION): a repr
+# such as <built-in function time> cannot be parsed, and a signature that
+# cannot be parsed is drawn as one block of text whatever its length.
+autodoc_preserve_defaults = True
 autodoc_typehints = "signature"
 # Names in signatures as they are imported (os.PathLike), never with the
 # "~" of a shortened reference left in.

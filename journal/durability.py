@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Final, Literal, TypeAlias
 
+from .errors import BadInput
 from .events import (
     KINDS,
     ArtifactKept,
@@ -51,12 +52,12 @@ _SYNCED: Final[dict[Durability, dict[type, bool]]] = {
 
 
 def check(durability: object) -> Durability:
-    """*durability* if it names a mode; ValueError naming the modes otherwise."""
+    """*durability* if it names a mode; BadInput naming the modes otherwise."""
     for mode in DURABILITY:
         if durability == mode:
             return mode
-    raise ValueError(f"durability must be one of {', '.join(map(repr, DURABILITY))}, "
-                     f"not {durability!r}")
+    raise BadInput("durability", f"must be one of {', '.join(map(repr, DURABILITY))}, "
+                   f"not {durability!r}", "Pass one of them")
 
 
 def synced(durability: Durability, events: tuple[Event, ...]) -> bool:

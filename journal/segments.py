@@ -55,7 +55,7 @@ from typing import Final
 
 import attrs
 
-from .errors import UnsafeRoot
+from .errors import BadInput, UnsafeRoot
 
 __all__ = [
     "DEFAULT_RETENTION",
@@ -127,7 +127,8 @@ class Retention:
         for name in ("segment_bytes", "history_bytes", "history_age"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not value >= 0:
-                raise ValueError(f"Retention.{name} must be a number >= 0, not {value!r}")
+                raise BadInput(f"Retention.{name}", f"must be a number >= 0, not {value!r}",
+                               "Pass a number of bytes or seconds")
 
 
 DEFAULT_RETENTION: Final = Retention()

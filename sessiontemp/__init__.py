@@ -24,7 +24,14 @@ from sessiontemp.journal import errors as _errors
 
 if TYPE_CHECKING:
     from sessiontemp.artifacts import Artifact
-    from sessiontemp.cleanup import recover, remove_artifact, remove_session
+    from sessiontemp.cleanup import (
+        recover,
+        recover_async,
+        remove_artifact,
+        remove_artifact_async,
+        remove_session,
+        remove_session_async,
+    )
     from sessiontemp.journal.errors import (
         BadInput,
         CheckpointInvalid,
@@ -95,8 +102,11 @@ __all__ = [
     "Usage",
     "default_root",
     "recover",
+    "recover_async",
     "remove_artifact",
+    "remove_artifact_async",
     "remove_session",
+    "remove_session_async",
 ]
 
 # Where each public name lives.
@@ -139,6 +149,9 @@ _WHERE: dict[str, str] = {
     "recover": "sessiontemp.cleanup",
     "remove_artifact": "sessiontemp.cleanup",
     "remove_session": "sessiontemp.cleanup",
+    "recover_async": "sessiontemp.cleanup",
+    "remove_artifact_async": "sessiontemp.cleanup",
+    "remove_session_async": "sessiontemp.cleanup",
 }
 
 

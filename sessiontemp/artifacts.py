@@ -42,11 +42,11 @@ import attrs
 
 from sessiontemp import resources
 from sessiontemp.journal import ids
-from sessiontemp.journal.errors import BadInput
+from sessiontemp.journal.errors import BadInput, SessionTempError
 from sessiontemp.journal.events import ArtifactKept
 from sessiontemp.journal.reducer import ArtifactState
 from sessiontemp.locks import busy, try_exclusive
-from sessiontemp.root import ARTIFACTS_DIR, DIR_FLAGS, FILE_MODE, Root, os_error
+from sessiontemp.root import ARTIFACTS_DIR, DIR_FLAGS, FILE_MODE, Root, os_error, path_of
 from sessiontemp.steps import Steps
 from sessiontemp.writepath import WritePath
 
@@ -115,11 +115,12 @@ def artifact_of(root: Path, state: ArtifactState) -> Artifact:
 
 
 def check_label(label: object) -> str:
-    """Return *label* if it may name an artifact; ValueError naming the rule otherwise."""
+    """Return *label* if it may name an artifact; BadInput naming the rule otherwise."""
     if not isinstance(label, str) or not ids.ARTIFACT_LABEL.fullmatch(label):
-        raise ValueError(
-            f"artifact label {label!r} is not valid: a label is 1 to 80 characters of A-Z, "
-            "a-z, 0-9, '.', '_' and '-', starting with a letter or a digit; choose another"
+        raise BadInput(
+            f"artifact label {label!r}", "is not valid: a label is 1 to 80 characters of "
+            "A-Z, a-z, 0-9, '.', '_' and '-', starting with a letter or a digit",
+            "Choose another"
         )
     return label
 
@@ -144,6 +145,9 @@ def source_parts(directory: Path, path: os.PathLike[str] | str) -> tuple[str, ..
     resolved here (the walk is done through descriptors), so ``..`` and
     ``.`` components are refused outright.
     """
+    if not isinstance(path, str | os.PathLike):
+        raise BadInput(repr(path), f"is of type {type(path).__name__}, not a path",
+                       "Pass the file's path inside the lease's directory, as a str or Path")
     given = PurePosixPath(os.fspath(path))
     if given.is_absolute():
         try:
@@ -206,42 +210,73 @@ def copy_in(
     Returns the :class:`Copy`, fsynced with its directory and still locked;
     the caller journals it and then calls :meth:`Copy.done`.  Raises
     :class:`BadInput` for a source that is not a regular file with one link
-    or is larger than *max_bytes*, and OSError when reading or writing fails
-    (nothing is left in the store then).
+    or is larger than *max_bytes*, or that does not exist or cannot be read;
+    the library's error for the operating system's when writing the copy
+    fails (a full disk: nothing is left in the store then).
     """
     check_label(label)
     shown = "/".join(parts)
-    source = _open_source(source_dir_fd, parts, shown, max_bytes)
     try:
-        store = root.open_private(ARTIFACTS_DIR)
-        name = file_name(artifact, label)
-        try:
-            steps.before("copy", name)
-            fd = os.open(name, _NEW_FLAGS, FILE_MODE, dir_fd=store)
-        except BaseException:
-            os.close(store)
+        source = _open_source(source_dir_fd, parts, shown, max_bytes)
+    except OSError as e:
+        if isinstance(e, SessionTempError) or resources.shortage(e):
             raise
-        copy = Copy(store, fd, name, "", 0)
+        raise _unreadable(path_of(source_dir_fd, shown), e) from None
+    try:
         try:
-            # Locked before a byte is written: a recovery that finds the file
-            # unreferenced leaves it while this keeper may still record it.
-            # A name never used before (O_EXCL): nobody else can hold it.
-            if not try_exclusive(fd):
-                raise busy(root.path / ARTIFACTS_DIR / name)
-            # O_CREAT's mode passes through the umask: make it exactly 1600
-            # (private, and sticky: no age cleaner ever takes an artifact).
-            os.fchmod(fd, FILE_MODE)
-            copy.sha256, copy.size = _copy(source, fd, shown, max_bytes)
-            # The file's bytes, then its name in the directory: after a
-            # power loss, a record never names a file that is not all there.
-            os.fsync(fd)
-            os.fsync(store)
-        except BaseException:
-            copy.discard()
-            raise
-        return copy
+            return _copy_into_store(root, source, artifact, label, shown, steps, max_bytes)
+        except OSError as e:
+            if isinstance(e, SessionTempError) or resources.shortage(e):
+                raise
+            # A full disk, a quota, an I/O error: the store's file names the place.
+            raise os_error(root.path / ARTIFACTS_DIR / file_name(artifact, label), e,
+                           "written") from None
     finally:
         os.close(source)
+
+
+def _unreadable(path: Path, error: OSError) -> SessionTempError:
+    """The error for a source file that cannot be opened or read, naming its whole path."""
+    if error.errno in (errno.ENOENT, errno.ENOTDIR):
+        return BadInput(path, "does not exist", "Check the path: keep copies a file that is "
+                        "in the lease's directory now, named relative to lease.path or "
+                        "absolute under it")
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return BadInput(path, f"cannot be read ({error.strerror})",
+                        "Make it readable (chmod u+r), then keep it")
+    return os_error(path, error, "read")
+
+
+def _copy_into_store(root: Root, source: int, artifact: str, label: str, shown: str,
+                     steps: Steps, max_bytes: int) -> Copy:
+    """Copy the open *source* into the store as a new file, fsynced and locked."""
+    store = root.open_private(ARTIFACTS_DIR)
+    name = file_name(artifact, label)
+    try:
+        steps.before("copy", name)
+        fd = os.open(name, _NEW_FLAGS, FILE_MODE, dir_fd=store)
+    except BaseException:
+        os.close(store)
+        raise
+    copy = Copy(store, fd, name, "", 0)
+    try:
+        # Locked before a byte is written: a recovery that finds the file
+        # unreferenced leaves it while this keeper may still record it.
+        # A name never used before (O_EXCL): nobody else can hold it.
+        if not try_exclusive(fd):
+            raise busy(root.path / ARTIFACTS_DIR / name)
+        # O_CREAT's mode passes through the umask: make it exactly 1600
+        # (private, and sticky: no age cleaner ever takes an artifact).
+        os.fchmod(fd, FILE_MODE)
+        copy.sha256, copy.size = _copy(source, fd, shown, max_bytes)
+        # The file's bytes, then its name in the directory: after a
+        # power loss, a record never names a file that is not all there.
+        os.fsync(fd)
+        os.fsync(store)
+    except BaseException:
+        copy.discard()
+        raise
+    return copy
 
 
 def _open_source(dir_fd: int, parts: tuple[str, ...], shown: str, max_bytes: int) -> int:

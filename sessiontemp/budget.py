@@ -27,7 +27,7 @@ from typing import Final
 import attrs
 
 from sessiontemp import disk, sizes
-from sessiontemp.journal.errors import JournalFull, LowDisk, OverBudget
+from sessiontemp.journal.errors import BadInput, JournalFull, LowDisk, OverBudget
 from sessiontemp.journal.reducer import GenerationState
 from sessiontemp.usage import Usage, human
 
@@ -56,20 +56,23 @@ def _count(name: str, value: object) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be a whole number of at least 0, or None, not {value!r}")
+        raise BadInput(name, f"must be a whole number of at least 0, or None, not {value!r}",
+                       "Pass a count, or None for no limit")
     if value < 0:
-        raise ValueError(f"{name} must be at least 0, not {value}")
+        raise BadInput(name, f"must be at least 0, not {value}",
+                       "Pass a count, or None for no limit")
     return value
 
 
 def check_limits(max_bytes: object, max_inodes: object, min_free_bytes: object,
                  measure_every: object) -> Limits:
-    """The limits, checked: ValueError naming the first negative, NaN, bool or non-number."""
+    """The limits, checked: BadInput naming the first negative, NaN, bool or non-number."""
     if isinstance(measure_every, bool) or not isinstance(measure_every, (int, float)) or (
         math.isnan(measure_every) or measure_every < 0
     ):
-        raise ValueError(f"measure_every must be a number of seconds of at least 0 (inf: "
-                         f"never on its own), not {measure_every!r}")
+        raise BadInput("measure_every", f"must be a number of seconds of at least 0 (inf: "
+                       f"never on its own), not {measure_every!r}",
+                       "Pass a number of seconds, such as 30")
     return Limits(_count("max_bytes", max_bytes), _count("max_inodes", max_inodes),
                   _count("min_free_bytes", min_free_bytes), float(measure_every))
 

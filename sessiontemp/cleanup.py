@@ -17,6 +17,7 @@ calls that start a pass use the pass.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -24,6 +25,7 @@ from collections.abc import Callable, Sequence
 from sessiontemp import recovery, reserve, resources
 from sessiontemp.artifacts import ON_REQUEST, Artifact, id_of
 from sessiontemp.journal import ids
+from sessiontemp.journal.errors import BadInput
 from sessiontemp.journal.segments import DEFAULT_RETENTION, Retention
 from sessiontemp.journal.store import Store
 from sessiontemp.recovery import DEFAULT_STALE_AFTER, Report, check_stale_after
@@ -31,7 +33,8 @@ from sessiontemp.root import Root
 from sessiontemp.sessions import Claim, SessionLock, check_name
 from sessiontemp.steps import StepHook, Steps
 
-__all__ = ["recover", "remove_artifact", "remove_session"]
+__all__ = ["recover", "recover_async", "remove_artifact", "remove_artifact_async",
+           "remove_session", "remove_session_async"]
 
 
 def recover(
@@ -87,8 +90,8 @@ def remove_artifact(
     """
     artifact_id = artifact.id if isinstance(artifact, Artifact) else artifact
     if not isinstance(artifact_id, str) or not ids.ARTIFACT.fullmatch(artifact_id):
-        raise ValueError(f"{artifact_id!r} is not an artifact id (16 lower-case hex digits); "
-                         "pass the Artifact lease.keep returned, or its id")
+        raise BadInput(repr(artifact_id), "is not an artifact id (16 lower-case hex digits)",
+                       "Pass the Artifact lease.keep returned, or its id")
     report = _pass_over(root, f"artifact {artifact_id} could not be removed", clock=clock,
                         busy_timeout=busy_timeout, step_hook=step_hook,
                         remove_artifacts=(artifact_id,))
@@ -124,6 +127,62 @@ def remove_session(
                       busy_timeout=busy_timeout, step_hook=step_hook,
                       removing=Claim(name, resume=False,
                                      why="the session was removed (remove_session)"))
+
+
+# -- asyncio -------------------------------------------------------------------------
+# Each pass fsyncs commits, renames and removes whole trees: in a worker
+# thread (sessiontemp.aio, imported by the first await only), and seen
+# through to the end when the awaiting task is cancelled, as every async
+# form of the library is.
+
+async def recover_async(
+    root: os.PathLike[str] | str | None = None,
+    *,
+    stale_after: float = DEFAULT_STALE_AFTER,
+    clock: Callable[[], float] = time.time,
+    busy_timeout: float = 30.0,
+    step_hook: StepHook | None = None,
+    retention: Retention = DEFAULT_RETENTION,
+    progress: Callable[[int, int], None] | None = None,
+) -> Report:
+    """:func:`recover` in a worker thread; cancelled meanwhile, the pass still ends, then raises."""
+    from sessiontemp import aio
+
+    return await aio.complete(functools.partial(
+        recover, root, stale_after=stale_after, clock=clock, busy_timeout=busy_timeout,
+        step_hook=step_hook, retention=retention, progress=progress))
+
+
+async def remove_artifact_async(
+    root: os.PathLike[str] | str | None,
+    artifact: Artifact | str,
+    *,
+    clock: Callable[[], float] = time.time,
+    busy_timeout: float = 30.0,
+    step_hook: StepHook | None = None,
+) -> bool:
+    """:func:`remove_artifact` in a worker thread; cancelled meanwhile, it ends, then raises."""
+    from sessiontemp import aio
+
+    return await aio.complete(functools.partial(
+        remove_artifact, root, artifact, clock=clock, busy_timeout=busy_timeout,
+        step_hook=step_hook))
+
+
+async def remove_session_async(
+    root: os.PathLike[str] | str | None,
+    name: str,
+    *,
+    clock: Callable[[], float] = time.time,
+    busy_timeout: float = 30.0,
+    step_hook: StepHook | None = None,
+) -> Report:
+    """:func:`remove_session` in a worker thread; cancelled meanwhile, it ends, then raises."""
+    from sessiontemp import aio
+
+    return await aio.complete(functools.partial(
+        remove_session, root, name, clock=clock, busy_timeout=busy_timeout,
+        step_hook=step_hook))
 
 
 def _pass_over(

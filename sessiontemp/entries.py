@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import errno
 import os
+import pwd
 import stat
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -27,8 +29,8 @@ from sessiontemp.journal.errors import (
     UnsafeRoot,
 )
 
-__all__ = ["REMOVE", "check_entry", "check_owned_private", "empty_path", "os_error", "path_of",
-           "set_mode", "without_others"]
+__all__ = ["REMOVE", "check_entry", "check_owned_private", "check_path", "default_root",
+           "empty_path", "os_error", "own_root", "path_of", "set_mode", "without_others"]
 
 REMOVE: Final = "Remove it or pass another root"
 
@@ -42,6 +44,10 @@ def os_error(path: os.PathLike[str] | str, error: OSError, doing: str) -> Sessio
     code = error.errno
     why = f"cannot be {doing} ({error.strerror or error})"
     if code in (errno.EACCES, errno.EPERM):
+        owner = _other_owner(path)
+        if owner is not None:
+            # Changing another user's modes is no fix: a root of one's own is.
+            return RootReadOnly(path, f"{why}: {owner}", own_root(), code)
         return RootReadOnly(path, why, "Give yourself read and write access to it (chmod u+rwX; "
                             "chattr -i if it is immutable), or pass another root", code)
     if code == errno.EROFS:
@@ -59,8 +65,65 @@ def os_error(path: os.PathLike[str] | str, error: OSError, doing: str) -> Sessio
         return RootUnusable(path, why, "A component of the path is not a directory: pass "
                             "another root", code)
     if code == errno.ENOENT:
+        parent = Path(path).parent
+        if doing == "created" and os.path.isdir(parent):
+            # The parent is there, yet refuses the name: a virtual file system
+            # (/proc, /sys) takes no directory of ours; retrying changes nothing.
+            return RootUnusable(path, f"{why}: {parent} takes no new directories (a virtual "
+                                "file system, as /proc and /sys are)", "Pass a root on a "
+                                f"disk's file system, such as the per-user default "
+                                f"({default_root()})", code)
         return RootUnusable(path, why, "It was removed meanwhile; try again", code)
     return RootUnusable(path, why, "Check the path and its file system, then try again", code)
+
+
+def default_root() -> Path:
+    """The per-user root under the system temporary directory."""
+    return Path(tempfile.gettempdir()) / f"sessiontemp-{os.getuid()}"
+
+
+def _other_owner(path: os.PathLike[str] | str) -> str | None:
+    """Who owns *path* (or its nearest existing ancestor), when that is another user.
+
+    None when it is this process's user, or cannot be told.
+    """
+    here = Path(path)
+    while True:
+        try:
+            st = os.lstat(here)
+        except OSError:
+            if here == here.parent:
+                return None
+            here = here.parent
+            continue
+        if st.st_uid == os.getuid():
+            return None
+        shown = "it is" if here == Path(path) else f"{here} is"
+        return f"{shown} owned by {_user(st.st_uid)}, not by you (uid {os.getuid()})"
+
+
+def _user(uid: int) -> str:
+    """``uid 1000 (alice)``: the number, and the name where the system knows one."""
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def own_root() -> str:
+    """The fix for a root that is not the user's own: changing its modes is none."""
+    return (f"Use a root of your own: the per-user default ({default_root()}), or pass a "
+            "directory you own")
+
+
+def check_path(value: object, what: str, fix: str) -> None:
+    """Refuse *value*, given as *what*, unless it is a path (a str or an os.PathLike).
+
+    ``os.fspath`` would raise a bare TypeError naming neither the argument
+    nor the fix.
+    """
+    if not isinstance(value, str | os.PathLike):
+        raise BadInput(f"{what} {value!r}", f"is of type {type(value).__name__}, not a path", fix)
 
 
 def empty_path(what: str, fix: str) -> BadInput:
@@ -121,9 +184,16 @@ def check_entry(path: Path, st: os.stat_result, *, directory: bool, private: boo
                          f"(uid {owner})", REMOVE)
 
 
-def check_owned_private(path: Path, st: os.stat_result) -> None:
-    """Refuse a directory not ours alone (to write, read or enter), or one we cannot use."""
+def check_owned_private(path: Path, st: os.stat_result, *, root: bool = False) -> None:
+    """Refuse a directory not ours alone (to write, read or enter), or one we cannot use.
+
+    For the *root* itself, another user's is answered with its owner and
+    the user's own default root: removing it is neither possible nor the fix.
+    """
     uid = os.getuid()
+    if st.st_uid != uid and root:
+        raise UnsafeRoot(path, f"is owned by {_user(st.st_uid)}, not you (uid {uid})",
+                         own_root())
     if st.st_uid != uid:
         raise UnsafeRoot(path, f"is owned by uid {st.st_uid}, not you (uid {uid})",
                          REMOVE)

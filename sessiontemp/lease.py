@@ -20,6 +20,7 @@ lease never loads it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import subprocess
@@ -28,15 +29,20 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from sessiontemp import forks
-from sessiontemp.journal.errors import Unavailable
+from sessiontemp import forks, resources
+from sessiontemp.journal.errors import (
+    BadInput,
+    CommandNotStarted,
+    SessionTempError,
+    Unavailable,
+)
 
 if TYPE_CHECKING:
     import asyncio.subprocess
 
     from sessiontemp.artifacts import Artifact
 
-__all__ = ["Hold", "Issuer", "Lease", "LeaseOwner"]
+__all__ = ["Hold", "Issuer", "Lease", "LeaseOwner", "not_started"]
 
 _TEMP_VARIABLES = ("TMPDIR", "TMP", "TEMP")
 
@@ -69,6 +75,30 @@ class LeaseOwner(Protocol):
 
     def discard(self, artifact: Artifact) -> None:
         """Remove *artifact*, kept for a caller cancelled before it got it; a failure is logged."""
+
+
+def not_started(program: object, error: OSError,
+                cwd: str | os.PathLike[str] | None = None) -> SessionTempError:
+    """The library's error for a command that could not be started, naming it and the fix."""
+    if cwd is not None and error.filename == os.fspath(cwd):
+        # subprocess names the working directory when it is the one missing.
+        return BadInput(cwd, f"cannot be the command's working directory ({error.strerror})",
+                        "Pass an existing directory as cwd (lease.path, for one)")
+    shown = os.fsdecode(program) if isinstance(program, str | bytes | os.PathLike) else \
+        repr(program)
+    if resources.shortage(error):
+        # Out of descriptors, processes or memory: the command is fine, the process is not.
+        return CommandNotStarted(shown, error.errno or 0, f"could not be started "
+                                 f"({error.strerror})", resources.fix(error))
+    if isinstance(error, FileNotFoundError):
+        return CommandNotStarted(shown, errno.ENOENT, "command not found",
+                                 "Check its name and PATH, or give its path")
+    if isinstance(error, PermissionError):
+        return CommandNotStarted(shown, errno.EACCES, "cannot be executed (permission "
+                                 "denied)", "Check that it is an executable file, or run it "
+                                 "through its interpreter")
+    return CommandNotStarted(shown, error.errno or 0, f"could not be started "
+                             f"({error.strerror})", "Check the command")
 
 
 class Hold:
@@ -198,12 +228,21 @@ class Lease:
         return self._hold.fd is None
 
     def env(self) -> dict[str, str]:
-        """The variables that point a command's temporary files at this lease's directory."""
+        """The variables that point a command's temporary files at this lease's directory.
+
+        Raises :class:`Unavailable` once the lease is released, as
+        :attr:`pass_fds` and :meth:`popen` do: a command started on a
+        released lease's directory is protected by nothing, and the
+        directory may go under it.
+        """
+        if self._hold.fd is None:
+            raise self._gone()
         return dict.fromkeys(_TEMP_VARIABLES, self._path)
 
     def _gone(self) -> Unavailable:
-        return Unavailable(self.path, f"lease {self.id} was already released",
-                           "Acquire a new lease to start a command")
+        return Unavailable(self.path, f"lease {self.id} ({self.label or 'unlabelled'}) was "
+                           "already released",
+                           "Acquire a new lease (manager.acquire()) to start a command")
 
     def popen(
         self, args: str | Sequence[str | os.PathLike[str]], **kwargs: Any
@@ -218,13 +257,18 @@ class Lease:
         """
         given: Mapping[str, str] | None = kwargs.pop("env", None)
         base = os.environ if given is None else given
-        env = {**base, **self.env()}
+        env = {**base, **dict.fromkeys(_TEMP_VARIABLES, self._path)}
         extra = tuple(kwargs.pop("pass_fds", ()))
         # The child shares the locked open file descriptions, so the
         # directory stays locked until the child exits, whatever happens
         # to this process.
-        child = self._hold.run(lambda fds: subprocess.Popen(
-            args, env=env, pass_fds=(*extra, *fds), **kwargs))
+        try:
+            child = self._hold.run(lambda fds: subprocess.Popen(
+                args, env=env, pass_fds=(*extra, *fds), **kwargs))
+        except OSError as e:
+            program = args if isinstance(args, str | bytes | os.PathLike) else (
+                kwargs.get("executable") or (args[0] if args else ""))
+            raise not_started(program, e, kwargs.get("cwd")) from e
         if child is None:
             raise self._gone()
         self.track(child.pid)
@@ -243,18 +287,26 @@ class Lease:
         """
         return self._owner.track(self, pid)
 
+    async def track_async(self, pid: int) -> bool:
+        """:meth:`track` in a worker thread: its journal commit never runs on the event loop."""
+        from sessiontemp import aio
+
+        return await aio.complete(functools.partial(self.track, pid))
+
     def keep(self, path: os.PathLike[str] | str, label: str) -> Artifact:
         """Copy the file at *path* out of this lease's directory into the root's artifact store.
 
         *path* is relative to :attr:`path` or absolute under it; *label*
         (1-80 characters of ``[A-Za-z0-9._-]``, starting with a letter or a
-        digit) becomes part of the file's name.  The copy is a new 0600 file,
+        digit) becomes part of the file's name.  The copy is a new file of
+        mode 1600 (0600 with the sticky bit, which keeps age cleaners off it),
         fsynced with its directory before its SHA-256 and size are
         journaled; it outlives every rotation, release and close, and goes
         only by :func:`sessiontemp.remove_artifact`.  Refused with
         :class:`BadInput` unless *path* is a regular file with one link of
         at most 16 MiB (``sessiontemp.artifacts.MAX_BYTES``), reached without
-        following a symlink; with ValueError for a bad label; with
+        following a symlink, and for a bad label or a file that does not
+        exist (naming its whole path); with
         :class:`Unavailable` once the lease is released.
         """
         return self._owner.keep(self, path, label)
@@ -281,6 +333,16 @@ class Lease:
         """
         if self._hold.fd is not None:
             self._owner.release_lease(self)
+
+    async def release_async(self) -> None:
+        """:meth:`release` in a worker thread; cancelled meanwhile, it still releases, then raises.
+
+        A release appends to the journal and may remove the directory, so
+        it never runs on the event loop; ``async with lease:`` ends with it.
+        """
+        from sessiontemp import aio
+
+        await aio.complete(self.release)
 
     def __enter__(self) -> Lease:
         return self
@@ -329,7 +391,7 @@ class Lease:
 
         given: Mapping[str, str] | None = kwargs.pop("env", None)
         base = os.environ if given is None else given
-        env = {**base, **self.env()}
+        env = {**base, **dict.fromkeys(_TEMP_VARIABLES, self._path)}
         # The locks cannot be held across the await, so the child gets
         # duplicates: the same open file descriptions, hence the same locks,
         # which a release racing the start in another thread cannot close
@@ -342,6 +404,8 @@ class Lease:
             process = await asyncio.create_subprocess_exec(
                 program, *args, env=env, pass_fds=pass_fds, **kwargs
             )
+        except OSError as e:
+            raise not_started(program, e, kwargs.get("cwd")) from e
         finally:
             for fd in fds:
                 os.close(fd)
@@ -364,9 +428,6 @@ class Lease:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        from sessiontemp import aio
-
-        # In a worker thread: a release appends to the journal and may remove
-        # the directory.  Seen through to the end even when the task is
-        # cancelled, so the lease is given back before the cancellation goes on.
-        await aio.complete(self.release)
+        # Seen through to the end even when the task is cancelled, so the
+        # lease is given back before the cancellation goes on.
+        await self.release_async()

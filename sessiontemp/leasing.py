@@ -16,13 +16,14 @@ import threading
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from sessiontemp import artifacts, processes, reserve
 from sessiontemp.cleanup import remove_artifact
 from sessiontemp.generations import Generations
 from sessiontemp.handles import Handles
 from sessiontemp.journal.errors import (
+    BadInput,
     JournalError,
     RuleViolation,
     SessionTempError,
@@ -41,7 +42,21 @@ from sessiontemp.writepath import Owner
 if TYPE_CHECKING:
     from sessiontemp.log import BoundLogger
 
-__all__ = ["Leases"]
+__all__ = ["MAX_LABEL", "Leases", "check_label"]
+
+# The longest label the journal's schema accepts (its events decode no longer text).
+MAX_LABEL: Final = 4096
+
+
+def check_label(label: object) -> str:
+    """*label* if it may label a lease; :class:`BadInput` (a ValueError) otherwise."""
+    if not isinstance(label, str):
+        raise BadInput(f"lease label {label!r}", f"is of type {type(label).__name__}, not a "
+                       "str", "Pass text saying what the lease is for")
+    if len(label) > MAX_LABEL:
+        raise BadInput("the lease label", f"holds at most {MAX_LABEL} characters, not "
+                       f"{len(label)}", "Shorten it")
+    return label
 
 
 class Leases:

@@ -64,13 +64,13 @@ from sessiontemp.journal.reducer import Fold, State
 from sessiontemp.journal.segments import DEFAULT_RETENTION, Retention
 from sessiontemp.journal.store import Pending, Store
 from sessiontemp.lease import Lease
-from sessiontemp.leasing import Leases
+from sessiontemp.leasing import Leases, check_label
 from sessiontemp.liveness import LivenessLock
 from sessiontemp.locks import hold_root
 from sessiontemp.log import bound
 from sessiontemp.meter import Meter
 from sessiontemp.options import ManagerOptions
-from sessiontemp.root import WORK_DIR, Root, default_root, generation_name
+from sessiontemp.root import WORK_DIR, Root, check_root_path, default_root, generation_name
 from sessiontemp.shield import shielded
 from sessiontemp.steps import StepHook, Steps
 from sessiontemp.usage import Usage
@@ -80,8 +80,6 @@ __all__ = ["DEFAULT_RESUME_WINDOW", "DEFAULT_STALE_AFTER", "DURABILITY", "Durabi
 
 DEFAULT_STALE_AFTER: Final = recovery.DEFAULT_STALE_AFTER
 DEFAULT_RESUME_WINDOW: Final = sessions.DEFAULT_RESUME_WINDOW
-# The longest label the journal's schema accepts (its events decode no longer text).
-MAX_LABEL: Final = 4096
 
 
 class Manager:
@@ -117,7 +115,7 @@ class Manager:
     and age of retired history kept).
 
     *session* names the logical session (1-64 characters of
-    ``[A-Za-z0-9._-]``, not ``.`` or ``..``; ValueError otherwise): one live
+    ``[A-Za-z0-9._-]``, not ``.`` or ``..``; BadInput otherwise): one live
     manager per name and root, a second is refused with
     :class:`SessionOwned` naming the owner's pid.  When a named session's
     manager dies, its current directory is kept for *resume_window* seconds
@@ -135,7 +133,7 @@ class Manager:
     GiB).  The directory is measured in the background at most every
     *measure_every* seconds (``math.inf``: only by :meth:`measure`); see
     the documentation's "Space".  Negative, NaN or bool values raise
-    ValueError.
+    :class:`BadInput` (a ValueError).
 
     A forked child owns nothing of its parent's manager: its copy refuses
     every operation with :class:`~sessiontemp.journal.errors.ForkedCopy`, and closing
@@ -162,6 +160,7 @@ class Manager:
         min_free_bytes: int | None = None,
         measure_every: float = budget.DEFAULT_MEASURE_EVERY,
     ) -> None:
+        check_root_path(root)
         recovery.check_stale_after(stale_after)
         self._limits = budget.check_limits(max_bytes, max_inodes, min_free_bytes, measure_every)
         self._retention = retention
@@ -391,11 +390,10 @@ class Manager:
         the manager is sealed, closed or has no owner, or when the directory
         cannot be made or the journal cannot record it.  Never falls back
         to any other directory.  A label longer than 4096 characters (what
-        the journal's schema accepts) is refused with ValueError.
+        the journal's schema accepts), or one that is no str, is refused with
+        :class:`BadInput` (a ValueError).
         """
-        if len(label) > MAX_LABEL:
-            raise ValueError(f"a lease label holds at most {MAX_LABEL} characters, not "
-                             f"{len(label)}; shorten it")
+        check_label(label)
         self._handles.refuse_forked(self.id)
         return shielded(functools.partial(self._leases.acquire, label), Lease.release)
 

@@ -19,7 +19,8 @@ import warnings
 from pathlib import Path
 from typing import Final, Literal, TypeAlias
 
-from sessiontemp.journal.errors import UnsafeRoot
+from sessiontemp.entries import check_path
+from sessiontemp.journal.errors import BadInput, UnsafeRoot
 from sessiontemp.log import logger
 
 __all__ = ["InsideWorkdir", "Policy", "check", "inside", "resolve"]
@@ -59,10 +60,13 @@ def check(root: os.PathLike[str] | str, workdir: os.PathLike[str] | str, *,
     :class:`InsideWorkdir` warning and logs ``root.inside_workdir``.
     """
     if policy not in POLICIES:
-        raise ValueError(f"workdir_policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+        raise BadInput("workdir_policy", f"must be one of {', '.join(POLICIES)}, not {policy!r}",
+                       "Pass one of them")
+    check_path(workdir, "workdir", "Pass the directory sandboxed commands may write, as a "
+               "str or Path, or None")
     if not os.fspath(workdir):
-        raise ValueError("workdir is an empty path; pass the directory sandboxed commands "
-                         "may write, or None")
+        raise BadInput("workdir", "is an empty path", "Pass the directory sandboxed commands "
+                       "may write, or None")
     if not inside(root, workdir):
         return False
     reason = (f"lies inside the workdir {resolve(workdir)} that sandboxed commands may "

@@ -69,7 +69,7 @@ import attrs
 
 from sessiontemp import artifacts, reserve, sessions
 from sessiontemp.journal import checkpoint, ids
-from sessiontemp.journal.errors import JournalError, RuleViolation, SessionTempError
+from sessiontemp.journal.errors import BadInput, JournalError, RuleViolation, SessionTempError
 from sessiontemp.journal.events import (
     ArtifactRemoved,
     Event,
@@ -122,8 +122,8 @@ def check_stale_after(stale_after: float) -> None:
     """Refuse an age that is not a finite number of seconds >= 0 (NaN compares false to all)."""
     if not (isinstance(stale_after, int | float) and math.isfinite(stale_after)
             and stale_after >= 0):
-        raise ValueError(f"stale_after must be a finite number of seconds >= 0, not "
-                         f"{stale_after!r}")
+        raise BadInput("stale_after", f"must be a finite number of seconds >= 0, not "
+                       f"{stale_after!r}", "Pass a number of seconds, such as 86400 for a day")
 
 
 def run(

@@ -48,7 +48,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import tempfile
 from pathlib import Path
 from typing import Final
 
@@ -58,6 +57,8 @@ from sessiontemp import resources
 from sessiontemp.entries import (
     check_entry,
     check_owned_private,
+    check_path,
+    default_root,
     empty_path,
     os_error,
     path_of,
@@ -88,6 +89,8 @@ __all__ = [
     "check_entry",
     "check_layout",
     "check_owned_private",
+    "check_path",
+    "check_root_path",
     "default_root",
     "empty_path",
     "generation_id_of",
@@ -143,11 +146,6 @@ DIR_FLAGS: Final = (
 # directories exclusively (it does so only while it cleans it) before it
 # works on without that directory's lock: its files are sticky all the same.
 _HOLD_PATIENCE: Final = 5.0
-
-
-def default_root() -> Path:
-    """The per-user root under the system temporary directory."""
-    return Path(tempfile.gettempdir()) / f"sessiontemp-{os.getuid()}"
 
 
 new_generation_id = ids.new_generation
@@ -223,6 +221,13 @@ def check_layout(root: os.PathLike[str] | str) -> None:
         check_entry(path, st, directory=name in DIRECTORIES, private=False, owner=owner)
 
 
+def check_root_path(root: object) -> None:
+    """Refuse a root given as anything but a path or None (:class:`BadInput`, with the fix)."""
+    if root is not None:
+        check_path(root, "the root", "Pass a directory as a str or Path, or None for the "
+                   f"per-user default ({default_root()})")
+
+
 def _make(root: Path) -> None:
     """Make *root* and every missing parent, each 0700: nothing wider is ever created."""
     missing = []
@@ -289,6 +294,7 @@ class Root:
         operating system refuses what is needed; :class:`~sessiontemp.BadInput` (a
         ValueError) for an empty path (:func:`empty_path`).
         """
+        check_root_path(path)
         if path is not None and not os.fspath(path):
             raise empty_path("the root", "Pass a directory, or None for the per-user default "
                              f"({default_root()})")
@@ -325,7 +331,7 @@ class Root:
                 # one (a mistyped --root ~), and whether it would be a safe
                 # root is not the question then.
                 opened._require_root()
-            check_owned_private(root, st)
+            check_owned_private(root, st, root=True)
             # The descriptor was checked, not the name: someone who swapped
             # the name between our open and now would get the journal and
             # the lock files, which are opened by path, into their directory.
@@ -488,7 +494,7 @@ class Root:
                              "Find out who moved it; then open the root again")
         # The same inode as the one held: its mode and owner are the
         # descriptor's own, with no fstat of it.
-        check_owned_private(self.path, named)
+        check_owned_private(self.path, named, root=True)
 
     @property
     def journal_path(self) -> Path:

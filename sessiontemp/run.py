@@ -26,7 +26,6 @@ command's group once.
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import os
 import shlex
@@ -40,8 +39,8 @@ import attrs
 
 from sessiontemp import budget, processes
 from sessiontemp.budget import Limits
-from sessiontemp.journal.errors import BadInput, CommandNotStarted, OverBudget
-from sessiontemp.lease import Lease
+from sessiontemp.journal.errors import BadInput, OverBudget
+from sessiontemp.lease import Lease, not_started
 from sessiontemp.manager import Manager
 from sessiontemp.usage import Usage
 
@@ -193,16 +192,8 @@ def _start_and_wait(lease: Lease, command: Sequence[str], mask: Iterable[int]) -
             file_actions=[(os.POSIX_SPAWN_DUP2, fd, fd) for fd in lease.pass_fds],
             setsigmask=mask, setsigdef=_RESTORED,
         )
-    except FileNotFoundError as e:
-        raise CommandNotStarted(command[0], errno.ENOENT, "command not found",
-                                "Check its name and PATH, or give its path") from e
-    except PermissionError as e:
-        raise CommandNotStarted(command[0], errno.EACCES, "cannot be executed "
-                                "(permission denied)", "Check that it is an executable "
-                                "file, or run it through its interpreter") from e
     except OSError as e:
-        raise CommandNotStarted(command[0], e.errno or 0, f"could not be started "
-                                f"({e.strerror})", "Check the command") from e
+        raise not_started(command[0], e) from e
     # Also for a command that closes the descriptors it inherited.
     lease.track(pid)
     return _wait(pid, shared=shared)

@@ -39,7 +39,7 @@ import attrs
 
 from sessiontemp import resources
 from sessiontemp.journal import ids
-from sessiontemp.journal.errors import SessionOwned
+from sessiontemp.journal.errors import BadInput, SessionOwned
 from sessiontemp.journal.events import Event, ManagerOpened, SessionAdopted, SessionClaimed
 from sessiontemp.journal.reducer import (
     GenerationState,
@@ -93,11 +93,11 @@ _PID_BYTES: Final = 32
 
 
 def check_name(name: object) -> str:
-    """Return *name* if it is a valid session name; ValueError naming the rule otherwise."""
+    """Return *name* if it is a valid session name; BadInput naming the rule otherwise."""
     if not isinstance(name, str) or not ids.SESSION.fullmatch(name):
-        raise ValueError(
-            f"session name {name!r} is not valid: a name is 1 to 64 characters of A-Z, a-z, "
-            "0-9, '.', '_' and '-', and is neither '.' nor '..'; choose another"
+        raise BadInput(
+            f"session name {name!r}", "is not valid: a name is 1 to 64 characters of A-Z, "
+            "a-z, 0-9, '.', '_' and '-', and is neither '.' nor '..'", "Choose another"
         )
     return name
 
@@ -106,8 +106,8 @@ def check_window(window: float) -> float:
     """Refuse a resume window that is not a finite number of seconds >= 0."""
     if not (isinstance(window, int | float) and not isinstance(window, bool)
             and math.isfinite(window) and window >= 0):
-        raise ValueError(f"resume_window must be a finite number of seconds >= 0, not "
-                         f"{window!r}")
+        raise BadInput("resume_window", f"must be a finite number of seconds >= 0, not "
+                       f"{window!r}", "Pass a number of seconds, such as 86400 for a day")
     return float(window)
 
 

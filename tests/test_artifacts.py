@@ -306,8 +306,10 @@ def test_a_file_larger_than_the_cap_is_refused(opened: Root, work: tuple[Path, i
     keep(opened, work, "big", max_bytes=101).done()
 
 
-def test_a_missing_file_is_an_os_error(opened: Root, work: tuple[Path, int]) -> None:
-    with pytest.raises(FileNotFoundError):
+def test_a_missing_file_is_bad_input_naming_its_whole_path(
+    opened: Root, work: tuple[Path, int]
+) -> None:
+    with pytest.raises(BadInput, match=f"^{work[0]}/nothing: does not exist. Check the path"):
         keep(opened, work, "nothing")
 
 

@@ -1,7 +1,9 @@
 """asyncio: every blocking operation has an async form, run off the loop, never split by a cancel.
 
 ``Manager.open_async``, ``retain_async``, ``release_async``, ``rotate_async``,
-``close_async``, ``async with manager:`` and ``lease.keep_async``: each is
+``close_async``, ``async with manager:``, ``lease.keep_async``,
+``lease.track_async``, ``lease.release_async``, ``sessiontemp.recover_async``,
+``remove_artifact_async`` and ``remove_session_async``: each is
 awaited on a real event loop against a real root.  Where each of their
 durable steps ran is recorded honestly, from three sources: the interpreter's
 audit events (``os.mkdir``, ``os.rename``, ``os.rmdir``, ``os.remove``), a
@@ -36,6 +38,7 @@ from typing import Any, Final
 import pytest
 from structlog.testing import capture_logs
 
+import sessiontemp
 from sessiontemp import Manager, SessionOwned
 from sessiontemp.artifacts import ARTIFACTS_DIR
 from sessiontemp.journal.events import (
@@ -144,7 +147,20 @@ EXPECTED: Final[dict[str, set[str]]] = {
     "release_async": {"os.rename", "os.rmdir", "sqlite3", "step rmdir"},
     "async with": {"os.remove", "sqlite3", "step unlock"},
     "close_async": {"os.remove", "sqlite3", "step journal"},
+    "track_async": {"sqlite3", "step journal"},
+    "lease.release_async": {"os.rename", "os.rmdir", "sqlite3", "step rmdir"},
+    "recover_async": {"os.rename", "os.rmdir", "sqlite3", "step rmdir"},
+    "remove_artifact_async": {"os.remove", "sqlite3", "step journal"},
+    "remove_session_async": {"os.remove", "sqlite3"},
 }
+
+
+KILLED: Final = """
+import os, signal, sys
+from sessiontemp import Manager
+manager = Manager(sys.argv[1]); manager.retain(); manager.acquire()
+os.kill(os.getpid(), signal.SIGKILL)
+"""
 
 
 def test_no_fsync_rename_rmdir_mkdir_unlink_or_sqlite_call_of_an_async_method_runs_on_the_loop(
@@ -182,6 +198,31 @@ def test_no_fsync_rename_rmdir_mkdir_unlink_or_sqlite_call_of_an_async_method_ru
             await manager.close_async()
         assert manager.closed
         assert other.closed
+        # The module-level calls and the lease's own, on a root no manager holds.
+        third = await Manager.open_async(root, session="chat-1", step_hook=threads.step)
+        await third.retain_async()
+        await third.rotate_async()
+        lease = await third.acquire_async()
+        await asyncio.to_thread(shutil.copy, tmp_path / "out.txt", lease.path / "out.txt")
+        kept = await lease.keep_async("out.txt", "report")
+        plain = subprocess.Popen(["sleep", "60"])
+        with threads.named("track_async"):
+            assert await lease.track_async(plain.pid)
+        plain.kill()
+        plain.wait()
+        await third.rotate_async()
+        with threads.named("lease.release_async"):
+            await lease.release_async()
+        await third.close_async()
+        # A manager killed holding a directory: an orphan for the pass to remove.
+        killed = subprocess.run([sys.executable, "-c", KILLED, root], check=False)
+        assert killed.returncode == -9
+        with threads.named("recover_async"):
+            await sessiontemp.recover_async(root, step_hook=threads.step)
+        with threads.named("remove_artifact_async"):
+            assert await sessiontemp.remove_artifact_async(root, kept, step_hook=threads.step)
+        with threads.named("remove_session_async"):
+            await sessiontemp.remove_session_async(root, "chat-1", step_hook=threads.step)
         return threading.get_ident()
 
     with recording() as threads:
@@ -502,10 +543,15 @@ def test_open_async_of_a_subclass_opens_the_subclass(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_the_asyncio_example_of_the_documentation_runs_as_written(tmp_path: Path) -> None:
+def test_the_asyncio_example_of_the_documentation_runs_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     page = (REPOSITORY / "docs" / "concepts" / "commands.md").read_text()
     section = page.split("## asyncio\n", 1)[1]
     example = section.split("```python\n", 1)[1].split("```", 1)[0]
+    # The example runs its chat on a root relative to the working directory: not here.
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
     names: dict[str, Any] = {}
     exec(compile(example, "commands.md", "exec"), names)  # noqa: S102 - the page's own code
     asyncio.run(names["chat"](str(tmp_path / "root")))

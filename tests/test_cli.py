@@ -335,7 +335,7 @@ def test_state_at_an_event_past_the_end_is_bad_input(
     used_root: tuple[Path, dict[str, Any]],
 ) -> None:
     root, _ = used_root
-    assert "there is no event 99999" in inspect("--root", root, "state", "--at", "99999",
+    assert "event 99999: is not in the journal" in inspect("--root", root, "state", "--at", "99999",
                                                 ok=2).stderr
 
 

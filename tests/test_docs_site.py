@@ -364,3 +364,78 @@ def test_a_browser_draws_the_demos_timeline_with_both_endings(tmp_path: Path) ->
     colours = screenshot((DOCS / "demo-timeline.svg").as_uri(), tmp_path / "timeline.png",
                          tmp_path, from_row=86)
     assert {rgb("normal"), rgb("recovery")} <= colours
+
+
+def test_the_api_reference_shows_the_managers_signature_one_parameter_a_line(site: Path
+                                                                             ) -> None:
+    page = (site / "reference" / "api.html").read_text()
+    start = page.index('id="sessiontemp.Manager"')
+    signature = page[start:page.index("</dt>", start)]
+    params = re.findall(r'<dd><em class="sig-param">(.*?)</em>', signature, re.S)
+    shown = [" ".join(text_of_html(p).split()) for p in params]
+    assert shown[0] == "root: os.PathLike[str] | str | None = None"
+    assert "clock: collections.abc.Callable[[], float] = time.time" in shown
+    assert len(shown) >= 16
+    assert "built-in" not in signature
+
+
+def text_of_html(fragment: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", fragment))
+
+
+def test_every_page_of_the_site_wraps_long_code_lines_instead_of_hiding_them(site: Path
+                                                                            ) -> None:
+    for page in ("index", "reference/api"):
+        assert 'href="' + "../" * page.count("/") + '_static/wrap.css' in (
+            site / f"{page}.html").read_text()
+    css = (site / "_static" / "wrap.css").read_text()
+    assert "white-space: pre-wrap" in css
+
+
+# Each code block and signature of the page: whether it is wider than the box it is drawn
+# in (scrollWidth > clientWidth), which hides the end of its lines behind a scroll bar.
+OVERFLOW_PROBE = """
+<script>
+window.addEventListener("load", () => {
+  const boxes = [...document.querySelectorAll("div.highlight pre, dt.sig")];
+  const wide = boxes.filter(e => e.scrollWidth > e.clientWidth)
+                    .map(e => [e.scrollWidth, e.clientWidth, e.textContent.slice(0, 80)]);
+  const out = document.createElement("output");
+  out.id = "overflow-probe";
+  out.textContent = JSON.stringify({boxes: boxes.length, wide: wide,
+                                    width: document.documentElement.clientWidth});
+  document.body.appendChild(out);
+});
+</script>
+"""
+
+
+@pytest.mark.skipif(browser() is None, reason="no headless Chromium installed")
+@pytest.mark.parametrize("page", ["index", "reference/api"])
+def test_at_1280_pixels_no_code_block_of_the_front_page_or_the_api_page_overflows(
+    site: Path, tmp_path: Path, page: str
+) -> None:
+    command = browser()
+    assert command is not None
+    # A copy beside the original (its style sheets are found), with the probe added.
+    probed = site / f"{page}.probe-{os.getpid()}.html"
+    probed.write_text((site / f"{page}.html").read_text().replace("</body>",
+                                                                 OVERFLOW_PROBE + "</body>"))
+    try:
+        result = subprocess.run(
+            [command, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
+             "--window-size=1280,900", "--virtual-time-budget=5000", "--dump-dom",
+             probed.as_uri()], capture_output=True, text=True, timeout=120, check=True)
+    finally:
+        probed.unlink()
+    found = re.search(r'<output id="overflow-probe">(.*?)</output>', result.stdout, re.S)
+    assert found is not None, result.stdout[-2000:]
+    report = json.loads(html.unescape(found.group(1)))
+    assert report["width"] <= 1280
+    assert report["boxes"] > 0
+    assert report["wide"] == []
+    # And a screenshot as a person sees it, kept where SESSIONTEMP_SCREENSHOTS says.
+    screenshot((site / f"{page}.html").as_uri(), tmp_path / f"{page.replace('/', '-')}.png",
+               tmp_path)

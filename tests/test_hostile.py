@@ -491,10 +491,10 @@ def test_a_root_swapped_between_its_open_and_its_check_is_refused_and_the_swap_u
     root.mkdir(mode=0o700)
     real_check = root_module.check_owned_private
 
-    def swap_then_check(path: Path, st: os.stat_result) -> None:
+    def swap_then_check(path: Path, st: os.stat_result, *, root: bool = False) -> None:
         # Runs right after the root's descriptor is opened: the widest race window.
-        replace_root(root, tmp_path, "directory")
-        real_check(path, st)
+        replace_root(path, tmp_path, "directory")
+        real_check(path, st, root=root)
 
     monkeypatch.setattr(root_module, "check_owned_private", swap_then_check)
     with pytest.raises(UnsafeRoot, match="was replaced after it was opened"):

@@ -29,7 +29,7 @@ OPENERS: dict[str, Callable[..., Any]] = {"Manager": Manager, "recover": recover
 def test_a_stale_after_that_is_not_a_finite_age_is_refused_before_anything_is_created(
     root: Path, opener: Callable[..., Any], stale_after: float,
 ) -> None:
-    with pytest.raises(ValueError, match="stale_after must be a finite number of seconds >= 0"):
+    with pytest.raises(ValueError, match="stale_after: must be a finite number of seconds >= 0"):
         opener(root, stale_after=stale_after)
     assert not root.exists()
 
@@ -83,7 +83,7 @@ def test_without_the_check_a_nan_age_would_open_the_root(
 def test_a_durability_other_than_full_or_relaxed_is_refused_naming_both(
     root: Path, durability: object,
 ) -> None:
-    with pytest.raises(ValueError, match="durability must be one of 'full', 'relaxed', not"):
+    with pytest.raises(ValueError, match="durability: must be one of 'full', 'relaxed', not"):
         Manager(root, durability=durability)  # type: ignore[arg-type]
     assert not root.exists()
 

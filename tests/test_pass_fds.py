@@ -130,3 +130,17 @@ def test_pass_fds_of_a_released_lease_raises_unavailable(manager: Manager) -> No
     lease.release()
     with pytest.raises(Unavailable, match="released"):
         _ = lease.pass_fds
+
+
+def test_a_released_lease_refuses_env_pass_fds_and_popen_alike_naming_the_lease_and_the_fix(
+    manager: Manager,
+) -> None:
+    lease = manager.acquire(label="make test")
+    lease.release()
+    expected = (f"no private directory in {lease.path}: lease {lease.id} (make test) was "
+                "already released. "
+                "Acquire a new lease (manager.acquire()) to start a command")
+    for use in (lease.env, lambda: lease.pass_fds, lambda: lease.popen(["true"])):
+        with pytest.raises(Unavailable) as raised:
+            use()
+        assert str(raised.value) == expected

@@ -88,13 +88,13 @@ def test_the_warn_policy_warns_and_logs_instead_of_refusing(workdir: Path) -> No
 
 @pytest.mark.parametrize("policy", ["", "ignore", "REFUSE"])
 def test_an_unknown_policy_is_refused(workdir: Path, policy: str) -> None:
-    with pytest.raises(ValueError, match="workdir_policy must be one of refuse, warn"):
+    with pytest.raises(ValueError, match="workdir_policy: must be one of refuse, warn"):
         check(workdir / "root", workdir, policy=policy)  # type: ignore[arg-type]
 
 
 def test_an_empty_workdir_is_refused(workdir: Path) -> None:
     # It would mean the current directory: never a choice to make by accident.
-    with pytest.raises(ValueError, match="workdir is an empty path"):
+    with pytest.raises(ValueError, match="workdir: is an empty path"):
         check(workdir / "root", "")
 
 

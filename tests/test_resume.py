@@ -230,7 +230,7 @@ def test_the_window_is_the_one_the_dead_owner_was_opened_with(
 def test_a_window_that_is_not_a_finite_number_of_seconds_is_refused(
     root: Path, window: float
 ) -> None:
-    with pytest.raises(ValueError, match="resume_window must be a finite number"):
+    with pytest.raises(ValueError, match="resume_window: must be a finite number"):
         Manager(root, session="chat-42", resume_window=window)
     assert not root.exists()
 

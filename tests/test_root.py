@@ -147,8 +147,10 @@ def test_a_root_owned_by_another_user_is_refused(root: Path) -> None:
     with pytest.raises(UnsafeRoot) as caught:
         Manager(root)
     assert fingerprint(root) == before
-    assert_explains(caught.value, root, f"is owned by uid {NOBODY}",
-                    "Remove it or pass another root")
+    # Its owner named, and the user's own root as the fix: removing it is none.
+    assert_explains(caught.value, root, f"is owned by uid {NOBODY} (nobody), not you",
+                    f"Use a root of your own: the per-user default ({default_root()}), or "
+                    "pass a directory you own")
 
 
 @pytest.mark.parametrize("mode", [0o777, 0o770, 0o702])
@@ -177,7 +179,7 @@ def test_a_root_that_is_a_regular_file_is_refused_and_left_as_it_was(root: Path)
 
 
 def test_a_negative_stale_after_is_refused_before_anything_is_created(root: Path) -> None:
-    with pytest.raises(ValueError, match="stale_after must be a finite number of seconds >= 0"):
+    with pytest.raises(ValueError, match="stale_after: must be a finite number of seconds >= 0"):
         Manager(root, stale_after=-1)
     assert not root.exists()
 

@@ -788,7 +788,7 @@ def test_a_replay_of_an_empty_journal_needs_no_segments(path: Path) -> None:
 def test_a_retention_that_is_not_a_number_of_at_least_zero_is_refused_naming_the_field(
     field: str, value: object
 ) -> None:
-    with pytest.raises(ValueError, match=f"Retention.{field} must be a number >= 0"):
+    with pytest.raises(ValueError, match=f"Retention.{field}: must be a number >= 0"):
         Retention(**{field: value})  # type: ignore[arg-type]
 
 

@@ -19,7 +19,7 @@ from typing import Any, Literal, overload
 
 import attrs
 
-from sessiontemp.inspect.read import opened
+from sessiontemp.inspect.read import as_path, opened
 from sessiontemp.journal.errors import BadInput
 from sessiontemp.journal.events import KINDS
 
@@ -95,6 +95,9 @@ class EventFilter:
 
 def check_kind(kind: str) -> str:
     """*kind* if this version knows it; else :class:`~sessiontemp.BadInput` naming the closest."""
+    if not isinstance(kind, str):
+        raise BadInput(f"the kind {kind!r}", f"is of type {type(kind).__name__}, not a str",
+                       f"Pass one kind as a str: {', '.join(KINDS)}")
     if kind in KINDS:
         return kind
     close = difflib.get_close_matches(kind, list(KINDS), n=1, cutoff=0.6)
@@ -135,15 +138,16 @@ def events(
     retired before they could be read.  Without *follow*, the listing is of
     the kept history alone (``summary`` says where it starts).
     """
+    path = as_path(journal, "the journal")
     if follow:
-        yield from _followed(Path(journal), selection, poll, stop)
+        yield from _followed(path, selection, poll, stop)
         return
     if selection.limit == 0:
         return
     naming = tuple(t for t in (selection.manager, selection.generation) if t is not None)
     after = max((selection.since_seq or 1) - 1, 0)
     given = 0
-    with opened(Path(journal)) as store:
+    with opened(path) as store:
         for seq, time, kind, payload in store.rows_where(
             after=after, until=selection.until_seq, since_time=selection.since_time,
             until_time=selection.until_time, kinds=selection.kinds, naming=naming,

@@ -23,6 +23,7 @@ from sessiontemp.inspect.read import (
     ROOT_FILES,
     Problem,
     Progress,
+    as_path,
     kept_history,
     opened,
     probe_generation,
@@ -119,7 +120,7 @@ def fsck(root: os.PathLike[str] | str, *, repair: bool = False,
          progress: Progress | None = None) -> FsckReport:
     """Compare the journal of *root* with the root's entries; with *repair*, recover first
     (which writes to the journal and removes directories) and check again."""
-    base = Path(root)
+    base = as_path(root, "the root")
     if not base.is_dir():
         raise BadInput(base, "does not exist" if not os.path.lexists(base) else
                        "is not a directory",

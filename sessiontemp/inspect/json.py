@@ -21,6 +21,7 @@ from sessiontemp.inspect.story import Story
 from sessiontemp.inspect.summary import Summary
 from sessiontemp.inspect.timeline import Timeline
 from sessiontemp.inspect.verify import Verification
+from sessiontemp.journal.errors import BadInput
 from sessiontemp.journal.reducer import State
 
 __all__ = ["SCHEMA", "as_json", "moment", "state_json"]
@@ -42,6 +43,9 @@ def _asdict(obj: Any) -> dict[str, Any]:
 
 def state_json(state: State) -> dict[str, Any]:
     """The managers, generations, sessions and artifacts of *state* as JSON objects."""
+    if not isinstance(state, State):
+        raise BadInput(type(state).__name__, "is not a journal's State", "Pass the state a "
+                       "function of sessiontemp.inspect returned (state_at(...).state)")
     return {
         "managers": {k: _asdict(v) for k, v in sorted(state.managers.items())},
         "generations": {k: _asdict(v) for k, v in sorted(state.generations.items())},
@@ -125,7 +129,8 @@ def _body(result: object) -> dict[str, Any]:
             "bytes": result.bytes, "directories": [_directory(d) for d in result.directories],
             "problems": [_asdict(p) for p in result.problems],
         }
-    raise TypeError(f"no JSON form for {type(result).__name__}")
+    raise BadInput(type(result).__name__, "has no JSON form", "Pass a report a function of "
+                   "sessiontemp.inspect returned")
 
 
 def _directory(d: DirectoryUsage) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from sessiontemp.root import (
     GENERATION_PREFIX,
     JOURNAL_NAME,
     MANAGERS_DIR,
+    TRASH_PREFIX,
     WORK_DIR,
     check_layout,
     default_root,
@@ -44,6 +45,7 @@ __all__ = [
     "Location",
     "Problem",
     "Progress",
+    "as_path",
     "counted",
     "generation_of",
     "kept_history",
@@ -52,6 +54,7 @@ __all__ = [
     "parse_moment",
     "probe_generation",
     "probe_liveness",
+    "text_of",
     "when",
 ]
 
@@ -90,10 +93,10 @@ def locate(journal: os.PathLike[str] | str | None = None,
     of the wrong kind or someone else's: what they lead to is not the root's.
     """
     for given, what in ((root, "the root"), (journal, "the journal")):
-        if given is not None and not os.fspath(given):
+        if given is not None and as_path(given, what) and not os.fspath(given):
             # Path("") is the working directory: never read (or repaired) by accident.
             raise empty_path(what, "Pass a path, or None for the per-user root")
-    base = None if root is None else Path(root)
+    base = None if root is None else as_path(root, "the root")
     if base is not None:
         if not os.path.lexists(base):
             raise BadInput(base, "does not exist", _ROOT_FIX)
@@ -101,8 +104,14 @@ def locate(journal: os.PathLike[str] | str | None = None,
             raise BadInput(base, "is not a directory", _ROOT_FIX + (
                 ", or name a journal file as PATH" if journal is None else ""))
         check_layout(base)
+        if journal is None and not os.path.lexists(base / JOURNAL_NAME):
+            # The user passed --root: "pass --root" is no fix, the right directory is.
+            raise BadInput(base, f"holds no journal ({JOURNAL_NAME}): no Manager has made it "
+                           "a root", "Check the path: pass the directory a Manager made its "
+                           f"root (the per-user default is {default_root()}), or name a "
+                           "journal file as PATH")
     if journal is not None:
-        path = Path(journal)
+        path = as_path(journal, "the journal")
         if path.is_dir():
             if (path / JOURNAL_NAME).exists():
                 raise BadInput(path, "is a root directory, not a journal file",
@@ -199,9 +208,9 @@ def probe_generation(root: Path, generation_id: str) -> Hold:
 def parse_moment(text: str) -> int | float:
     """A sequence number (an integer) or a time (ISO 8601, or epoch seconds with a point).
 
-    Raises ValueError for anything else.
+    Raises :class:`~sessiontemp.BadInput` (a ValueError) for anything else.
     """
-    text = text.strip()
+    text = text_of(text, "the moment", "Pass a sequence number or a time as a str").strip()
     if text.isdigit():
         return int(text)
     try:
@@ -211,11 +220,31 @@ def parse_moment(text: str) -> int | float:
     try:
         moment = dt.datetime.fromisoformat(text)
     except ValueError:
-        raise ValueError(f"{text!r} is neither a sequence number nor a time (ISO 8601, or "
-                         "epoch seconds with a decimal point)") from None
+        raise BadInput(repr(text), "is neither a sequence number nor a time", "Pass a "
+                       "sequence number, or a time (ISO 8601, or epoch seconds with a decimal "
+                       "point)") from None
     if moment.tzinfo is None:
         moment = moment.astimezone()
     return moment.timestamp()
+
+
+def as_path(value: object, what: str) -> Path:
+    """*value*, given as *what*, as a Path; :class:`~sessiontemp.BadInput` unless it is one.
+
+    ``Path(3)`` would raise a bare TypeError naming neither the argument
+    nor the fix.
+    """
+    if not isinstance(value, str | os.PathLike):
+        raise BadInput(f"{what} {value!r}", f"is of type {type(value).__name__}, not a path",
+                       f"Pass {what} as a str or Path")
+    return Path(value)
+
+
+def text_of(value: object, what: str, fix: str) -> str:
+    """*value*, given as *what*; :class:`~sessiontemp.BadInput` with *fix* unless it is a str."""
+    if not isinstance(value, str):
+        raise BadInput(f"{what} {value!r}", f"is of type {type(value).__name__}, not a str", fix)
+    return value
 
 
 def generation_of(target: str) -> str:
@@ -225,6 +254,7 @@ def generation_of(target: str) -> str:
     generation too.  Raises :class:`~sessiontemp.BadInput` for a path (it has a slash)
     whose last part is neither a generation nor a trash name, such as ``/etc``.
     """
+    text_of(target, "the generation", "Pass a generation's path, name or id as a str")
     path = Path(target.rstrip("/"))
     name = path.name
     gid = generation_id_of(name)
@@ -233,8 +263,11 @@ def generation_of(target: str) -> str:
     if gid is not None:
         return gid
     if "/" in target or name in ("", ".", ".."):
-        raise BadInput(target, f"is not a sessiontemp generation (its name does not start "
-                       f"with {GENERATION_PREFIX})",
+        prefix = next((p for p in (GENERATION_PREFIX, TRASH_PREFIX) if name.startswith(p)), None)
+        why = (f"its name does not start with {GENERATION_PREFIX}" if prefix is None else
+               f"{name[len(prefix):]!r} is not a generation id: sessiontemp names each "
+               "generation with 16 characters of a-z and 2-7")
+        raise BadInput(target, f"is not a sessiontemp generation ({why})",
                        "Name a generation directory of the root, or a generation id "
                        "(journal-inspect events --kind generation.created lists them)")
     return name

@@ -33,16 +33,17 @@ from sessiontemp.inspect.read import (
     Liveness,
     Problem,
     Progress,
+    as_path,
     kept_history,
     opened,
     probe_liveness,
 )
 from sessiontemp.journal import history
-from sessiontemp.journal.errors import RuleViolation
+from sessiontemp.journal.errors import BadInput, RuleViolation
 from sessiontemp.journal.events import LeaseAcquired, SpaceRefused, decode
 from sessiontemp.journal.reducer import GenerationState, State
 from sessiontemp.journal.store import Store
-from sessiontemp.root import GENERATION_PREFIX, WORK_DIR
+from sessiontemp.root import GENERATION_PREFIX, WORK_DIR, os_error
 from sessiontemp.usage import measure_tree
 
 __all__ = ["LABELS", "DirectoryUsage", "SpaceReport", "usage"]
@@ -144,7 +145,7 @@ def usage(
     (*measuring* is called with (directories done, in all)); its time is
     *now* (default: the clock's).  Never writes the journal.
     """
-    path, base = Path(journal), Path(root)
+    path, base = as_path(journal, "the journal"), as_path(root, "the root")
     problems: list[Problem] = []
     with opened(path, snapshot=True) as store:
         state = history.fold(store, after=None, lenient=problems, progress=progress)
@@ -186,7 +187,14 @@ def usage(
 
 def _filesystem(root: Path) -> tuple[disk.Space, bool]:
     """The space of *root*'s file system and whether it is RAM-backed, as a manager asks."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError) as e:
+        raise BadInput(root, "does not exist" if isinstance(e, FileNotFoundError) else
+                       "is not a directory", "Pass the root directory that holds the "
+                       "journal") from None
+    except OSError as e:
+        raise os_error(root, e, "opened") from None
     try:
         return disk.space_of(fd), disk.is_ram(fd)
     finally:

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import attrs
 
-from sessiontemp.inspect.read import Problem, Progress, opened
+from sessiontemp.inspect.read import Problem, Progress, as_path, opened
 from sessiontemp.journal import history
+from sessiontemp.journal.errors import BadInput
 from sessiontemp.journal.reducer import Forgotten, State
 
 __all__ = ["StateAt", "state_at"]
@@ -55,14 +56,15 @@ def state_at(journal: os.PathLike[str] | str, at: int | float | None = None, *,
     fold from where the kept history starts; *live* lists only what is
     alive or owes work, folded from the newest checkpoint at or before it.
     """
-    path = Path(journal)
+    path = as_path(journal, "the journal")
     with opened(path, snapshot=True) as store:
         last = store.last_seq()
         if at is None:
             seq = last
         elif isinstance(at, int):
             if at < 0 or at > last:
-                raise ValueError(f"there is no event {at}: the journal holds events 1 to {last}")
+                raise BadInput(f"event {at}", f"is not in the journal, which holds events 1 "
+                               f"to {last}", "Pass a sequence number in that range, or a time")
             seq = at
         else:
             seq = store.seq_at(at)

@@ -29,6 +29,7 @@ from sessiontemp.budget import described
 from sessiontemp.inspect.read import (
     Problem,
     Progress,
+    as_path,
     counted,
     generation_of,
     kept_history,
@@ -350,8 +351,8 @@ def explain(journal: os.PathLike[str] | str, target: str, root: os.PathLike[str]
     no generation is :class:`~sessiontemp.BadInput`.
     """
     gid = generation_of(target)
-    path = Path(journal)
-    where = None if root is None else Path(root) / (GENERATION_PREFIX + gid)
+    path = as_path(journal, "the journal")
+    where = None if root is None else as_path(root, "the root") / (GENERATION_PREFIX + gid)
     with opened(path, snapshot=True) as store:
         first, finished = _span_of(store, gid)
         kept = history.start(store)

@@ -22,6 +22,7 @@ import attrs
 from sessiontemp.inspect.read import (
     Liveness,
     Problem,
+    as_path,
     opened,
     probe_generation,
     probe_liveness,
@@ -140,8 +141,8 @@ def summary(journal: os.PathLike[str] | str, root: os.PathLike[str] | str | None
     liveness lock and the directory lock of each generation whose manager
     ended or is gone are probed.
     """
-    path = Path(journal)
-    base = None if root is None else Path(root)
+    path = as_path(journal, "the journal")
+    base = None if root is None else as_path(root, "the root")
     with opened(path, snapshot=True) as store:
         first, last, count = store.extent()
         retirement = store.history()

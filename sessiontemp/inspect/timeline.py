@@ -51,7 +51,7 @@ from sessiontemp.inspect.picture import (
     Mark,
     Picture,
 )
-from sessiontemp.inspect.read import Problem, Progress, counted, opened
+from sessiontemp.inspect.read import Problem, Progress, as_path, counted, opened
 from sessiontemp.inspect.scale import Scale, duration, idle_stretches
 from sessiontemp.journal import history
 from sessiontemp.journal.errors import BadInput
@@ -297,7 +297,7 @@ def timeline(
     if idle is not None and not (isinstance(idle, int | float) and idle >= 0):
         raise BadInput(f"idle {idle!r}", "is not a number of seconds of 0 or more",
                        "Pass one such as 60, or None to draw time to scale throughout")
-    path = Path(journal)
+    path = as_path(journal, "the journal")
     refused: list[Problem] = []
     with opened(path, snapshot=True) as store:
         first_seq, last_seq, _ = store.extent()
@@ -389,7 +389,7 @@ def timeline(
         for p in marks], turned_away)
     ended: Counter[str] = Counter(g.ending() for g in generations)
     svg = picture.render(f"sessiontemp timeline of {path}")
-    out = None if output is None else Path(output)
+    out = None if output is None else as_path(output, "the output")
     if out is not None:
         out.write_text(svg, encoding="utf-8")
     return Timeline(

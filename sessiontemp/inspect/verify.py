@@ -15,7 +15,7 @@ from typing import Literal
 
 import attrs
 
-from sessiontemp.inspect.read import Problem, Progress, opened
+from sessiontemp.inspect.read import Problem, Progress, as_path, opened
 from sessiontemp.journal import checkpoint, history
 from sessiontemp.journal.errors import CheckpointInvalid
 from sessiontemp.journal.events import Record
@@ -45,7 +45,7 @@ def verify(journal: os.PathLike[str] | str, *, progress: Progress | None = None
     """Every check there is: SQLite integrity, sequence and digest chain, kinds and payloads,
     the lifecycle rules (lenient: every violation is listed, the event skipped) and the
     reducer's invariants on the final state."""
-    path = Path(journal)
+    path = as_path(journal, "the journal")
     problems: list[Problem] = []
     with opened(path, snapshot=True) as store:
         for message in store.verify():
