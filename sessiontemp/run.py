@@ -3,25 +3,15 @@
 The command is started with TMPDIR, TMP and TEMP on a fresh leased
 directory and the lease's lock inherited, so it keeps the directory for as
 long as it (or anything it hands the descriptor to) runs, even if this
-process is killed; the next recovery removes it once it exits.
-
-Signals are handled without a race: the forwarded ones (and SIGCHLD) are
-blocked before the command starts, so none is lost between the start and
-the first wait, and :func:`signal.sigwaitinfo` then takes them one at a
-time together with the sender's identity.  That identity decides whether
-to forward: a signal the kernel sent to the whole foreground process group
-(Ctrl-C, Ctrl-\\, a terminal resize or hangup) has already reached the
-command, and forwarding it again would deliver it twice.
+process is killed; the next recovery removes it once it exits.  Starting,
+waiting and forwarding signals are :mod:`sessiontemp.spawn`'s, shared with
+``sessiontemp run --session``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
 import shlex
-import signal
-import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Final
@@ -30,26 +20,17 @@ import attrs
 
 from sessiontemp import budget
 from sessiontemp.budget import Limits
-from sessiontemp.journal.errors import BadInput, CommandNotStarted, OverBudget
+from sessiontemp.journal.errors import BadInput, OverBudget
 from sessiontemp.lease import Lease
 from sessiontemp.manager import Manager
+from sessiontemp.spawn import FORWARDED, exit_status, pending_stop, start_and_wait, watching
 from sessiontemp.usage import Usage
 
 __all__ = ["FORWARDED", "Finished", "exit_status", "label", "run_command"]
 
-FORWARDED: Final = frozenset({
-    signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
-    signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH,
-})
-
 # Longest label given to a lease: the journal refuses free text past 4096
 # characters, and a label is for people reading a report.
 _LABEL_LIMIT: Final = 1000
-# si_code of a signal the kernel itself generated, as a terminal's are (Linux).
-_SI_KERNEL: Final = 0x80
-# Python ignores these at start-up; a command expects them at their default,
-# as subprocess's restore_signals gives it.
-_RESTORED: Final = (signal.SIGPIPE, signal.SIGXFSZ)
 
 
 @attrs.frozen
@@ -74,12 +55,6 @@ class Finished:
 def label(text: str) -> str:
     """*text* as a lease label: cut to a length the journal accepts, marked when cut."""
     return text if len(text) <= _LABEL_LIMIT else text[:_LABEL_LIMIT - 3] + "..."
-
-
-def exit_status(wait_status: int) -> int:
-    """The status a shell reports for a wait status: the exit code, or 128+N for signal N."""
-    code = os.waitstatus_to_exitcode(wait_status)
-    return 128 - code if code < 0 else code
 
 
 def run_command(
@@ -116,18 +91,7 @@ def run_command(
     """
     if not command:
         raise BadInput("the command", "is empty", "Name the command to run after --")
-    if threading.current_thread() is not threading.main_thread():
-        raise BadInput("run_command", "was called from another thread than the main one",
-                       "Call it from the main thread: it takes over SIGCHLD while it runs")
-    watched = {*FORWARDED, signal.SIGCHLD}
-    # Blocked from the start, not only once the command runs: a thread the
-    # manager starts meanwhile (its journal's maintenance) inherits the mask,
-    # so the kernel cannot hand it a signal that sigwaitinfo here would miss.
-    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
-    # An ignored SIGCHLD would make the kernel reap the command itself, and
-    # its exit status would be lost.
-    previous_chld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    try:
+    with watching() as previous_mask:
         usage = over = None
         limits = Limits(max_bytes, max_inodes, min_free_bytes)
         with Manager(root, max_bytes=limits.max_bytes, max_inodes=limits.max_inodes,
@@ -135,7 +99,7 @@ def run_command(
                      measure_every=limits.measure_every) as manager:
             manager.retain()
             with manager.acquire(label=label(shlex.join(command))) as lease:
-                early = _pending_stop()
+                early = pending_stop()
                 status = 128 + early if early else _start_and_wait(
                     lease, command, previous_mask)
                 if limits.budgeted:
@@ -146,74 +110,9 @@ def run_command(
             # The last owner seals the session; its directory goes now unless held.
             manager.release()
         return Finished(status, lease.path, kept=lease.path.exists(), usage=usage, over=over)
-    finally:
-        # What is still pending was meant for the command, which is gone.
-        while signal.sigtimedwait(watched, 0) is not None:
-            pass
-        # None: a handler set outside Python, which cannot be put back; the default is SIGCHLD's.
-        signal.signal(signal.SIGCHLD,
-                      signal.SIG_DFL if previous_chld is None else previous_chld)
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
-
-
-def _pending_stop() -> int:
-    """A pending forwarded signal that would have ended this process (taken); 0 if none."""
-    for signum in sorted(signal.sigpending() & (FORWARDED - {signal.SIGWINCH})):
-        if signal.sigtimedwait({signum}, 0) is not None:
-            return int(signum)
-    return 0
 
 
 def _start_and_wait(lease: Lease, command: Sequence[str], mask: Iterable[int]) -> int:
-    try:
-        pid = os.posix_spawnp(
-            command[0], list(command), {**os.environ, **lease.env()},
-            # A dup2 of a descriptor onto itself clears close-on-exec: the
-            # command inherits the lease's lock, as pass_fds does.
-            file_actions=[(os.POSIX_SPAWN_DUP2, fd, fd) for fd in lease.pass_fds],
-            setsigmask=mask, setsigdef=_RESTORED,
-        )
-    except FileNotFoundError as e:
-        raise CommandNotStarted(command[0], errno.ENOENT, "command not found",
-                                "Check its name and PATH, or give its path") from e
-    except PermissionError as e:
-        raise CommandNotStarted(command[0], errno.EACCES, "cannot be executed "
-                                "(permission denied)", "Check that it is an executable "
-                                "file, or run it through its interpreter") from e
-    except OSError as e:
-        raise CommandNotStarted(command[0], e.errno or 0, f"could not be started "
-                                f"({e.strerror})", "Check the command") from e
-    # Also for a command that closes the descriptor it inherited.
-    lease.track(pid)
-    return _wait(pid)
-
-
-def _wait(pid: int) -> int:
-    """Wait for *pid* to exit, forwarding signals; its exit status as a shell reports it."""
-    watched = {*FORWARDED, signal.SIGCHLD}
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return exit_status(status)
-        # A SIGCHLD that came before this call is pending, so an exit is
-        # never missed between the waitpid above and here.
-        info = signal.sigwaitinfo(watched)
-        if info.si_signo in FORWARDED and _forward(info, pid):
-            # Gone already: it has just exited, and the next waitpid says how.
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, info.si_signo)
-
-
-def _forward(info: signal.struct_siginfo, pid: int) -> bool:
-    """Whether the signal *info* describes should go on to the command *pid*."""
-    if info.si_pid == pid:
-        # The command signalled this process: sending it back would loop.
-        return False
-    if info.si_code == _SI_KERNEL:
-        # The kernel signalled the whole process group (a terminal); the
-        # command has it already unless it moved to a group of its own.
-        try:
-            return os.getpgid(pid) != os.getpgrp()
-        except ProcessLookupError:
-            return False
-    return True
+    # Tracked too, for a command that closes the descriptor it inherited.
+    return start_and_wait(command, {**os.environ, **lease.env()}, lease.pass_fds, mask,
+                          lease.track)
