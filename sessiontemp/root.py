@@ -48,7 +48,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import tempfile
 from pathlib import Path
 from typing import Final
 
@@ -67,6 +66,7 @@ from sessiontemp.entries import (
 from sessiontemp.journal import ids
 from sessiontemp.journal.errors import NoSuchRoot, SessionTempError, UnsafeRoot
 from sessiontemp.locks import hold_shared
+from sessiontemp.where import default_root
 
 __all__ = [
     "ARTIFACTS_DIR",
@@ -136,11 +136,6 @@ DIR_FLAGS: Final = (
 # directories exclusively (it does so only while it cleans it) before it
 # works on without that directory's lock: its files are sticky all the same.
 _HOLD_PATIENCE: Final = 5.0
-
-
-def default_root() -> Path:
-    """The per-user root under the system temporary directory."""
-    return Path(tempfile.gettempdir()) / f"sessiontemp-{os.getuid()}"
 
 
 new_generation_id = ids.new_generation

@@ -1,0 +1,556 @@
+"""The session holder: one process per root holding each live named session's Manager.
+
+A harness that is no Python process (Node, Rust, Go, a shell script) drives
+a session from the command line: ``sessiontemp session start NAME`` makes
+the calling process an owner, ``sessiontemp run --session NAME -- CMD``
+(:mod:`sessiontemp.client`) runs each command under a lease of it, ``session
+rotate`` and ``session end`` do what :meth:`Manager.rotate` and
+:meth:`Manager.release` do.  Something must hold each session's
+:class:`~sessiontemp.Manager` between those commands: this process.
+
+- **One per root.**  The first ``session start`` on a root starts it
+  (:func:`launch`); it serves every session of that root on one socket,
+  ``ROOT/holder.sock``, inside the 0700 root, and ends once its sessions are
+  sealed and their last leases are gone.  One process per root rather than
+  per session: a harness running many sessions pays one interpreter and
+  one journal connection, ``session list`` has one place to ask, and a
+  client finds the socket by the root alone (the documentation's
+  "Session holder" page gives the figures).
+- **A Manager user like any other.**  Each session is a
+  ``Manager(root, session=NAME)`` with one retain per owner; there is no
+  second journal and no state the journal does not have.  Killed, the
+  holder is a dead manager to the next recovery: each session's current
+  directory is kept for its resume window, the next ``session start NAME``
+  adopts it (files kept), and directories that running commands hold stay
+  theirs.
+- **Leases go to the client as descriptors.**  A lease's lock (the flock
+  that keeps its directory) is sent over the socket (``SCM_RIGHTS``), so the
+  command inherits the very lock ``lease.popen`` would have given it; the
+  lease is released when the client's connection ends.
+- **Owners are processes, watched by the kernel.**  Each owner's pid is
+  opened as a pidfd, polled in the event loop: when it ends without
+  ``session end``, its ownership ends as a crash's does.  The session is
+  kept for its resume window (a ``session start`` meanwhile resumes it,
+  files kept), then released.  No pid is ever polled, no age compared.
+- **Peers are checked.**  Every connection's ``SO_PEERCRED`` must be of the
+  holder's uid; any other is refused with the reason.  The socket is
+  reached through the root's descriptor (``/proc/self/fd/N/holder.sock``),
+  so a root of any length works (an ``AF_UNIX`` path holds 107 bytes).
+  ``ROOT/holder.lock`` is held (flock) for the holder's life: a socket file
+  without it is a dead holder's, and the next holder replaces it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import selectors
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from sessiontemp import sessions as _sessions
+from sessiontemp.client import (
+    LOCK_NAME,
+    MESSAGE_BYTES,
+    SOCKET_NAME,
+    NoSession,
+    connect,
+)
+from sessiontemp.journal.errors import (
+    BadInput,
+    OverBudget,
+    SessionTempError,
+    Unavailable,
+)
+from sessiontemp.lease import Lease
+from sessiontemp.log import bound
+from sessiontemp.manager import DEFAULT_RESUME_WINDOW, Manager
+from sessiontemp.root import DIR_FLAGS, FILE_MODE, Root, check_owned_private
+from sessiontemp.where import chosen_root
+
+__all__ = ["IDLE", "Holder", "NoSession", "launch", "main", "request", "start"]
+
+# How long a holder started for a request waits for its first session
+# before it ends: a start that failed leaves no process behind.
+IDLE: Final = 10.0
+# Attempts at reaching a holder for `session start`, each starting one if none answers.
+_ATTEMPTS: Final = 50
+_log = bound(component="holder")
+
+
+class Session:
+    """One live session the holder serves: its manager, its owners, its leases."""
+
+    def __init__(self, name: str, manager: Manager, window: float) -> None:
+        self.name = name
+        self.manager = manager
+        self.window = window
+        # Each owner's pid and the pidfd that says when it ends.
+        self.owners: dict[int, int] = {}
+        self.leases: dict[socket.socket, Lease] = {}
+        # Set while the last owner has died without `end`: until then (the
+        # holder's clock) the session waits to be resumed, then is released.
+        self.orphaned_until: float | None = None
+        self.resumed = manager.resumed
+
+    def as_json(self, holder_pid: int, now: float) -> dict[str, Any]:
+        manager = self.manager
+        state = manager.state
+        me = state.managers.get(manager.id)
+        current = None if me is None or me.current is None else state.generations.get(
+            me.current)
+        directory = manager.current_dir
+        return {
+            "session": self.name,
+            "owners": [{"pid": pid} for pid in self.owners],
+            "holder_pid": holder_pid,
+            "directory": None if directory is None else os.fspath(directory),
+            "leases": len(self.leases),
+            "bytes": None if current is None else current.measured_bytes,
+            "measured_at": None if current is None else current.measured_at,
+            "sealed": manager.sealed,
+            "resumable": self.orphaned_until is not None,
+            "resumable_for": (None if self.orphaned_until is None
+                              else max(0.0, self.orphaned_until - now)),
+        }
+
+
+class Holder:
+    """The event loop serving one root's sessions on a listening socket.
+
+    *clock* (monotonic seconds) times the resume windows of sessions whose
+    owners died; *idle* is how long it waits for a first session.
+    """
+
+    def __init__(self, root: Path, listener: socket.socket, *,
+                 clock: Callable[[], float] = time.monotonic, idle: float = IDLE) -> None:
+        self.root = root
+        self.listener = listener
+        self.clock = clock
+        self.sessions: dict[str, Session] = {}
+        self.connections: set[socket.socket] = set()
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(listener, selectors.EVENT_READ, None)
+        self.idle_until: float | None = clock() + idle
+        self.uid = os.getuid()
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def serve(self) -> None:
+        """Serve until every session is sealed, its leases gone, and nobody is connected."""
+        while self.sessions or self.connections or self._waiting():
+            for key, _ in self.selector.select(self._timeout()):
+                if key.fileobj is self.listener:
+                    self._accept()
+                elif isinstance(key.data, tuple):
+                    self._owner_ended(*key.data)
+                else:
+                    assert isinstance(key.fileobj, socket.socket)
+                    self._readable(key.fileobj)
+            self._expire()
+        self.selector.close()
+
+    def _waiting(self) -> bool:
+        return self.idle_until is not None and self.clock() < self.idle_until
+
+    def _timeout(self) -> float | None:
+        deadlines = [s.orphaned_until for s in self.sessions.values()
+                     if s.orphaned_until is not None]
+        if self.idle_until is not None:
+            deadlines.append(self.idle_until)
+        return None if not deadlines else max(0.0, min(deadlines) - self.clock())
+
+    def _accept(self) -> None:
+        try:
+            sock, _ = self.listener.accept()
+        except (BlockingIOError, ConnectionAbortedError):
+            return
+        peer = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        pid = int.from_bytes(peer[0:4], sys.byteorder)
+        uid = int.from_bytes(peer[4:8], sys.byteorder)
+        if uid != self.uid:
+            # Unreachable through the 0700 root but for root itself; said all the same.
+            _log.warning("holder.refused", pid=pid, uid=uid)
+            self._reply(sock, _refusal(
+                "refused", f"process {pid} is of uid {uid}, not of this holder's user "
+                f"(uid {self.uid})", "Run sessiontemp as the user who owns the root"))
+            sock.close()
+            return
+        self.idle_until = None
+        self.connections.add(sock)
+        self.selector.register(sock, selectors.EVENT_READ, "client")
+
+    def _readable(self, sock: socket.socket) -> None:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, MESSAGE_BYTES, 4)
+        except OSError:
+            data, fds = b"", []
+        for stray in fds:
+            os.close(stray)
+        if not data:
+            self._disconnected(sock)
+            return
+        reply: dict[str, Any] | None
+        fd: int | None
+        try:
+            message = json.loads(data)
+            if not isinstance(message, dict):
+                raise ValueError("not an object")
+            reply, fd = self._handle(sock, message)
+        except (SessionTempError, ValueError, OSError, KeyError, TypeError) as e:
+            reply, fd = _error(e), None
+        if reply is not None and not self._reply(sock, reply, fd) and fd is not None:
+            # The client left before it got its lease: give it back now.
+            self._disconnected(sock)
+
+    def _reply(self, sock: socket.socket, reply: dict[str, Any], fd: int | None = None) -> bool:
+        data = json.dumps(reply).encode()
+        try:
+            if fd is None:
+                sock.send(data)
+            else:
+                socket.send_fds(sock, [data], [fd])
+        except OSError:
+            return False
+        return True
+
+    def _disconnected(self, sock: socket.socket) -> None:
+        if sock not in self.connections:
+            return
+        self.connections.discard(sock)
+        self.selector.unregister(sock)
+        for session in list(self.sessions.values()):
+            lease = session.leases.pop(sock, None)
+            if lease is not None:
+                lease.release()
+                self._settle(session)
+        sock.close()
+
+    # -- requests ---------------------------------------------------------------------
+
+    def _handle(self, sock: socket.socket, message: dict[str, Any]
+                ) -> tuple[dict[str, Any] | None, int | None]:
+        op = message.get("op")
+        if op == "list":
+            now = self.clock()
+            return {"ok": True, "root": os.fspath(self.root), "holder_pid": os.getpid(),
+                    "sessions": [s.as_json(os.getpid(), now) for _, s in
+                                 sorted(self.sessions.items())]}, None
+        if op == "track":
+            for served in self.sessions.values():
+                lease = served.leases.get(sock)
+                if lease is not None:
+                    lease.track(int(message["pid"]))
+            return None, None
+        name = _sessions.check_name(message.get("session"))
+        if op == "start":
+            return self._start(name, int(message["owner"]), message.get("window")), None
+        session = self.sessions.get(name)
+        if session is None or session.manager.sealed:
+            return _refusal("missing", "it is not started, or has ended",
+                            f"Start it with `sessiontemp session start {name}`"), None
+        if op == "lease":
+            if sock in session.leases:
+                raise BadInput("the request", "asks for a second lease on one connection",
+                               "Connect once per command")
+            lease = session.manager.acquire(label=str(message.get("label", "")))
+            session.leases[sock] = lease
+            return {"ok": True, "path": os.fspath(lease.path), "lease": lease.id,
+                    "generation": lease.generation}, lease.pass_fds[0]
+        if op == "rotate":
+            session.manager.rotate()
+            return {"ok": True, "session": name, "root": os.fspath(self.root)}, None
+        if op == "end":
+            self._end(session, int(message.get("owner") or 0))
+            return {"ok": True, "session": name, "root": os.fspath(self.root),
+                    "owners": len(session.owners), "sealed": session.manager.sealed}, None
+        raise BadInput(repr(op), "is not a request of the holder",
+                       "Use start, lease, track, rotate, end or list")
+
+    def _start(self, name: str, owner: int, window: object) -> dict[str, Any]:
+        try:
+            # Opened first: an owner already gone is refused before anything changes.
+            pidfd = os.pidfd_open(owner)
+        except ProcessLookupError:
+            raise BadInput(f"--owner-pid {owner}", "names no running process",
+                           "Pass the pid of the process that owns the session") from None
+        try:
+            session = self.sessions.get(name)
+            if session is not None and session.manager.sealed:
+                # Ended, with commands still running in it: those keep their
+                # directory (their leases' locks), and the name starts afresh.
+                self._close(session)
+                session = None
+            if session is None:
+                resume_window = DEFAULT_RESUME_WINDOW if window is None else float(
+                    window)  # type: ignore[arg-type]
+                manager = Manager(self.root, session=name, resume_window=resume_window)
+                session = Session(name, manager, resume_window)
+                try:
+                    manager.retain()
+                except BaseException:
+                    manager.close()
+                    raise
+                self.sessions[name] = session
+            elif owner in session.owners:
+                os.close(pidfd)
+                pidfd = -1
+            elif session.orphaned_until is not None:
+                # The dead owner's retain passes to the new one: resumed.
+                session.orphaned_until = None
+                session.resumed = True
+            else:
+                session.manager.retain()
+        except BaseException:
+            if pidfd >= 0:
+                os.close(pidfd)
+            raise
+        if pidfd >= 0:
+            session.owners[owner] = pidfd
+            self.selector.register(pidfd, selectors.EVENT_READ, (name, owner))
+        _log.info("holder.started", session=name, owner=owner, resumed=session.resumed)
+        return {"ok": True, "session": name, "root": os.fspath(self.root),
+                "resumed": session.resumed, "holder_pid": os.getpid(),
+                "directory": os.fspath(session.manager.current_dir or "") or None}
+
+    def _end(self, session: Session, owner: int) -> None:
+        """Release one owner: *owner* if it is one, else the oldest; the last seals it."""
+        if session.owners:
+            pid = owner if owner in session.owners else next(iter(session.owners))
+            self._forget_owner(session, pid)
+        elif session.orphaned_until is not None:
+            session.orphaned_until = None
+        else:
+            return
+        session.manager.release()
+        self._settle(session)
+
+    def _forget_owner(self, session: Session, pid: int) -> None:
+        pidfd = session.owners.pop(pid)
+        self.selector.unregister(pidfd)
+        os.close(pidfd)
+
+    def _owner_ended(self, name: str, pid: int) -> None:
+        """Owner *pid* of session *name* ended without `end`: as a crash ends ownership."""
+        session = self.sessions[name]
+        self._forget_owner(session, pid)
+        _log.info("holder.owner_ended", session=name, owner=pid)
+        if session.owners:
+            session.manager.release()
+        else:
+            # Kept as a dead manager's session is: for its resume window.
+            session.orphaned_until = self.clock() + session.window
+
+    def _expire(self) -> None:
+        now = self.clock()
+        for session in list(self.sessions.values()):
+            if session.orphaned_until is not None and now >= session.orphaned_until:
+                session.orphaned_until = None
+                session.manager.release()
+                self._settle(session)
+
+    def _settle(self, session: Session) -> None:
+        """Close a sealed session's manager once its last lease is gone."""
+        if session.manager.sealed and not session.leases:
+            self._close(session)
+
+    def _close(self, session: Session) -> None:
+        for pid in list(session.owners):
+            self._forget_owner(session, pid)
+        for lease in session.leases.values():
+            lease.release()
+        session.leases.clear()
+        self.sessions.pop(session.name, None)
+        session.manager.close()
+
+
+def _refusal(kind: str, reason: str, fix: str) -> dict[str, Any]:
+    return {"ok": False, "kind": kind, "reason": reason, "fix": fix}
+
+
+def _error(e: Exception) -> dict[str, Any]:
+    if isinstance(e, Unavailable):
+        return {**_refusal("refused", e.reason, e.fix),
+                "status": 75 if isinstance(e, OverBudget) or "free space" in e.reason else 2}
+    return _refusal("error", str(e), "See the message")
+
+
+# -- the process ------------------------------------------------------------------------
+
+
+def main(argv: list[str]) -> None:
+    """The holder process: ``ROOT READY_FD``; started by :func:`launch`, never by hand."""
+    root, ready = Path(argv[0]), int(argv[1])
+    # Daemonized: the launcher waits for this first process, which leaves at
+    # once; the holder goes on in a new session with no terminal, reparented.
+    if os.fork() > 0:
+        os._exit(0)
+    try:
+        root_fd = os.open(root, DIR_FLAGS)
+    except OSError:
+        os._exit(1)
+    try:
+        check_owned_private(root, os.fstat(root_fd))
+        lock = os.open(LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       FILE_MODE & 0o7777, dir_fd=root_fd)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            # Another holder lives: its socket is the one to use.
+            return
+        os.fchmod(lock, FILE_MODE)
+        # The lock is ours: whatever socket file is there is a dead holder's.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(SOCKET_NAME, dir_fd=root_fd)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        previous = os.umask(0o077)
+        try:
+            listener.bind(f"/proc/self/fd/{root_fd}/{SOCKET_NAME}")
+        finally:
+            os.umask(previous)
+        listener.listen(128)
+        mine = os.stat(SOCKET_NAME, dir_fd=root_fd, follow_symlinks=False)
+        os.write(ready, b"r")
+        os.close(ready)
+        try:
+            Holder(root, listener).serve()
+        finally:
+            # Gone first, so that no client connects to a holder that is leaving.
+            with contextlib.suppress(OSError):
+                st = os.stat(SOCKET_NAME, dir_fd=root_fd, follow_symlinks=False)
+                if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+                    os.unlink(SOCKET_NAME, dir_fd=root_fd)
+            listener.close()
+            os.close(lock)
+    finally:
+        os.close(root_fd)
+
+
+# The holder's process: started isolated (-I: no working directory, PYTHONPATH
+# or user site on its path), told where this process found the library and
+# its dependencies, which go after the standard library's directories (as
+# sessiontemp.usage's measuring child does).
+_CHILD: Final = (
+    "import json, os, sys\n"
+    "stdlib = os.path.dirname(os.__file__)\n"
+    "at = 1 + max(i for i, p in enumerate(sys.path) if p == stdlib or "
+    "p.startswith(stdlib + os.sep))\n"
+    "sys.path[at:at] = [p for p in json.loads(sys.argv[1]) if p not in sys.path]\n"
+    "from sessiontemp.holder import main\n"
+    "main(sys.argv[2:])\n"
+)
+_KEPT: Final = ("LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH")
+
+
+def _locations() -> list[str]:
+    import attr
+    import attrs
+    import filelock
+    import sqlite_utils
+    import structlog
+
+    files = (__file__, attrs.__file__, attr.__file__, filelock.__file__, sqlite_utils.__file__,
+             structlog.__file__)
+    return list(dict.fromkeys(os.fspath(Path(os.path.abspath(f)).parents[1]) for f in files
+                              if f is not None))
+
+
+def launch(root: Path) -> None:
+    """Start a holder for *root* (made and checked already) and wait until it listens.
+
+    Returns also when the holder ended at once because another one holds
+    the root (the caller connects to that one).
+    """
+    options = ["-I"]
+    if sys.flags.dont_write_bytecode:
+        options.append("-B")
+    options += ["-X", f"utf8={sys.flags.utf8_mode}"]
+    read, write = os.pipe()
+    try:
+        child = subprocess.Popen(
+            [sys.executable, *options, "-c", _CHILD, json.dumps(_locations()),
+             os.fspath(root), str(write)],
+            pass_fds=(write,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, cwd="/", start_new_session=True,
+            env={name: os.environ[name] for name in _KEPT if name in os.environ})
+        os.close(write)
+        write = -1
+        child.wait()
+        # One byte once it listens; end of file if it ended (another holder lives).
+        os.read(read, 1)
+    finally:
+        os.close(read)
+        if write >= 0:
+            os.close(write)
+
+
+def request(root: os.PathLike[str] | str | None, message: dict[str, Any], *,
+            session: str) -> dict[str, Any]:
+    """Send *message* to the holder of *root* (``--root`` rule); its reply.
+
+    Raises :class:`~sessiontemp.client.NoSession` when no holder serves the
+    root, and the holder's refusal as :class:`Unavailable`.
+    """
+    where = chosen_root(root)
+    connection = connect(where)
+    if connection is None:
+        raise NoSession(where, session, "no session holder is running for this root")
+    with connection:
+        try:
+            reply, fds = connection.call(message)
+        except (ConnectionResetError, BrokenPipeError):
+            raise NoSession(where, session, "its holder ended") from None
+    for fd in fds:
+        os.close(fd)
+    return _checked(reply, where, session)
+
+
+def _checked(reply: dict[str, Any], root: Path, session: str) -> dict[str, Any]:
+    if reply.get("ok"):
+        return reply
+    if reply.get("kind") == "missing":
+        raise NoSession(root, session, str(reply.get("reason")))
+    raise Unavailable(root, str(reply.get("reason")), str(reply.get("fix")))
+
+
+def start(name: str, *, root: os.PathLike[str] | str | None = None, owner: int | None = None,
+          resume_window: float | None = None) -> dict[str, Any]:
+    """Start (or join) session *name* for process *owner* (default: the caller's parent).
+
+    Starts the root's holder if none lives (making the root, as a Manager
+    does); returns the holder's reply: ``session``, ``root``, ``resumed``,
+    ``holder_pid``, ``directory``.  *resume_window* (seconds) applies when
+    this start opens the session.
+    """
+    name = _sessions.check_name(name)
+    if resume_window is not None:
+        _sessions.check_window(resume_window)
+    where = chosen_root(root)
+    message = {"op": "start", "session": name, "owner": os.getppid() if owner is None else owner,
+               "window": resume_window}
+    Root.open(where).close()
+    for _ in range(_ATTEMPTS):
+        connection = connect(where)
+        if connection is None:
+            launch(where)
+            continue
+        with connection:
+            try:
+                reply, fds = connection.call(message)
+            except (ConnectionResetError, BrokenPipeError):
+                # A holder that was leaving as this connected: the next one serves.
+                continue
+        for fd in fds:
+            os.close(fd)
+        return _checked(reply, where, name)
+    raise Unavailable(where, "no session holder could be started for it",
+                      "See whether the root's file system is full or read-only, and "
+                      f"whether {where / SOCKET_NAME} can be made; then start the session again")
+
