@@ -1,17 +1,21 @@
 """The session holder's client: ``sessiontemp run --session NAME`` and ``sessiontemp shell``.
 
 Every command a harness runs in a session starts a process of this, so it
-is small: it imports the standard library's socket, json and signals, the
-library's error classes, :mod:`sessiontemp.spawn` and
-:mod:`sessiontemp.where`, and none of the journal, its store, SQLite or
-attrs.  It asks the holder (:mod:`sessiontemp.holder`) serving the root for
-a lease on the session's current directory, receives the lease's lock as a
-descriptor (``SCM_RIGHTS``), and starts the command exactly as
-``sessiontemp run`` does (:func:`sessiontemp.spawn.start_and_wait`) with
-that descriptor inherited: the directory is held by the kernel for as long
-as the command (or anything it hands the descriptor to) runs, whatever
-becomes of this process or of the holder.  The connection stays open while
-the command runs; its end (the client's exit or death) releases the lease.
+is small: it imports the standard library's ``_socket``, json and signals,
+the library's error classes, :mod:`sessiontemp.spawn`,
+:mod:`sessiontemp.where` and :mod:`sessiontemp.console`, and none of the
+journal's other modules, its store, SQLite, attrs, nor even typing, pathlib,
+tempfile or the socket module (each of those cost more than this module's
+own work; ``tools/bench_startup.py`` measures the whole start).
+
+It asks the holder (:mod:`sessiontemp.holder`) serving the root for a
+lease on the session's current directory, receives the lease's lock as a
+descriptor (``SCM_RIGHTS``), and starts the command exactly as ``sessiontemp
+run`` does (:func:`sessiontemp.spawn.start_and_wait`) with that descriptor
+inherited: the directory is held by the kernel for as long as the command
+(or anything it hands the descriptor to) runs, whatever becomes of this
+process or of the holder.  The connection stays open while the command
+runs; its end (the client's exit or death) releases the lease.
 
 Trust: the holder's socket lives in the root, which is the user's and 0700,
 so no other user reaches it.  Before anything is sent, the root is checked
@@ -26,16 +30,11 @@ works, where an ``AF_UNIX`` path holds at most 107 bytes.
 
 from __future__ import annotations
 
-import contextlib
+import _socket
 import json
 import os
-import shlex
-import socket
 import stat
 import sys
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any, Final
 
 from sessiontemp.journal.errors import (
     CommandNotStarted,
@@ -43,7 +42,14 @@ from sessiontemp.journal.errors import (
     Unavailable,
     UnsafeRoot,
 )
-from sessiontemp.where import chosen_root
+from sessiontemp.where import root_text
+
+# Checkers take the name as True.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from types import TracebackType
+    from typing import Any, Final
 
 __all__ = ["AGENT_SESSION_VARIABLE", "LOCK_NAME", "SESSION_VARIABLE", "SOCKET_NAME",
            "Connection", "NoSession", "connect", "entry", "handles", "main", "run_in_session",
@@ -78,6 +84,8 @@ class NoSession(Unavailable):
 
 
 def _root_option(root: os.PathLike[str] | str) -> str:
+    import shlex
+
     return f" --root {shlex.quote(os.fspath(root))}"
 
 
@@ -88,7 +96,7 @@ class Connection:
     may carry descriptors.
     """
 
-    def __init__(self, sock: socket.socket, root: Path, holder_pid: int) -> None:
+    def __init__(self, sock: _socket.socket, root: str, holder_pid: int) -> None:
         self.sock = sock
         self.root = root
         self.holder_pid = holder_pid
@@ -103,9 +111,13 @@ class Connection:
         :class:`ConnectionResetError`.
         """
         self.send(message)
-        data, fds, _, _ = socket.recv_fds(self.sock, MESSAGE_BYTES, 4)
-        for fd in fds:
-            os.set_inheritable(fd, False)
+        # Close-on-exec from the start: a descriptor is passed on on purpose only.
+        data, ancillary, _, _ = self.sock.recvmsg(
+            MESSAGE_BYTES, _socket.CMSG_SPACE(4 * 4), _socket.MSG_CMSG_CLOEXEC)
+        fds = [int.from_bytes(payload[i:i + 4], sys.byteorder)
+               for level, kind, payload in ancillary
+               if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS
+               for i in range(0, len(payload) - len(payload) % 4, 4)]
         if not data:
             for fd in fds:
                 os.close(fd)
@@ -119,7 +131,8 @@ class Connection:
     def __enter__(self) -> Connection:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()
 
 
@@ -131,7 +144,7 @@ def connect(root: os.PathLike[str] | str) -> Connection | None:
     for a root or socket that is not this user's and private, or a peer of
     another uid: such a socket is never used.
     """
-    path = Path(root)
+    path = os.fspath(root)
     uid = os.getuid()
     try:
         # O_PATH: needs no read access; O_NOFOLLOW: never through a link.
@@ -151,16 +164,16 @@ def connect(root: os.PathLike[str] | str) -> Connection | None:
             found = os.stat(SOCKET_NAME, dir_fd=fd, follow_symlinks=False)
         except FileNotFoundError:
             return None
-        where = path / SOCKET_NAME
+        where = os.path.join(path, SOCKET_NAME)
         if not stat.S_ISSOCK(found.st_mode) or found.st_uid != uid or found.st_mode & 0o077:
             raise UnsafeRoot(where, f"is not a private socket of this user (uid {uid}): "
                              f"uid {found.st_uid}, mode {stat.filemode(found.st_mode)}; it "
                              "is not trusted", f"Find out who put it there, remove it, then "
                              f"start the session again (`{_PROG} session start NAME`)")
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET | _socket.SOCK_CLOEXEC)
         try:
             sock.connect(f"/proc/self/fd/{fd}/{SOCKET_NAME}")
-            peer = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+            peer = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
         except (ConnectionRefusedError, FileNotFoundError):
             # A killed holder's socket: nobody listens.  The next `session
             # start` replaces it; nothing is trusted from it.
@@ -197,12 +210,14 @@ def run_in_session(command: Sequence[str], *, session: str,
     """
     from sessiontemp.spawn import pending_stop, start_and_wait, watching
 
-    where = chosen_root(root)
+    where = root_text(root)
     with watching() as mask:
         connection = connect(where)
         if connection is None:
             raise NoSession(where, session, "no session holder is running for this root")
         with connection:
+            import shlex
+
             label = shlex.join(command)
             if len(label) > _LABEL_LIMIT:
                 label = label[:_LABEL_LIMIT - 3] + "..."
@@ -236,8 +251,10 @@ def _track(connection: Connection, pid: int) -> None:
     A holder gone meanwhile is no reason to stop: the command holds its
     directory through the descriptor.
     """
-    with contextlib.suppress(OSError):
+    try:  # noqa: SIM105 (contextlib costs the client's start)
         connection.send({"op": "track", "pid": pid})
+    except OSError:
+        pass
 
 
 def session_of_environment() -> str | None:

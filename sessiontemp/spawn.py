@@ -5,8 +5,9 @@ manager) and the session client (:mod:`sessiontemp.client`, a lease handed
 over by the session holder as a descriptor), so that a command behaves the
 same under both: TMPDIR, TMP and TEMP on the directory, the lease's lock
 inherited, the forwarded signals, the exit status a shell reports.  It
-imports only the standard library and the library's error classes: the
-client's start-up is paid by every command a harness runs.
+imports only the standard library's os and signal and the library's error
+classes (not even typing or contextlib): the client's start-up is paid by
+every command a harness runs.
 
 Signals are handled without a race: the forwarded ones (and SIGCHLD) are
 blocked before the command starts (:func:`watching`), so none is lost
@@ -19,15 +20,18 @@ already reached the command, and forwarding it again would deliver it twice.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import signal
-import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Final
 
 from sessiontemp.journal.errors import BadInput, CommandNotStarted
+
+# Checkers take the name as True.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from types import TracebackType
+    from typing import Final
 
 __all__ = ["FORWARDED", "exit_status", "pending_stop", "start_and_wait", "watching"]
 
@@ -35,6 +39,7 @@ FORWARDED: Final = frozenset({
     signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
     signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH,
 })
+_WATCHED: Final = {*FORWARDED, signal.SIGCHLD}
 # si_code of a signal the kernel itself generated, as a terminal's are (Linux).
 _SI_KERNEL: Final = 0x80
 # Python ignores these at start-up; a command expects them at their default,
@@ -48,9 +53,8 @@ def exit_status(wait_status: int) -> int:
     return 128 - code if code < 0 else code
 
 
-@contextlib.contextmanager
-def watching() -> Iterator[set[int]]:
-    """Block the forwarded signals and SIGCHLD for the block; yield the mask to give a command.
+class watching:
+    """Block the forwarded signals and SIGCHLD in a block; it gives the mask for a command.
 
     Blocked from the start, not only once the command runs: a thread
     started meanwhile (a manager's journal maintenance) inherits the mask,
@@ -59,23 +63,27 @@ def watching() -> Iterator[set[int]]:
     and is dropped.  Call it from the main thread (:class:`BadInput`
     otherwise): it takes over SIGCHLD.
     """
-    if threading.current_thread() is not threading.main_thread():
-        raise BadInput("run_command", "was called from another thread than the main one",
-                       "Call it from the main thread: it takes over SIGCHLD while it runs")
-    watched = {*FORWARDED, signal.SIGCHLD}
-    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
-    # An ignored SIGCHLD would make the kernel reap the command itself, and
-    # its exit status would be lost.
-    previous_chld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    try:
-        yield previous_mask
-    finally:
-        while signal.sigtimedwait(watched, 0) is not None:
+    def __enter__(self) -> set[int]:
+        try:
+            # An ignored SIGCHLD would make the kernel reap the command
+            # itself, and its exit status would be lost.  First: it is also
+            # what refuses another thread than the main one.
+            self.previous_chld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        except ValueError:
+            raise BadInput("run_command", "was called from another thread than the main one",
+                           "Call it from the main thread: it takes over SIGCHLD while it "
+                           "runs") from None
+        self.previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
+        return self.previous_mask
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        while signal.sigtimedwait(_WATCHED, 0) is not None:
             pass
         # None: a handler set outside Python, which cannot be put back; the default is SIGCHLD's.
         signal.signal(signal.SIGCHLD,
-                      signal.SIG_DFL if previous_chld is None else previous_chld)
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+                      signal.SIG_DFL if self.previous_chld is None else self.previous_chld)
+        signal.pthread_sigmask(signal.SIG_SETMASK, self.previous_mask)
 
 
 def pending_stop() -> int:
@@ -118,18 +126,19 @@ def start_and_wait(command: Sequence[str], env: Mapping[str, str], fds: Iterable
 
 def _wait(pid: int) -> int:
     """Wait for *pid* to exit, forwarding signals; its exit status as a shell reports it."""
-    watched = {*FORWARDED, signal.SIGCHLD}
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return exit_status(status)
         # A SIGCHLD that came before this call is pending, so an exit is
         # never missed between the waitpid above and here.
-        info = signal.sigwaitinfo(watched)
+        info = signal.sigwaitinfo(_WATCHED)
         if info.si_signo in FORWARDED and _forward(info, pid):
-            # Gone already: it has just exited, and the next waitpid says how.
-            with contextlib.suppress(ProcessLookupError):
+            try:  # noqa: SIM105 (contextlib costs the client's start)
                 os.kill(pid, info.si_signo)
+            except ProcessLookupError:
+                # Gone already: it has just exited, and the next waitpid says how.
+                pass
 
 
 def _forward(info: signal.struct_siginfo, pid: int) -> bool:
