@@ -42,7 +42,7 @@ from sessiontemp.journal.errors import (
     Unavailable,
     UnsafeRoot,
 )
-from sessiontemp.where import root_text
+from sessiontemp.where import HOLDER_LOCK, HOLDER_SOCKET, root_text
 
 # Checkers take the name as True.
 TYPE_CHECKING = False
@@ -55,10 +55,8 @@ __all__ = ["AGENT_SESSION_VARIABLE", "LOCK_NAME", "SESSION_VARIABLE", "SOCKET_NA
            "Connection", "NoSession", "connect", "entry", "handles", "main", "run_in_session",
            "session_of_environment", "shell_command"]
 
-SOCKET_NAME: Final = "holder.sock"
-# Held (flock, exclusive) by the live holder for its whole life: a socket
-# file without it is a dead holder's.
-LOCK_NAME: Final = "holder.lock"
+SOCKET_NAME: Final = HOLDER_SOCKET
+LOCK_NAME: Final = HOLDER_LOCK
 SESSION_VARIABLE: Final = "SESSIONTEMP_SESSION"
 # The agent CLI's own variable naming its session (Claude Code).
 AGENT_SESSION_VARIABLE: Final = "CLAUDE_CODE_SESSION_ID"

@@ -81,7 +81,7 @@ __all__ = ["IDLE", "Holder", "NoSession", "launch", "main", "request", "start"]
 # before it ends: a start that failed leaves no process behind.
 IDLE: Final = 10.0
 # Attempts at reaching a holder for `session start`, each starting one if none answers.
-_ATTEMPTS: Final = 50
+_ATTEMPTS: Final = 20
 _log = bound(component="holder")
 
 
@@ -289,8 +289,8 @@ class Holder:
                 self._close(session)
                 session = None
             if session is None:
-                resume_window = DEFAULT_RESUME_WINDOW if window is None else float(
-                    window)  # type: ignore[arg-type]
+                resume_window = (float(window) if isinstance(window, int | float)
+                                 else DEFAULT_RESUME_WINDOW)
                 manager = Manager(self.root, session=name, resume_window=resume_window)
                 session = Session(name, manager, resume_window)
                 try:
@@ -379,7 +379,7 @@ def _error(e: Exception) -> dict[str, Any]:
     if isinstance(e, Unavailable):
         return {**_refusal("refused", e.reason, e.fix),
                 "status": 75 if isinstance(e, OverBudget) or "free space" in e.reason else 2}
-    return _refusal("error", str(e), "See the message")
+    return _refusal("error", str(e), "Correct what it names, then try again")
 
 
 # -- the process ------------------------------------------------------------------------

@@ -25,10 +25,17 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Final
 
-__all__ = ["ROOT_VARIABLE", "chosen_root", "default_root", "root_text"]
+__all__ = ["HOLDER_LOCK", "HOLDER_SOCKET", "ROOT_VARIABLE", "chosen_root", "default_root",
+           "root_text"]
 
 # The environment variable naming the root when --root is not given.
 ROOT_VARIABLE: Final = "SESSIONTEMP_ROOT"
+# The session holder's entries in the root (sessiontemp.holder): its socket,
+# and the lock it holds for its whole life (a socket without it is a dead
+# holder's).  Named here, where the client finds them without importing the
+# root's module.
+HOLDER_SOCKET: Final = "holder.sock"
+HOLDER_LOCK: Final = "holder.lock"
 
 
 def _tempdir() -> str:

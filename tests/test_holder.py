@@ -314,9 +314,11 @@ def test_a_socket_another_user_planted_is_not_trusted(tmp_path: Path, nobodys_pl
         os.waitpid(server, 0)
 
 
-def test_journal_verifies_after_a_session(served_root: Served) -> None:
+def test_a_served_root_verifies_and_fsck_finds_the_holders_entries_its_own(
+        served_root: Served) -> None:
     served_root.start("v")
     assert served_root.run("v", "true").returncode == 0
-    done = subprocess.run([os.fspath(INSPECT), "--root", os.fspath(served_root.root), "verify"],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
+    for check in ("verify", "fsck"):
+        done = subprocess.run([os.fspath(INSPECT), "--root", os.fspath(served_root.root), check],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
