@@ -291,7 +291,13 @@ class Holder:
             if session is None:
                 resume_window = (float(window) if isinstance(window, int | float)
                                  else DEFAULT_RESUME_WINDOW)
-                manager = Manager(self.root, session=name, resume_window=resume_window)
+                # Relaxed: a lease, its release and an owner's change are not
+                # synced one by one (the directory's own events still are);
+                # a killed holder loses none of them, and a power loss only
+                # the last ones, of commands that died with it.  Each command
+                # then waits for no disk flush before it starts.
+                manager = Manager(self.root, session=name, resume_window=resume_window,
+                                  durability="relaxed")
                 session = Session(name, manager, resume_window)
                 try:
                     manager.retain()
