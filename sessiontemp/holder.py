@@ -66,7 +66,6 @@ from sessiontemp.client import (
 from sessiontemp.journal.errors import (
     BadInput,
     OverBudget,
-    SessionTempError,
     Unavailable,
 )
 from sessiontemp.lease import Lease
@@ -147,15 +146,27 @@ class Holder:
         """Serve until every session is sealed, its leases gone, and nobody is connected."""
         while self.sessions or self.connections or self._waiting():
             for key, _ in self.selector.select(self._timeout()):
-                if key.fileobj is self.listener:
-                    self._accept()
-                elif isinstance(key.data, tuple):
-                    self._owner_ended(*key.data)
-                else:
-                    assert isinstance(key.fileobj, socket.socket)
-                    self._readable(key.fileobj)
-            self._expire()
+                try:
+                    self._event(key)
+                except Exception as e:  # one failed event must not end the rest
+                    # An owner's release or an expiry the journal refused (a
+                    # full disk): the session stays served, and retried by
+                    # the next end; the holder goes on serving the others.
+                    _log.error("holder.failed", reason=str(e), error=type(e).__name__)
+            try:
+                self._expire()
+            except Exception as e:
+                _log.error("holder.failed", reason=str(e), error=type(e).__name__)
         self.selector.close()
+
+    def _event(self, key: selectors.SelectorKey) -> None:
+        if key.fileobj is self.listener:
+            self._accept()
+        elif isinstance(key.data, tuple):
+            self._owner_ended(*key.data)
+        else:
+            assert isinstance(key.fileobj, socket.socket)
+            self._readable(key.fileobj)
 
     def _waiting(self) -> bool:
         return self.idle_until is not None and self.clock() < self.idle_until
@@ -204,7 +215,7 @@ class Holder:
             if not isinstance(message, dict):
                 raise ValueError("not an object")
             reply, fd = self._handle(sock, message)
-        except (SessionTempError, ValueError, OSError, KeyError, TypeError) as e:
+        except Exception as e:  # said to the client, which exits 2
             reply, fd = _error(e), None
         if reply is not None and not self._reply(sock, reply, fd) and fd is not None:
             # The client left before it got its lease: give it back now.
@@ -538,7 +549,8 @@ def start(name: str, *, root: os.PathLike[str] | str | None = None, owner: int |
     name = _sessions.check_name(name)
     if resume_window is not None:
         _sessions.check_window(resume_window)
-    where = chosen_root(root)
+    # Absolute: the holder runs in / and the reply names the root.
+    where = Path(os.path.abspath(chosen_root(root)))
     message = {"op": "start", "session": name, "owner": os.getppid() if owner is None else owner,
                "window": resume_window}
     Root.open(where).close()

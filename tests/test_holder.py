@@ -322,3 +322,20 @@ def test_a_served_root_verifies_and_fsck_finds_the_holders_entries_its_own(
         done = subprocess.run([os.fspath(INSPECT), "--root", os.fspath(served_root.root), check],
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_relative_root_names_the_same_directory_for_the_holder_and_its_clients(
+        tmp_path: Path) -> None:
+    with served(tmp_path / "rel") as place:
+        owner = place.owner()
+        env = {**os.environ, "SESSIONTEMP_ROOT": "rel"}
+        done = st("session", "start", "r", "--owner-pid", str(owner.pid), "--json", env=env,
+                  cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        reply = json.loads(done.stdout)
+        place.holders.add(reply["holder_pid"])
+        assert reply["root"] == os.fspath(tmp_path / "rel")
+        ran = st("run", "--session", "r", "--", "sh", "-c", 'echo "$TMPDIR"', env=env,
+                 cwd=tmp_path)
+        assert ran.returncode == 0, ran.stderr
+        assert Path(ran.stdout.strip()).parent == tmp_path / "rel"
