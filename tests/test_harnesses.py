@@ -85,12 +85,14 @@ CLIENT = ('touch "$TMPDIR/mine.$$"; echo "$TMPDIR"; sleep 0.05; '
 def storm(place: Served, kills: int, clients: int, seed: int) -> None:
     """Start the session, start *clients* commands, SIGKILL the holder among them; *kills* times.
 
-    Every client ran its command in the session's directory (and found its
-    file there when it ended) or exited 2 saying why.
+    Every client ran its command in the session's one directory (and found
+    its file there when it ended) or exited 2 saying why.
     """
     schedule = random.Random(seed)
     owner = place.owner()
     env = environ(place.root)
+    # Every holder after a kill resumes the one directory: a single one, throughout.
+    directories: set[str] = set()
     for _ in range(kills):
         holder = place.start("storm", owner)["holder_pid"]
         running = [subprocess.Popen(
@@ -106,11 +108,13 @@ def storm(place: Served, kills: int, clients: int, seed: int) -> None:
             if client.returncode == 0:
                 assert Path(out.strip()).parent == place.root, out
                 assert Path(out.strip()).name.startswith("sessiontemp-gen-")
+                directories.add(out.strip())
             else:
                 assert client.returncode == 2, (client.returncode, out, err)
                 (line,) = err.splitlines()
                 assert line.startswith("sessiontemp run: no private directory in "), line
                 assert "'storm'" in line
+    assert len(directories) <= 1, directories
     holder = place.start("storm", owner)["holder_pid"]
     assert st("session", "end", "storm", "--owner-pid", str(owner.pid),
               root=place.root).returncode == 0
