@@ -237,12 +237,14 @@ class Holder:
             return
         self.connections.discard(sock)
         self.selector.unregister(sock)
-        for session in list(self.sessions.values()):
-            lease = session.leases.pop(sock, None)
-            if lease is not None:
-                lease.release()
-                self._settle(session)
-        sock.close()
+        try:
+            for session in list(self.sessions.values()):
+                lease = session.leases.pop(sock, None)
+                if lease is not None:
+                    lease.release()
+                    self._settle(session)
+        finally:
+            sock.close()
 
     # -- requests ---------------------------------------------------------------------
 

@@ -339,3 +339,53 @@ def test_a_relative_root_names_the_same_directory_for_the_holder_and_its_clients
                  cwd=tmp_path)
         assert ran.returncode == 0, ran.stderr
         assert Path(ran.stdout.strip()).parent == tmp_path / "rel"
+
+
+@as_root
+def test_the_holder_refuses_a_peer_of_another_uid_with_the_reason(nobodys_place: Path) -> None:
+    from sessiontemp.holder import Holder
+
+    root = nobodys_place / "root"
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a holder of nobody's, serving until its idle time ends
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            os.mkdir(root, 0o700)
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            listener.bind(os.fspath(root / "holder.sock"))
+            listener.listen(8)
+            os.write(write, b"r")
+            Holder(root, listener, idle=30.0).serve()
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        assert os.read(read, 1) == b"r"
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sock.connect(os.fspath(root / "holder.sock"))  # root passes the 0700 directory
+        sock.send(b'{"op": "list"}')
+        reply = json.loads(sock.recv(65536))
+        sock.close()
+        assert reply["ok"] is False
+        assert reply["kind"] == "refused"
+        assert reply["reason"].endswith(f"is of uid 0, not of this holder's user (uid {NOBODY})")
+    finally:
+        os.close(read)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def test_a_session_name_cannot_take_the_holder_outside_the_root(served_root: Served) -> None:
+    place = served_root
+    place.start("inside")
+    for name in ("../outside", "a/b", "..", ""):
+        started = st("session", "start", name, "--owner-pid", str(os.getpid()), root=place.root)
+        assert started.returncode == 2, started.stderr
+        ran = place.run(name, "true")
+        assert ran.returncode == 2, ran.stderr
+    assert sorted(os.listdir(place.root / "sessions")) == ["inside.lock"]
+    assert not (place.root.parent / "outside").exists()
