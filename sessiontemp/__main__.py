@@ -98,7 +98,10 @@ removed when CMD exits. If this wrapper is killed, CMD keeps its directory
 until CMD exits, and the next recovery removes it. With --max-bytes or
 --max-inodes the directory is measured as CMD runs and when it exits; one
 that ends over the budget is said on stderr with its largest entries, and a
-run whose CMD succeeded then exits 75 (CMD is never stopped for it)."""
+run whose CMD succeeded then exits 75 (CMD is never stopped for it). With
+--session NAME, CMD runs the same way in live session NAME's current
+directory (see `sessiontemp session --help`), which stays when CMD exits; no
+live session NAME: exit 2, and CMD does not run."""
 
 RECOVER_HELP = """\
 Run one recovery pass on the root: declare dead the managers whose process is
