@@ -187,12 +187,13 @@ class Holder:
         pid = int.from_bytes(peer[0:4], sys.byteorder)
         uid = int.from_bytes(peer[4:8], sys.byteorder)
         if uid != self.uid:
-            # Unreachable through the 0700 root but for root itself; said all the same.
-            _log.warning("holder.refused", pid=pid, uid=uid)
+            # Unreachable through the 0700 root but for root itself; said all
+            # the same, before anything else (logging included) can fail.
             self._reply(sock, _refusal(
                 "refused", f"process {pid} is of uid {uid}, not of this holder's user "
                 f"(uid {self.uid})", "Run sessiontemp as the user who owns the root"))
             sock.close()
+            _log.warning("holder.refused", pid=pid, uid=uid)
             return
         self.idle_until = None
         self.connections.add(sock)
