@@ -201,6 +201,15 @@ def build_parser() -> Parser:
             sub.add_argument("--resume-window", type=float, metavar="SECONDS",
                              help="how long the session is kept for a resume after its last "
                              "owner ended without `end` (default: a day)")
+            sub.add_argument("--max-bytes", type=_size, metavar="N",
+                             help="the budget of the session's directory in bytes allocated: "
+                             "a command that leaves it over fails (75), and the next is "
+                             "refused until a rotate")
+            sub.add_argument("--max-inodes", type=_size, metavar="N",
+                             help="the same, in inodes")
+            sub.add_argument("--min-free-bytes", type=_size, metavar="N",
+                             help="refuse commands while the root's file system has less free "
+                             "space than this (default: the library's)")
 
     shell = parser.add_subcommand(
         "shell", prefix=f"{PROG} shell", help="run a shell command in the environment's session",
@@ -270,13 +279,17 @@ def _run_in_session(args: argparse.Namespace | Plain, command: list[str]) -> int
     given = [o for o, v in (("--max-bytes", args.max_bytes), ("--max-inodes", args.max_inodes),
                             ("--min-free-bytes", args.min_free_bytes)) if v is not None]
     if given:
-        return _fail("run", f"{given[0]} applies to a run's own directory, not to a session's "
-                     "(whose manager the session holder keeps). Leave it out with --session")
+        return _fail("run", f"{given[0]} applies to a run's own directory; a session's budget "
+                     f"is given to `{PROG} session start`. Leave it out with --session")
     assert args.session is not None, "a run with --session"
+    from sessiontemp.client import Refused
+
     try:
         return run_in_session(command, session=args.session, root=args.root)
     except CommandNotStarted as e:
         return _fail("run", str(e), 127 if e.errno == errno.ENOENT else 126)
+    except Refused as e:
+        return _fail("run", str(e), e.status)
 
 
 def cmd_session(args: argparse.Namespace, out: console.Out) -> int:
@@ -287,7 +300,8 @@ def cmd_session(args: argparse.Namespace, out: console.Out) -> int:
     root = chosen_root(args.root)
     if args.action == "start":
         reply = holder.start(args.name, root=root, owner=args.owner_pid,
-                             resume_window=args.resume_window)
+                             resume_window=args.resume_window, max_bytes=args.max_bytes,
+                             max_inodes=args.max_inodes, min_free_bytes=args.min_free_bytes)
     elif args.action == "list":
         try:
             reply = holder.request(root, {"op": "list"}, session="")

@@ -52,8 +52,8 @@ if TYPE_CHECKING:
     from typing import Any, Final
 
 __all__ = ["AGENT_SESSION_VARIABLE", "LOCK_NAME", "SESSION_VARIABLE", "SOCKET_NAME",
-           "Connection", "NoSession", "connect", "entry", "handles", "main", "run_in_session",
-           "session_of_environment", "shell_command"]
+           "Connection", "NoSession", "Refused", "connect", "entry", "handles", "main",
+           "run_in_session", "session_of_environment", "shell_command"]
 
 SOCKET_NAME: Final = HOLDER_SOCKET
 LOCK_NAME: Final = HOLDER_LOCK
@@ -66,6 +66,8 @@ _TEMP_VARIABLES: Final = ("TMPDIR", "TMP", "TEMP")
 # Longest label given to a lease (as sessiontemp.run's): a label is for people.
 _LABEL_LIMIT: Final = 1000
 _PROG: Final = "sessiontemp"
+# Refused for space: EX_TEMPFAIL, as `sessiontemp run` exits.
+_SPACE_STATUS: Final = 75
 
 
 class NoSession(Unavailable):
@@ -79,6 +81,15 @@ class NoSession(Unavailable):
         super().__init__(root, f"no live session {session!r} ({reason})",
                          f"Start it first with `{_PROG} session start {session}"
                          f"{_root_option(root)}`")
+
+
+class Refused(Unavailable):
+    """The holder refused the lease: ``status`` is the exit status to report (75 for space)."""
+
+    def __init__(self, root: os.PathLike[str] | str, reason: str, fix: str,
+                 status: int) -> None:
+        self.status = status
+        super().__init__(root, reason, fix)
 
 
 def _root_option(root: os.PathLike[str] | str) -> str:
@@ -229,18 +240,44 @@ def run_in_session(command: Sequence[str], *, session: str,
                     os.close(fd)
                 if reply.get("kind") == "missing":
                     raise NoSession(where, session, str(reply.get("reason")))
-                raise Unavailable(where, str(reply.get("reason")), str(reply.get("fix")))
+                raise Refused(where, str(reply.get("reason")),
+                              f"{reply.get('fix')} (the command was not started)",
+                              int(reply.get("status") or 2))
             try:
                 path = str(reply["path"])
                 env = {**os.environ, **dict.fromkeys(_TEMP_VARIABLES, path)}
                 early = pending_stop()
                 if early:
                     return 128 + early
-                return start_and_wait(command, env, fds, mask,
-                                      lambda pid: _track(connection, pid))
+                status = start_and_wait(command, env, fds, mask,
+                                        lambda pid: _track(connection, pid))
             finally:
                 for fd in fds:
                     os.close(fd)
+            if reply.get("budgeted"):
+                status = _measured(connection, status)
+            return status
+
+
+def _measured(connection: Connection, status: int) -> int:
+    """*status*, or 75 for a command that succeeded and left the directory over its budget.
+
+    The holder measures the directory now, before the lease goes, as
+    ``sessiontemp run`` does; over the budget, that is said on stderr (the
+    command was never stopped for it).  A holder gone meanwhile measures
+    nothing, and the status stays the command's.
+    """
+    try:
+        answer, fds = connection.call({"op": "ended"})
+    except OSError:
+        return status
+    for fd in fds:
+        os.close(fd)
+    over = answer.get("over")
+    if not over:
+        return status
+    _fail("run", str(over))
+    return status or _SPACE_STATUS
 
 
 def _track(connection: Connection, pid: int) -> None:
@@ -327,6 +364,8 @@ def main(words: Sequence[str]) -> int:
         return run_in_session(command, session=session, root=root)
     except CommandNotStarted as e:
         return _fail(where, str(e), 127 if e.errno == 2 else 126)
+    except Refused as e:
+        return _fail(where, str(e), e.status)
     except SessionTempError as e:
         return _fail(where, str(e))
     except KeyboardInterrupt:

@@ -55,6 +55,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+from sessiontemp import budget
 from sessiontemp import sessions as _sessions
 from sessiontemp.client import (
     LOCK_NAME,
@@ -65,6 +66,7 @@ from sessiontemp.client import (
 )
 from sessiontemp.journal.errors import (
     BadInput,
+    LowDisk,
     OverBudget,
     Unavailable,
 )
@@ -79,18 +81,32 @@ __all__ = ["IDLE", "Holder", "NoSession", "launch", "main", "request", "start"]
 # How long a holder started for a request waits for its first session
 # before it ends: a start that failed leaves no process behind.
 IDLE: Final = 10.0
+# Refused for space: EX_TEMPFAIL, as `sessiontemp run` exits.
+SPACE_STATUS: Final = 75
 # Attempts at reaching a holder for `session start`, each starting one if none answers.
 _ATTEMPTS: Final = 20
 _log = bound(component="holder")
 
 
+def _limits_of(name: str) -> budget.Surface:
+    """Where session *name*'s limits were set, as its refusals name them."""
+    return budget.Surface(
+        f"Rotate the session (`sessiontemp session rotate {name}`) to run the next command "
+        "in a fresh directory, or remove files from this one",
+        (("max_bytes", "--max-bytes"), ("max_inodes", "--max-inodes"),
+         ("min_free_bytes", "--min-free-bytes")),
+        after=" at `session start`; commands running in it are not touched")
+
+
 class Session:
     """One live session the holder serves: its manager, its owners, its leases."""
 
-    def __init__(self, name: str, manager: Manager, window: float) -> None:
+    def __init__(self, name: str, manager: Manager, window: float,
+                 limits: budget.Limits) -> None:
         self.name = name
         self.manager = manager
         self.window = window
+        self.limits = limits
         # Each owner's pid and the pidfd that says when it ends.
         self.owners: dict[int, int] = {}
         self.leases: dict[socket.socket, Lease] = {}
@@ -263,9 +279,12 @@ class Holder:
                 if lease is not None:
                     lease.track(int(message["pid"]))
             return None, None
+        if op == "ended":
+            return self._ended(sock), None
         name = _sessions.check_name(message.get("session"))
         if op == "start":
-            return self._start(name, int(message["owner"]), message.get("window")), None
+            return self._start(name, int(message["owner"]), message.get("window"),
+                               message.get("limits") or {}), None
         session = self.sessions.get(name)
         if session is None or session.manager.sealed:
             return _refusal("missing", "it is not started, or has ended",
@@ -274,10 +293,24 @@ class Holder:
             if sock in session.leases:
                 raise BadInput("the request", "asks for a second lease on one connection",
                                "Connect once per command")
-            lease = session.manager.acquire(label=str(message.get("label", "")))
+            try:
+                lease = session.manager.acquire(label=str(message.get("label", "")))
+            except OverBudget as e:
+                # Worded for the command line the limits were given on.
+                surface = _limits_of(name)
+                return {**_refusal("refused", f"{e.path} is over its budget: {e.reason}",
+                                   f"{surface.remedy}, or raise the budget{surface.after}"),
+                        "status": SPACE_STATUS}, None
+            except LowDisk as e:
+                low = budget.low_disk(e.path, e.free_bytes, e.min_free_bytes, e.largest,
+                                      _limits_of(name))
+                return {**_refusal("refused", low.reason, low.fix),
+                        "status": SPACE_STATUS}, None
             session.leases[sock] = lease
             return {"ok": True, "path": os.fspath(lease.path), "lease": lease.id,
-                    "generation": lease.generation}, lease.pass_fds[0]
+                    "generation": lease.generation,
+                    "budgeted": session.limits.budgeted}, lease.pass_fds[0]
+
         if op == "rotate":
             session.manager.rotate()
             return {"ok": True, "session": name, "root": os.fspath(self.root)}, None
@@ -288,7 +321,23 @@ class Holder:
         raise BadInput(repr(op), "is not a request of the holder",
                        "Use start, lease, track, rotate, end or list")
 
-    def _start(self, name: str, owner: int, window: object) -> dict[str, Any]:
+    def _ended(self, sock: socket.socket) -> dict[str, Any]:
+        """The command of *sock*'s lease has exited: its directory measured now, if budgeted.
+
+        As ``sessiontemp run`` measures its directory when its command exits,
+        before the lease goes; the answer's ``over`` is the over-budget line
+        to say, or None.
+        """
+        for session in self.sessions.values():
+            if sock in session.leases and session.limits.budgeted:
+                usage = session.manager.measure()
+                if budget.over(session.limits, usage.bytes, usage.inodes):
+                    return {"ok": True, "over": str(budget.over_budget(
+                        session.limits, usage, _limits_of(session.name)))}
+        return {"ok": True, "over": None}
+
+    def _start(self, name: str, owner: int, window: object,
+               limits: dict[str, Any]) -> dict[str, Any]:
         try:
             # Opened first: an owner already gone is refused before anything changes.
             pidfd = os.pidfd_open(owner)
@@ -310,9 +359,14 @@ class Holder:
                 # a killed holder loses none of them, and a power loss only
                 # the last ones, of commands that died with it.  Each command
                 # then waits for no disk flush before it starts.
+                given = budget.Limits(limits.get("max_bytes"), limits.get("max_inodes"),
+                                      limits.get("min_free_bytes"))
                 manager = Manager(self.root, session=name, resume_window=resume_window,
-                                  durability="relaxed")
-                session = Session(name, manager, resume_window)
+                                  durability="relaxed", max_bytes=given.max_bytes,
+                                  max_inodes=given.max_inodes,
+                                  min_free_bytes=given.min_free_bytes,
+                                  measure_every=given.measure_every)
+                session = Session(name, manager, resume_window, given)
                 try:
                     manager.retain()
                 except BaseException:
@@ -397,8 +451,7 @@ def _refusal(kind: str, reason: str, fix: str) -> dict[str, Any]:
 
 def _error(e: Exception) -> dict[str, Any]:
     if isinstance(e, Unavailable):
-        return {**_refusal("refused", e.reason, e.fix),
-                "status": 75 if isinstance(e, OverBudget) or "free space" in e.reason else 2}
+        return _refusal("refused", e.reason, e.fix)
     return _refusal("error", str(e), "Correct what it names, then try again")
 
 
@@ -541,21 +594,28 @@ def _checked(reply: dict[str, Any], root: Path, session: str) -> dict[str, Any]:
 
 
 def start(name: str, *, root: os.PathLike[str] | str | None = None, owner: int | None = None,
-          resume_window: float | None = None) -> dict[str, Any]:
+          resume_window: float | None = None, max_bytes: int | None = None,
+          max_inodes: int | None = None, min_free_bytes: int | None = None
+          ) -> dict[str, Any]:
     """Start (or join) session *name* for process *owner* (default: the caller's parent).
 
     Starts the root's holder if none lives (making the root, as a Manager
     does); returns the holder's reply: ``session``, ``root``, ``resumed``,
-    ``holder_pid``, ``directory``.  *resume_window* (seconds) applies when
-    this start opens the session.
+    ``holder_pid``, ``directory``.  *resume_window* (seconds) and the
+    limits (as :class:`~sessiontemp.Manager` takes them) apply when this
+    start opens the session.
     """
     name = _sessions.check_name(name)
     if resume_window is not None:
         _sessions.check_window(resume_window)
+    limits = budget.check_limits(max_bytes, max_inodes, min_free_bytes,
+                                 budget.DEFAULT_MEASURE_EVERY)
     # Absolute: the holder runs in / and the reply names the root.
     where = Path(os.path.abspath(chosen_root(root)))
     message = {"op": "start", "session": name, "owner": os.getppid() if owner is None else owner,
-               "window": resume_window}
+               "window": resume_window,
+               "limits": {"max_bytes": limits.max_bytes, "max_inodes": limits.max_inodes,
+                          "min_free_bytes": limits.min_free_bytes}}
     Root.open(where).close()
     for _ in range(_ATTEMPTS):
         connection = connect(where)

@@ -389,3 +389,23 @@ def test_a_session_name_cannot_take_the_holder_outside_the_root(served_root: Ser
         assert ran.returncode == 2, ran.stderr
     assert sorted(os.listdir(place.root / "sessions")) == ["inside.lock"]
     assert not (place.root.parent / "outside").exists()
+
+
+def test_a_session_budget_fails_the_command_that_overran_it_and_refuses_the_next_until_a_rotate(
+        served_root: Served) -> None:
+    place = served_root
+    place.start("tight", None, "--max-bytes", "64K")
+    over = place.run("tight", 'head -c 1000000 /dev/zero > "$TMPDIR/big"')
+    assert over.returncode == 75
+    line = over.stderr.strip()
+    assert "is over its budget" in line
+    assert "big (" in line
+    assert "`sessiontemp session rotate tight`" in line
+    refused = place.run("tight", "echo ran")
+    assert refused.returncode == 75
+    assert refused.stdout == ""
+    assert "(the command was not started)" in refused.stderr
+    assert st("session", "rotate", "tight", root=place.root).returncode == 0
+    fresh = place.run("tight", 'ls "$TMPDIR"')
+    assert fresh.returncode == 0, fresh.stderr
+    assert fresh.stdout == ""
