@@ -10,7 +10,7 @@
     sessiontemp recover [--root DIR] [--json]
 
 Each subcommand calls one library function (:func:`sessiontemp.run.run_command`,
-:func:`sessiontemp.client.run_in_session`, :func:`sessiontemp.holder.start`,
+:func:`sessiontemp.client.run_in_session`, :func:`sessiontemp.holding.start`,
 :func:`sessiontemp.recover`) and formats its result.  The root is ``--root``,
 else ``$SESSIONTEMP_ROOT``, else the per-user default
 (:func:`sessiontemp.where.chosen_root`).  Bad input (a bad
@@ -295,20 +295,20 @@ def _run_in_session(args: argparse.Namespace | Plain, command: list[str]) -> int
 def cmd_session(args: argparse.Namespace, out: console.Out) -> int:
     import json
 
-    from sessiontemp import holder
+    from sessiontemp import holding
 
     root = chosen_root(args.root)
     if args.action == "start":
-        reply = holder.start(args.name, root=root, owner=args.owner_pid,
+        reply = holding.start(args.name, root=root, owner=args.owner_pid,
                              resume_window=args.resume_window, max_bytes=args.max_bytes,
                              max_inodes=args.max_inodes, min_free_bytes=args.min_free_bytes)
     elif args.action == "list":
         try:
-            reply = holder.request(root, {"op": "list"}, session="")
-        except holder.NoSession:
+            reply = holding.request(root, {"op": "list"}, session="")
+        except holding.NoSession:
             reply = {"ok": True, "root": os.fspath(root), "holder_pid": None, "sessions": []}
     else:
-        reply = holder.request(root, {"op": args.action, "session": args.name,
+        reply = holding.request(root, {"op": args.action, "session": args.name,
                                       "owner": args.owner_pid or os.getppid()
                                       if args.action == "end" else None}, session=args.name)
     reply.pop("ok", None)
