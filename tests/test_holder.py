@@ -210,7 +210,8 @@ def test_the_default_root_is_tempfiles_directory_found_without_tempfile(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     unwritable = tmp_path / "ro"
     unwritable.mkdir(mode=0o500)
-    for tmpdir in (os.fspath(tmp_path), "relative-dir", os.fspath(tmp_path / "missing")):
+    for tmpdir in (os.fspath(tmp_path), "relative-dir", os.fspath(tmp_path / "missing"),
+                   os.fspath(unwritable)):
         monkeypatch.setenv("TMPDIR", tmpdir)
         monkeypatch.setattr(tempfile, "tempdir", None)
         assert where.default_root() == Path(tempfile.gettempdir()) / f"sessiontemp-{os.getuid()}"
