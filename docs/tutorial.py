@@ -19,12 +19,13 @@ session.retain()
 with session.acquire(label="first command") as lease:
     lease.popen(["sh", "-c", 'echo hello > "$TMPDIR/note"']).wait()
     first = lease.path
-    print("1. the command wrote", (first / "note").read_text().strip(), "into", first.name)
+    print("1. the command wrote", (first / "note").read_text().strip(), "into",
+          first.relative_to(root))
 
 # -- 2. rotate: later commands get a fresh directory; the old one goes with its last lease
 session.rotate()
 with session.acquire(label="after rotate") as lease:
-    print("2. now", lease.path.name, "and the first one exists:", first.exists())
+    print("2. now", lease.path.relative_to(root), "and the first one exists:", first.exists())
 
 # -- 3. a crash: another process leases a directory and is killed with SIGKILL
 doomed = ("import sys, time; from sessiontemp import Manager; m = Manager(sys.argv[1]); "
@@ -33,7 +34,7 @@ other = subprocess.Popen([sys.executable, "-c", doomed, root], stdout=subprocess
 left = Path(other.stdout.readline().strip())
 other.kill()  # SIGKILL: nothing in it gets to clean up
 other.wait()
-print("3. the killed process left", left.name, "on disk:", left.exists())
+print("3. the killed process left", left.relative_to(root), "on disk:", left.exists())
 
 # -- 4. recovery: the next pass finds that manager dead and removes what it left
 report = recover(root)

@@ -170,5 +170,20 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext sessiontemp``: the kernel owns the notebook's session (see
+    :mod:`sessiontemp.integrations.notebook`)."""
+    from sessiontemp.integrations import notebook
+
+    notebook.load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """``%unload_ext sessiontemp``: the kernel's ownership ends, its TMPDIR is its own again."""
+    from sessiontemp.integrations import notebook
+
+    notebook.unload(ipython)
+
+
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})

@@ -8,6 +8,7 @@
     sessiontemp session rotate|end NAME [--root DIR] [--json]
     sessiontemp session list [--root DIR] [--json]
     sessiontemp recover [--root DIR] [--json]
+    sessiontemp integrate claude-code [--settings FILE] [--remove] [--json]
 
 Each subcommand calls one library function (:func:`sessiontemp.run.run_command`,
 :func:`sessiontemp.client.run_in_session`, :func:`sessiontemp.holding.start`,
@@ -50,6 +51,7 @@ from sessiontemp import budget, console
 from sessiontemp.journal.errors import (
     BadInput,
     CommandNotStarted,
+    JournalFull,
     LowDisk,
     NoSuchRoot,
     OverBudget,
@@ -125,11 +127,20 @@ runs a command, in the session named by SESSIONTEMP_SESSION, else by
 CLAUDE_CODE_SESSION_ID; the root is SESSIONTEMP_ROOT, else the default. No
 session named: said, exit 2. The form an agent CLI's shell prefix calls."""
 
-SUBCOMMANDS: Final = ("run", "recover", "session", "shell")
+INTEGRATE_HELP = """\
+Merge into an agent CLI's settings what gives each of its chats a session:
+for claude-code, the shell prefix (env.CLAUDE_CODE_SHELL_PREFIX, the
+absolute path of sessiontemp-shell) and the SessionStart and SessionEnd
+hooks (sessiontemp session hook). Nothing else in the file changes; run
+again, it changes nothing; --remove takes out exactly what it added. It
+prints each change."""
+
+SUBCOMMANDS: Final = ("run", "recover", "session", "shell", "integrate")
 SESSION_SUBCOMMANDS: Final = ("start", "rotate", "end", "list")
 # The options that take the next word as their value, wherever they are given.
 _VALUED: Final = frozenset({"--root", "--session", "--max-bytes", "--max-inodes",
-                            "--min-free-bytes", "--owner-pid", "--resume-window"})
+                            "--min-free-bytes", "--owner-pid", "--resume-window",
+                            "--settings"})
 # Refused for space: EX_TEMPFAIL of sysexits.h, "try again later" (once space is freed).
 SPACE_STATUS: Final = 75
 
@@ -223,6 +234,20 @@ def build_parser() -> Parser:
     rec.add_argument("--root", type=root, metavar="DIR", help=root_help)
     rec.add_argument("--json", action="store_true",
                      help="print one JSON object (schema: the documentation's JSON output page)")
+
+    integ = parser.add_subcommand(
+        "integrate", prefix=f"{PROG} integrate", help="give each chat of an agent CLI a session",
+        description=INTEGRATE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    integ.add_argument("cli", choices=["claude-code"], metavar="CLI",
+                       help="the agent CLI: claude-code")
+    integ.add_argument("--settings", type=PathArgument(
+        "the settings file", "Pass the path of a settings.json"), metavar="FILE",
+        help="the settings file to change (default: ~/.claude/settings.json, the user's: "
+        "the paths written are this machine's; a project's own is "
+        ".claude/settings.local.json)")
+    integ.add_argument("--remove", action="store_true",
+                       help="take out what an earlier integrate added")
+    integ.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -255,6 +280,9 @@ def cmd_run(args: argparse.Namespace | Plain, out: console.Out) -> int:
         # As env(1), nohup(1) and shells report them.
         return _fail("run", str(e), 127 if e.errno == errno.ENOENT else 126)
     except LowDisk as e:
+        if isinstance(e.__cause__, JournalFull):
+            # The journal itself could not open: no floor of this command's to name.
+            return _fail("run", f"{e} (the command was not started)", SPACE_STATUS)
         # Worded for this command line, as an overrun below is.
         low = budget.low_disk(e.path, e.free_bytes, e.min_free_bytes, e.largest, budget.RUN)
         return _fail("run", f"{low} (the command was not started)", SPACE_STATUS)
@@ -395,6 +423,37 @@ def cmd_recover(args: argparse.Namespace, out: console.Out) -> int:
     return 0
 
 
+def cmd_integrate(args: argparse.Namespace, out: console.Out) -> int:
+    import json
+
+    from sessiontemp.integrations import claude_code
+
+    settings = claude_code.default_settings() if args.settings is None else args.settings
+    try:
+        outcome = claude_code.integrate(settings, claude_code.Programs.installed(),
+                                        remove=args.remove)
+    except OSError as e:
+        if isinstance(e, SessionTempError):
+            raise
+        # Worded for this command: its path is --settings, not --root.
+        raise BadInput(e.filename if e.filename is not None else settings,
+                       e.strerror or str(e), "Check the path, or pass another --settings "
+                       "FILE") from e
+    if args.json:
+        out.write(json.dumps(outcome.as_json(), sort_keys=True) + "\n")
+        return 0
+    for change in outcome.changes:
+        out.write(f"{console.shown(change)}\n")
+    if outcome.changed:
+        out.write(f"wrote {console.shown(settings)}\n")
+    elif args.remove:
+        out.write(f"{console.shown(settings)}: no sessiontemp integration there; nothing "
+                  "changed\n")
+    else:
+        out.write(f"{console.shown(settings)}: already integrated; nothing changed\n")
+    return 0
+
+
 def _arrange(words: list[str], parser: Parser) -> list[str]:
     """*words* with the subcommand first: an option given before it (``--root DIR run --
     CMD``) is the subcommand's, as journal-inspect takes ``--root DIR summary``.
@@ -424,7 +483,8 @@ def _arrange(words: list[str], parser: Parser) -> list[str]:
     return words
 
 
-_COMMANDS: Final = {"recover": cmd_recover, "session": cmd_session, "shell": cmd_shell}
+_COMMANDS: Final = {"recover": cmd_recover, "session": cmd_session, "shell": cmd_shell,
+                    "integrate": cmd_integrate}
 
 
 class Plain:
@@ -467,6 +527,11 @@ class Plain:
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Parse *argv* (default: the process's), run the subcommand, return the exit status."""
     given = list(sys.argv[1:] if argv is None else argv)
+    if given[:2] == ["session", "hook"]:
+        # The agent CLI's hook (written by `integrate`), not a command for people.
+        from sessiontemp.integrations import claude_code
+
+        return claude_code.hook(given[2:], sys.stdin.buffer.read(), console.say)
     args: argparse.Namespace | Plain | None = Plain.of(given)
     if args is None:
         parser = build_parser()
@@ -488,7 +553,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         # stdout's reader left: the work is done; console.exit_with ends quietly.
         raise
     except OSError as e:
-        where = e.filename if e.filename is not None else args.root
+        where = e.filename if e.filename is not None else getattr(args, "root", None)
         return _fail(args.subcommand, f"{where}: {e.strerror or e}. Check the path, or pass "
                      "another --root")
     except ValueError as e:

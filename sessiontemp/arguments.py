@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from sessiontemp import sizes
+from sessiontemp.entries import empty_path
 from sessiontemp.journal.errors import BadInput
-from sessiontemp.root import empty_path
 
 __all__ = ["Parser", "PathArgument", "nearest", "nearest_option", "not_a_subcommand", "size"]
 

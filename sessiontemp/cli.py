@@ -162,6 +162,9 @@ def cmd_events(args: argparse.Namespace, out: console.Out) -> int:
             header = None
         if args.json:
             _emit(inspect.as_json(row), out)
+        elif isinstance(row, inspect.Missed):
+            out.write(f"missed: events {row.first} to {row.last} ({row.count}) were retired "
+                      f"before this reader got to them; resuming at {row.resumed}\n")
         else:
             out.write(f"{row.seq:>8}  {_when(row.time):<29}  {row.kind:<18}  "
                       f"{_fields_text(dict(row.fields))}\n")

@@ -9,11 +9,11 @@ tempfile or the socket module (each of those cost more than this module's
 own work; ``tools/bench_startup.py`` measures the whole start).
 
 It asks the holder (:mod:`sessiontemp.holder`) serving the root for a
-lease on the session's current directory, receives the lease's lock as a
-descriptor (``SCM_RIGHTS``), and starts the command exactly as ``sessiontemp
-run`` does (:func:`sessiontemp.spawn.start_and_wait`) with that descriptor
+lease on the session's current directory, receives the lease's locks as
+descriptors (``SCM_RIGHTS``), and starts the command exactly as ``sessiontemp
+run`` does (:func:`sessiontemp.spawn.start_and_wait`) with those descriptors
 inherited: the directory is held by the kernel for as long as the command
-(or anything it hands the descriptor to) runs, whatever becomes of this
+(or anything it hands the descriptors to) runs, whatever becomes of this
 process or of the holder.  The connection stays open while the command
 runs; its end (the client's exit or death) releases the lease.
 

@@ -27,10 +27,10 @@ from sessiontemp.journal.errors import SessionTempError, Unavailable
 from sessiontemp.journal.events import GenerationCreated, GenerationReady, LeaseAcquired, Rotated
 from sessiontemp.journal.reducer import removal_due
 from sessiontemp.journal.store import Pending
-from sessiontemp.liveness import lock_shared
+from sessiontemp.liveness import lock_shared, lock_work
 from sessiontemp.locks import refusal
 from sessiontemp.removal import Blocked, Target, remove
-from sessiontemp.root import generation_name
+from sessiontemp.root import WORK_DIR, generation_name
 from sessiontemp.steps import Steps
 from sessiontemp.writepath import Owner
 
@@ -39,18 +39,21 @@ if TYPE_CHECKING:
 
 __all__ = ["Generations", "Leased", "Made"]
 
-# A generation made for a lease: its id, the manager's own lock on it, and
-# its ready event, left for the lease's append to commit with it.
-Made = tuple[str, int, GenerationReady]
+# A generation made for a lease: its id, the manager's own locks on it and on
+# its work directory, and its ready event, left for the lease's append to
+# commit with it.
+Made = tuple[str, int, int, GenerationReady]
 
 
 class Leased(NamedTuple):
-    """A lease's lock on its generation, taken and journaled (or queued)."""
+    """A lease's locks on its generation and its work directory, taken and journaled (or queued)."""
 
     generation: str
     lease: str
+    # The work directory's path: the leased directory.
     path: str
     fd: int
+    work: int
     # The lease's append, still to be waited for (None when already durable).
     pending: Pending | None
 
@@ -106,49 +109,57 @@ class Generations:
             # Built once per generation, not per lease; a string, which
             # pathlib's interning of each name it parses never sees.
             name = generation_name(generation)
-            named = self._named = (generation, name, os.path.join(self.root, name))
+            named = self._named = (generation, name,
+                                   os.path.join(self.root, name, WORK_DIR))
         name = named[1]
         lease = ids.new_lease()
+        fd = work = -1
         try:
             self.steps.before("lock", name)
             # Locked before the lease is journaled: a lease in the journal
-            # always has its lock, and a lock taken for a lease that could
+            # always has its locks, and a lock taken for a lease that could
             # not be journaled is simply closed.
             fd = lock_shared(self.handles.root.fd, name)
             if made is None:
                 self._check_identity(generation, fd)
+            self.steps.before("lock", f"{name}/{WORK_DIR}")
+            work = lock_work(fd)
             # A usage touch: an age rule (systemd-tmpfiles, the sweep of a
             # lost journal's leftovers) then measures idleness, not age.
             os.utime(fd)
+            os.utime(work)
         except BaseException as e:
+            _close(work, fd)
             if made is not None:
                 self.unmake(made, e)
             if isinstance(e, OSError):
                 raise self.not_locked(generation, e, retire=made is None) from e
             raise
         try:
-            ready = [] if made is None else [made[2]]
+            ready = [] if made is None else [made[3]]
             pending = self.journal.append(
                 *ready, LeaseAcquired(self.manager, generation, lease, label),
                 wait=made is not None)
         except BaseException as e:
-            os.close(fd)
+            _close(work, fd)
             if made is not None:
                 self.unmake(made, e)
             raise
         if made is not None:
             self.handles.generations[generation] = made[1]
+            self.handles.work[generation] = made[2]
             # Its ready event came just before the lease's, in one commit.  Paths
             # logged as strings: pathlib interns each component it parses, and
             # the interpreter's table of interned names would grow with the
             # generations' names.
             self._log.info("generation.created", generation=generation,
                            path=os.path.join(self.root, name), seq=self.journal.state.seq - 1)
-        return Leased(generation, lease, named[2], fd, None if made is not None else pending)
+        return Leased(generation, lease, named[2], fd, work,
+                      None if made is not None else pending)
 
     def unmake(self, made: Made, error: BaseException) -> None:
         """Give up a generation made for a lease that could not be handed out."""
-        os.close(made[1])
+        _close(made[2], made[1])
         # An exception the process lives on from: clear the directory now.
         # Anything else (the process is going down) is left to recovery.
         if isinstance(error, Exception):
@@ -159,7 +170,6 @@ class Generations:
         st = os.fstat(fd)
         known = self.journal.state.generations[generation]
         if (st.st_dev, st.st_ino) != (known.device, known.inode):
-            os.close(fd)
             raise FileNotFoundError(errno.ENOENT, "it was replaced by another directory")
 
     def not_locked(self, generation: str, error: OSError, *, retire: bool) -> Unavailable:
@@ -180,12 +190,15 @@ class Generations:
                                  "It was retired; try again")
 
     def make(self) -> Made:
-        """Journal, make and lock a new generation; its ready event is left to the caller."""
+        """Journal, make and lock a new generation and its work directory.
+
+        Its ready event is left to the caller.
+        """
         generation = ids.new_generation()
         name = generation_name(generation)
         self.journal.append(GenerationCreated(self.manager, generation))
         root_fd = self.handles.root.fd
-        fd = -1
+        fd = work = -1
         try:
             self.steps.before("mkdir", name)
             os.mkdir(name, 0o700, dir_fd=root_fd)
@@ -195,9 +208,10 @@ class Generations:
             # owner's own bits away; the directory must be exactly 0700.
             os.fchmod(fd, 0o700)
             st = os.fstat(fd)
+            self.steps.before("lock", f"{name}/{WORK_DIR}")
+            work = lock_work(fd)
         except BaseException as e:
-            if fd >= 0:
-                os.close(fd)
+            _close(work, fd)
             if not isinstance(e, OSError):
                 raise
             self.abandon(generation, f"could not be made: {e.strerror}")
@@ -207,7 +221,8 @@ class Generations:
                 resources.fix(e) if resources.shortage(e) else
                 "Free space or fix the root; no other directory will be used",
             ) from e
-        return generation, fd, GenerationReady(self.manager, generation, st.st_dev, st.st_ino)
+        return generation, fd, work, GenerationReady(self.manager, generation, st.st_dev,
+                                                     st.st_ino)
 
     def abandon(self, generation: str, reason: str) -> Exception | None:
         """Undo a generation that never became ready; a failure is left for later, and returned."""
@@ -283,6 +298,9 @@ class Generations:
         # (removal.seize): the generation keeps it until the removal's
         # start, with every event queued before it, is committed.
         held = self.handles.generations.pop(generation, None)
+        # The work directory's lock goes with the generation's: closed once
+        # the removal has started, kept with it when it could not start.
+        work = self.handles.work.pop(generation, None)
         # Removing frees space, and must not need any: on a full disk the
         # reserve's blocks are what its journal records are written to.
         reserve.make_room(self.handles.root.fd)
@@ -292,13 +310,19 @@ class Generations:
                             steps=self.steps, held=held)
         finally:
             now = self.journal.state.generations.get(generation)
-            if held is not None and now is not None and now.removal is None:
+            kept = now is not None and now.removal is None
+            if held is not None and kept:
                 # The removal's start was not journaled: the lock is still
                 # ours, shared again (remove() closes it only once it is).
                 if self.handles.closed:
                     os.close(held)
                 else:
                     self.handles.generations[generation] = held
+            if work is not None:
+                if kept and held is not None and not self.handles.closed:
+                    self.handles.work[generation] = work
+                else:
+                    os.close(work)
         if result.outcome == "blocked":
             # Each obstacle is warned of once: every later operation tries
             # the removal again, and would otherwise repeat it.
@@ -315,3 +339,10 @@ class Generations:
             path=os.path.join(self.root, generation_name(generation)), seq=self.journal.state.seq,
             reason=result.detail or reason)
 
+
+
+def _close(*fds: int) -> None:
+    """Close each of *fds* that was opened (>= 0)."""
+    for fd in fds:
+        if fd >= 0:
+            os.close(fd)

@@ -2,9 +2,9 @@
 
 Not lifecycle state (that is the reducer's, over the journal) but what the
 kernel gives the process: the root's descriptors (one of them carrying the
-root's shared lock), the liveness lock, the manager's own shared lock on
-each generation it keeps alive, the leases' lock descriptors (their holds,
-by lease id), the journal's SQLite connection.  :meth:`Handles.close_all`
+root's shared lock), the liveness lock, the manager's own shared locks on
+each generation it keeps alive and on its work directory, the leases' lock
+descriptors (their holds, by lease id), the journal's SQLite connection.  :meth:`Handles.close_all`
 lets go of all of them the way the kernel does when a process dies, which
 serves an orderly close, a manager that can no longer write its journal, a
 forked child's copies, and the tests' simulated kill alike.
@@ -46,6 +46,8 @@ class Handles:
     liveness: LivenessLock | None = None
     session: SessionLock | None = None
     generations: dict[str, int] = attrs.field(factory=dict)
+    # The manager's own lock on each of those generations' work directory.
+    work: dict[str, int] = attrs.field(factory=dict)
     leases: dict[str, Hold] = attrs.field(factory=dict)
     pid: int = attrs.field(factory=os.getpid)
     closed: bool = False
@@ -89,7 +91,13 @@ class Handles:
             )
 
     def drop_generation(self, generation: str) -> None:
+        self.drop_work(generation)
         fd = self.generations.pop(generation, None)
+        if fd is not None:
+            os.close(fd)
+
+    def drop_work(self, generation: str) -> None:
+        fd = self.work.pop(generation, None)
         if fd is not None:
             os.close(fd)
 

@@ -24,9 +24,10 @@ rotate`` and ``session end`` do what :meth:`Manager.rotate` and
   directory is kept for its resume window, the next ``session start NAME``
   adopts it (files kept), and directories that running commands hold stay
   theirs.
-- **Leases go to the client as descriptors.**  A lease's lock (the flock
-  that keeps its directory) is sent over the socket (``SCM_RIGHTS``), so the
-  command inherits the very lock ``lease.popen`` would have given it; the
+- **Leases go to the client as descriptors.**  A lease's locks (the flocks
+  that keep its generation and its directory: every descriptor of
+  ``lease.pass_fds``) are sent over the socket (``SCM_RIGHTS``), so the
+  command inherits the very locks ``lease.popen`` would have given it; the
   lease is released when the client's connection ends.
 - **Owners are processes, watched by the kernel.**  Each owner's pid is
   opened as a pidfd, polled in the event loop: when it ends without
@@ -205,34 +206,35 @@ class Holder:
 
     def _readable(self, sock: socket.socket) -> None:
         try:
-            data, fds, _, _ = socket.recv_fds(sock, MESSAGE_BYTES, 4)
+            data, received, _, _ = socket.recv_fds(sock, MESSAGE_BYTES, 4)
         except OSError:
-            data, fds = b"", []
-        for stray in fds:
+            data, received = b"", []
+        for stray in received:
             os.close(stray)
         if not data:
             self._disconnected(sock)
             return
         reply: dict[str, Any] | None
-        fd: int | None
+        fds: tuple[int, ...]
         try:
             message = json.loads(data)
             if not isinstance(message, dict):
                 raise ValueError("not an object")
-            reply, fd = self._handle(sock, message)
+            reply, fds = self._handle(sock, message)
         except Exception as e:  # said to the client, which exits 2
-            reply, fd = _error(e), None
-        if reply is not None and not self._reply(sock, reply, fd) and fd is not None:
+            reply, fds = _error(e), ()
+        if reply is not None and not self._reply(sock, reply, fds) and fds:
             # The client left before it got its lease: give it back now.
             self._disconnected(sock)
 
-    def _reply(self, sock: socket.socket, reply: dict[str, Any], fd: int | None = None) -> bool:
+    def _reply(self, sock: socket.socket, reply: dict[str, Any],
+               fds: tuple[int, ...] = ()) -> bool:
         data = json.dumps(reply).encode()
         try:
-            if fd is None:
+            if not fds:
                 sock.send(data)
             else:
-                socket.send_fds(sock, [data], [fd])
+                socket.send_fds(sock, [data], list(fds))
         except OSError:
             return False
         return True
@@ -254,29 +256,29 @@ class Holder:
     # -- requests ---------------------------------------------------------------------
 
     def _handle(self, sock: socket.socket, message: dict[str, Any]
-                ) -> tuple[dict[str, Any] | None, int | None]:
+                ) -> tuple[dict[str, Any] | None, tuple[int, ...]]:
         op = message.get("op")
         if op == "list":
             now = self.clock()
             return {"ok": True, "root": os.fspath(self.root), "holder_pid": os.getpid(),
                     "sessions": [s.as_json(os.getpid(), now) for _, s in
-                                 sorted(self.sessions.items())]}, None
+                                 sorted(self.sessions.items())]}, ()
         if op == "track":
             for served in self.sessions.values():
                 lease = served.leases.get(sock)
                 if lease is not None:
                     lease.track(int(message["pid"]))
-            return None, None
+            return None, ()
         if op == "ended":
-            return self._ended(sock), None
+            return self._ended(sock), ()
         name = _sessions.check_name(message.get("session"))
         if op == "start":
             return self._start(name, int(message["owner"]), message.get("window"),
-                               message.get("limits") or {}), None
+                               message.get("limits") or {}), ()
         session = self.sessions.get(name)
         if session is None or session.manager.sealed:
             return _refusal("missing", "it is not started, or has ended",
-                            f"Start it with `sessiontemp session start {name}`"), None
+                            f"Start it with `sessiontemp session start {name}`"), ()
         if op == "lease":
             if sock in session.leases:
                 raise BadInput("the request", "asks for a second lease on one connection",
@@ -288,24 +290,24 @@ class Holder:
                 surface = _limits_of(name)
                 return {**_refusal("refused", f"{e.path} is over its budget: {e.reason}",
                                    f"{surface.remedy}, or raise the budget{surface.after}"),
-                        "status": SPACE_STATUS}, None
+                        "status": SPACE_STATUS}, ()
             except LowDisk as e:
                 low = budget.low_disk(e.path, e.free_bytes, e.min_free_bytes, e.largest,
                                       _limits_of(name))
                 return {**_refusal("refused", low.reason, low.fix),
-                        "status": SPACE_STATUS}, None
+                        "status": SPACE_STATUS}, ()
             session.leases[sock] = lease
             return {"ok": True, "path": os.fspath(lease.path), "lease": lease.id,
                     "generation": lease.generation,
-                    "budgeted": session.limits.budgeted}, lease.pass_fds[0]
+                    "budgeted": session.limits.budgeted}, lease.pass_fds
 
         if op == "rotate":
             session.manager.rotate()
-            return {"ok": True, "session": name, "root": os.fspath(self.root)}, None
+            return {"ok": True, "session": name, "root": os.fspath(self.root)}, ()
         if op == "end":
             self._end(session, int(message.get("owner") or 0))
             return {"ok": True, "session": name, "root": os.fspath(self.root),
-                    "owners": len(session.owners), "sealed": session.manager.sealed}, None
+                    "owners": len(session.owners), "sealed": session.manager.sealed}, ()
         raise BadInput(repr(op), "is not a request of the holder",
                        "Use start, lease, track, rotate, end or list")
 

@@ -1,9 +1,10 @@
 """A running command's claim on its generation directory.
 
-A lease holds a shared lock on the directory through its own descriptor
-(a :class:`Hold`).  :meth:`Lease.popen` passes that descriptor to the child,
-so the lock (and with it the directory) outlives the lease, and even the
-manager, for as long as the command runs.  It also journals the child's pid
+A lease holds shared locks on its directory (the generation's work
+directory, ``ROOT/sessiontemp-gen-<id>/tmp``) and on the generation through
+descriptors of its own (a :class:`Hold`).  :meth:`Lease.popen` passes them
+to the child, so the locks (and with them the directory) outlive the lease,
+and even the manager, for as long as the command runs.  It also journals the child's pid
 and start time (:meth:`Lease.track`), the second liveness signal, for a
 command that closes the descriptors it inherited.
 
@@ -71,58 +72,89 @@ class LeaseOwner(Protocol):
 
 
 class Hold:
-    """A lease's lock descriptor: the shared flock that keeps its directory alive.
+    """A lease's lock descriptors: the shared flocks that keep its directory alive.
 
-    Its mutex is a :class:`forks.Mutex`: a forked child dropping its copy
-    must not wait for a lock that a thread of its parent held at the fork
-    (one starting a command with popen, say).  Whoever holds the manager's
-    mutex takes it first and this one second, the one order every path
-    takes, so a release racing a close cannot deadlock.
+    The first is the leased directory's own (the generation's work
+    directory, which age cleaners probe), the second the generation's (the
+    one a remover must win); both are passed to commands.  Its mutex is a
+    :class:`forks.Mutex`: a forked child dropping its copies must not wait
+    for a lock that a thread of its parent held at the fork (one starting a
+    command with popen, say).  Whoever holds the manager's mutex takes it
+    first and this one second, the one order every path takes, so a
+    release racing a close cannot deadlock.
     """
 
-    __slots__ = ("_fd", "_mutex")
+    __slots__ = ("_fds", "_mutex")
 
-    def __init__(self, fd: int) -> None:
-        self._fd: int | None = fd
+    def __init__(self, *fds: int) -> None:
+        self._fds: tuple[int, ...] | None = fds
         self._mutex = forks.Mutex()
 
     @property
     def fd(self) -> int | None:
-        """The descriptor, None once dropped (read without the mutex: a snapshot)."""
-        return self._fd
+        """The leased directory's descriptor, None once dropped (read without the mutex)."""
+        fds = self._fds
+        return None if fds is None else fds[0]
 
-    def dup(self) -> int | None:
-        """A duplicate of the descriptor (the same lock), or None once dropped."""
-        with self._mutex:
-            return None if self._fd is None else os.dup(self._fd)
+    @property
+    def fds(self) -> tuple[int, ...] | None:
+        """Every descriptor, None once dropped (read without the mutex: a snapshot)."""
+        return self._fds
 
-    def run(self, start: Callable[[int], T]) -> T | None:
-        """Call *start* with the descriptor, which no drop closes meanwhile; None once dropped."""
+    def dup(self) -> tuple[int, ...] | None:
+        """Duplicates of the descriptors (the same locks), or None once dropped."""
         with self._mutex:
-            if self._fd is None:
+            if self._fds is None:
                 return None
-            return start(self._fd)
+            copies: list[int] = []
+            try:
+                for fd in self._fds:
+                    copies.append(os.dup(fd))
+            except BaseException:
+                for fd in copies:
+                    os.close(fd)
+                raise
+            return tuple(copies)
+
+    def run(self, start: Callable[[tuple[int, ...]], T]) -> T | None:
+        """Call *start* with the descriptors, which no drop closes meanwhile; None once dropped."""
+        with self._mutex:
+            if self._fds is None:
+                return None
+            return start(self._fds)
 
     def drop(self) -> bool:
-        """Close the descriptor; False if it was already closed."""
+        """Close the descriptors; False if they were already closed."""
         with self._mutex:
-            fd, self._fd = self._fd, None
-            if fd is None:
+            fds, self._fds = self._fds, None
+            if fds is None:
                 return False
-            os.close(fd)
+            _close_all(fds)
             return True
 
     def drop_copy(self) -> None:
-        """In a forked child: close this process's copy of the descriptor.
+        """In a forked child: close this process's copies of the descriptors.
 
-        The parent may have been closing its own at the fork, so the copy
+        The parent may have been closing its own at the fork, so a copy
         may be closed already.
         """
         with self._mutex:
-            fd, self._fd = self._fd, None
-        if fd is not None:
+            fds, self._fds = self._fds, None
+        for fd in fds or ():
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def _close_all(fds: tuple[int, ...]) -> None:
+    """Close every one of *fds*, even when closing one fails; the first failure is raised."""
+    failed: OSError | None = None
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError as e:
+            failed = failed or e
+    if failed is not None:
+        raise failed
 
 
 class Lease:
@@ -148,7 +180,12 @@ class Lease:
 
     @functools.cached_property
     def path(self) -> Path:
-        """The leased directory."""
+        """The leased directory: its generation's work directory, ``GENERATION/tmp``.
+
+        One level below the generation's own directory, so that an age
+        cleaner's line naming the generation meets its lock before any file
+        (see the systemd-tmpfiles how-to).
+        """
         return Path(self._path)
 
     def __repr__(self) -> str:
@@ -183,11 +220,11 @@ class Lease:
         base = os.environ if given is None else given
         env = {**base, **self.env()}
         extra = tuple(kwargs.pop("pass_fds", ()))
-        # The child shares the locked open file description, so the
+        # The child shares the locked open file descriptions, so the
         # directory stays locked until the child exits, whatever happens
         # to this process.
-        child = self._hold.run(lambda fd: subprocess.Popen(
-            args, env=env, pass_fds=(*extra, fd), **kwargs))
+        child = self._hold.run(lambda fds: subprocess.Popen(
+            args, env=env, pass_fds=(*extra, *fds), **kwargs))
         if child is None:
             raise self._gone()
         self.track(child.pid)
@@ -266,13 +303,13 @@ class Lease:
         env=lease.env(), pass_fds=lease.pass_fds)``, ``subprocess.run``, or
         ``os.posix_spawn`` with a ``POSIX_SPAWN_DUP2`` of each onto itself.
         The directory is protected while the command, or anything it hands
-        the descriptor to, keeps it open.  Raises :class:`Unavailable` once
+        them to, keeps them open.  Raises :class:`Unavailable` once
         the lease is released: the number may by then name another file.
         """
-        fd = self._hold.fd
-        if fd is None:
+        fds = self._hold.fds
+        if fds is None:
             raise self._gone()
-        return (fd,)
+        return fds
 
     async def create_subprocess_exec(
         self, program: str | bytes | os.PathLike[str], *args: str | bytes | os.PathLike[str],
@@ -293,20 +330,21 @@ class Lease:
         given: Mapping[str, str] | None = kwargs.pop("env", None)
         base = os.environ if given is None else given
         env = {**base, **self.env()}
-        # The lock cannot be held across the await, so the child gets a
-        # duplicate: the same open file description, hence the same lock,
+        # The locks cannot be held across the await, so the child gets
+        # duplicates: the same open file descriptions, hence the same locks,
         # which a release racing the start in another thread cannot close
         # under it nor let another file take its number.
-        fd = self._hold.dup()
-        if fd is None:
+        fds = self._hold.dup()
+        if fds is None:
             raise self._gone()
         try:
-            pass_fds = (*kwargs.pop("pass_fds", ()), fd)
+            pass_fds = (*kwargs.pop("pass_fds", ()), *fds)
             process = await asyncio.create_subprocess_exec(
                 program, *args, env=env, pass_fds=pass_fds, **kwargs
             )
         finally:
-            os.close(fd)
+            for fd in fds:
+                os.close(fd)
         try:
             await aio.complete(functools.partial(self.track, process.pid))
         except BaseException:

@@ -126,7 +126,7 @@ class Leases:
     def _lease(self, label: str, unfinished: Exception | None) -> tuple[Lease, Pending | None]:
         """Hand out a lease; its append is left to wait for when no generation was made."""
         leased = self._generations.lease(label, unfinished)
-        hold = Hold(leased.fd)
+        hold = Hold(leased.work, leased.fd)
         manager = self._manager()
         assert manager is not None, "its caller holds it"
         lease = Lease(manager, self, leased.generation, leased.lease, leased.path, hold,

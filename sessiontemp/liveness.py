@@ -7,9 +7,12 @@ kernel when its holder dies, so a crash can never leave a lock that lies:
   held for the manager's lifetime (:class:`LivenessLock`), and taken by a
   recovery pass only once its manager is gone (:func:`take_liveness`);
 * a shared lock on a generation directory itself, held by its manager and
-  by every lease (:func:`lock_shared`).  A lease's lock descriptor is passed
-  to the command it runs, so the lock lives until the command exits even if
-  the manager dies first;
+  by every lease (:func:`lock_shared`), and one on its work directory, the
+  one its commands get (:func:`lock_work`), held by the same.  A lease's
+  lock descriptors are passed to the command it runs, so the locks live
+  until the command exits even if the manager dies first.  The
+  generation's lock is the one that says it is in use (a remover takes it
+  exclusively); the work directory's only keeps age cleaners out;
 * a shared lock on the root directory, held by every live manager
   (:func:`sessiontemp.locks.hold_root`), and on each of the root's own
   directories, held by every open root (:class:`sessiontemp.root.Root`);
@@ -27,7 +30,10 @@ any manager lives, the directories' locks keep the lock files, artifacts
 and segments safe from a line on the root itself, and a generation's lock
 keeps the generation safe while any command uses it.  It never probes the
 directory its line names nor a plain file: the root's plain files carry the
-sticky bit instead (:data:`sessiontemp.root.FILE_MODE`).
+sticky bit instead (:data:`sessiontemp.root.FILE_MODE`), and a command's
+files are one level below the generation, in its locked work directory, so
+that a line naming the generation (or a glob over the root) meets a lock
+before any of them.
 
 A lock is only ever given up by closing its descriptor, never by
 ``LOCK_UN``: a forked child shares the open file description, and an
@@ -47,6 +53,7 @@ from sessiontemp.locks import PROBE_PATIENCE, still_named
 from sessiontemp.root import (
     DIR_FLAGS,
     FILE_MODE,
+    WORK_DIR,
     Root,
     check_entry,
     lock_file_name,
@@ -59,6 +66,7 @@ __all__ = [
     "RecoveryLock",
     "is_locked",
     "lock_shared",
+    "lock_work",
     "take_liveness",
 ]
 
@@ -288,6 +296,40 @@ def lock_shared(dir_fd: int, name: str, *, patience: float = PROBE_PATIENCE) -> 
         if monotonic() >= deadline:
             raise locks.busy(path_of(dir_fd, name))
         sleep(0.005)
+
+
+def lock_work(generation_fd: int) -> int:
+    """Hold a shared lock on the work directory (``WORK_DIR``) of a generation, made if missing.
+
+    *generation_fd* is the generation's own descriptor, locked by the
+    caller, so no remover can take the generation meanwhile.  The work
+    directory is made (0700) when it is missing: in a generation an
+    earlier version made, or one an age cleaner emptied while nothing held
+    it.  A generation removed from under *generation_fd* gives
+    FileNotFoundError, as its own lock would.
+    """
+    made = False
+    for _ in range(3):
+        try:
+            fd = lock_shared(generation_fd, WORK_DIR)
+        except FileNotFoundError:
+            # Missing, or removed between its mkdir and the lock (an age
+            # cleaner with age 0 takes an empty directory nobody holds).
+            try:
+                os.mkdir(WORK_DIR, 0o700, dir_fd=generation_fd)
+                made = True
+            except FileExistsError:
+                pass
+            continue
+        if made:
+            try:
+                # mkdir's mode passes through the umask.
+                os.fchmod(fd, 0o700)
+            except BaseException:
+                os.close(fd)
+                raise
+        return fd
+    return lock_shared(generation_fd, WORK_DIR)
 
 
 def is_locked(dir_fd: int, name: str) -> bool:

@@ -70,7 +70,7 @@ from sessiontemp.locks import hold_root
 from sessiontemp.log import bound
 from sessiontemp.meter import Meter
 from sessiontemp.options import ManagerOptions
-from sessiontemp.root import Root, default_root, generation_name
+from sessiontemp.root import WORK_DIR, Root, default_root, generation_name
 from sessiontemp.shield import shielded
 from sessiontemp.steps import StepHook, Steps
 from sessiontemp.usage import Usage
@@ -277,6 +277,7 @@ class Manager:
                                          log=self._log)
         if adopted is not None:
             self._handles.generations[adopted[0]] = adopted[1]
+            self._handles.work[adopted[0]] = adopted[2]
             self.resumed = True
 
     # -- what the journal says -------------------------------------------------
@@ -312,7 +313,10 @@ class Manager:
 
     @property
     def current_dir(self) -> Path | None:
-        """The current generation's directory, without taking a lease; None if none is made."""
+        """The directory the next lease gets, without taking one; None if none is made.
+
+        The current generation's work directory, as :attr:`Lease.path`.
+        """
         # One state, read once: no mutex, which a forked child's copy could
         # find held by a thread of its parent.
         writer = self._writer
@@ -321,7 +325,7 @@ class Manager:
         current = None if me is None else me.current
         if current is None or not state.generations[current].ready:
             return None
-        return self.root / generation_name(current)
+        return self.root / generation_name(current) / WORK_DIR
 
     def __repr__(self) -> str:
         me = self._writer.me

@@ -66,7 +66,7 @@ from sessiontemp.handles import Handles
 from sessiontemp.journal.errors import JournalError, RuleViolation
 from sessiontemp.journal.events import Event, GenerationMeasured, SpaceRefused, decode
 from sessiontemp.journal.store import Pending
-from sessiontemp.root import DIR_FLAGS, generation_name
+from sessiontemp.root import DIR_FLAGS, WORK_DIR, generation_name
 from sessiontemp.shield import shielded
 from sessiontemp.usage import Usage
 from sessiontemp.writepath import Owner
@@ -304,6 +304,13 @@ class Meter:
         try:
             if (st.st_dev, st.st_ino) != (known.device, known.inode):
                 return Usage(path)  # another directory under its name: not ours to measure
+            # What the commands made is in its work directory: measured there,
+            # its largest entries are theirs (the generation's one entry would
+            # otherwise be named); the generation itself when it has none.
+            with contextlib.suppress(OSError):
+                work = os.open(WORK_DIR, DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd, path = work, path / WORK_DIR
             try:
                 # In a child, for the background thread (see measure_elsewhere);
                 # here, for a caller who asked to wait for it.

@@ -1,7 +1,7 @@
 """Commands that use a generation without holding its lock.
 
-The lease's lock descriptor is the first liveness signal, but a command can
-close it: sudo, ssh and daemonizing tools close every descriptor they
+The lease's lock descriptors are the first liveness signal, but a command can
+close them: sudo, ssh and daemonizing tools close every descriptor they
 inherit (``closerange(3, ...)``) and run on.  So each command a lease
 starts is journaled by pid *and start time* (the pair names one process for
 good, where a pid alone is soon reused), and before a generation is
@@ -22,7 +22,7 @@ import os
 from collections.abc import Iterable
 from typing import Final
 
-__all__ = ["running", "start_time", "users"]
+__all__ = ["running", "start_time", "state", "users"]
 
 _TEMP_VARIABLES: Final = (b"TMPDIR=", b"TMP=", b"TEMP=")
 
@@ -41,6 +41,16 @@ def start_time(pid: int) -> int | None:
         # Exited, waiting only to be reaped: it uses nothing any more.
         return None
     return int(fields[19])
+
+
+def state(pid: int) -> str | None:
+    """The state letter of process *pid* (``R`` running, ``S`` sleeping, ...); None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return stat[stat.rindex(b")") + 2:].split()[0].decode()
 
 
 def _threads_left(pid: int) -> bool:

@@ -377,6 +377,13 @@ class _Pass:
             try:
                 fd = take_liveness(self.root.managers_fd, manager.id)
             except FileNotFoundError:
+                # A manager's close journals its end before it removes the
+                # file: one that closed since this pass last read the journal
+                # is told by its tail, not reported as missing.
+                self.refresh()
+                now = self.state.managers.get(manager.id)
+                if now is None or now.ended is not None:
+                    continue
                 # Probing would create a new file and always win its lock,
                 # declaring dead a manager that may well be alive.
                 self.skip(self.root.manager_lock_path(manager.id),

@@ -85,6 +85,7 @@ __all__ = [
     "SEGMENTS_DIR",
     "SESSIONS_DIR",
     "TRASH_PREFIX",
+    "WORK_DIR",
     "Root",
     "check_entry",
     "check_layout",
@@ -110,6 +111,12 @@ MANAGERS_DIR: Final = "managers"
 SESSIONS_DIR: Final = "sessions"
 ARTIFACTS_DIR: Final = "artifacts"
 RECOVERY_LOCK: Final = "recovery.lock"
+# The directory a generation's commands get (a lease's path, their TMPDIR),
+# its one entry: locked one level below the locked generation, so that an
+# age cleaner's line naming the generation, or a glob over the root's
+# entries, meets a lock before any file a command made (systemd-tmpfiles
+# never probes the directory its line names, only those it descends into).
+WORK_DIR: Final = "tmp"
 # Blocks kept allocated for the journal to record removals on a full disk
 # (sessiontemp.reserve).
 RESERVE: Final = "space.reserve"

@@ -48,11 +48,12 @@ from sessiontemp.journal.reducer import (
     State,
     kept_for_resume,
 )
-from sessiontemp.liveness import lock_shared
+from sessiontemp.liveness import lock_shared, lock_work
 from sessiontemp.locks import refusal, still_named, try_exclusive
 from sessiontemp.root import (
     FILE_MODE,
     SESSIONS_DIR,
+    WORK_DIR,
     Root,
     check_entry,
     generation_name,
@@ -315,13 +316,14 @@ def _read_pid(fd: int) -> int | None:
 
 
 def claim_session(claimer: WritePath, claim: Claim, window: float, found: Resumable | None, *,
-          manager: str, root: Root, steps: Steps, log: BoundLogger) -> tuple[str, int] | None:
+          manager: str, root: Root, steps: Steps, log: BoundLogger,
+          ) -> tuple[str, int, int] | None:
     """Journal *manager*'s birth as the owner of *claim*'s session, adopting what it can.
 
     What the last owner left (*found*, as the recovery pass kept it for
     this claim) is adopted when the claim asks to resume and its directory
     can be locked.  Returns the adopted generation with the manager's own
-    lock on it, None when nothing was adopted.
+    locks on it and on its work directory, None when nothing was adopted.
     """
     events: list[Event] = [ManagerOpened(manager, os.getpid()),
                            SessionClaimed(manager, claim.name, round(window * 1000))]
@@ -330,13 +332,14 @@ def claim_session(claimer: WritePath, claim: Claim, window: float, found: Resuma
             and found.owner is not None):
         taken = _take_over(found.generation, root=root, steps=steps, log=log)
         if taken is not None:
-            adopted = found.generation.id, taken
+            adopted = found.generation.id, *taken
             events.append(SessionAdopted(manager, claim.name, found.generation.id,
                                          found.owner.id))
     try:
         claimer.append(*events)
     except BaseException:
         if adopted is not None:
+            os.close(adopted[2])
             os.close(adopted[1])
         raise
     if adopted is not None and found is not None and found.owner is not None:
@@ -347,8 +350,10 @@ def claim_session(claimer: WritePath, claim: Claim, window: float, found: Resuma
 
 
 def _take_over(generation: GenerationState, *, root: Root, steps: Steps,
-               log: BoundLogger) -> int | None:
-    """Lock the directory a dead owner left, as its new manager; None if it cannot be.
+               log: BoundLogger) -> tuple[int, int] | None:
+    """Lock the directory a dead owner left and its work directory, as its new manager.
+
+    None if it cannot be.
 
     Locked before the adoption is journaled, like a new generation: a
     remover that seized it first makes this fail, and one that comes
@@ -374,9 +379,30 @@ def _take_over(generation: GenerationState, *, root: Root, steps: Steps,
                         reason=f"{name} was replaced by another directory")
             os.close(fd)
             return None
-        # A usage touch: an age-based cleaner sees it in use from now on.
-        os.utime(fd)
     except BaseException:
         os.close(fd)
         raise
-    return fd
+    try:
+        # Made again if an age cleaner took it while nothing held it (or
+        # an earlier version made the generation without one).
+        steps.before("lock", f"{name}/{WORK_DIR}")
+        work = lock_work(fd)
+    except BaseException as e:
+        os.close(fd)
+        if not isinstance(e, OSError):
+            raise
+        path = os.path.join(root.path, name, WORK_DIR)
+        if not resources.gone(e):
+            raise refusal(root.path, path, e) from e
+        log.warning("session.not_resumed", generation=generation.id,
+                    reason=f"{path} could not be locked ({e.strerror})")
+        return None
+    try:
+        # A usage touch: an age-based cleaner sees it in use from now on.
+        os.utime(fd)
+        os.utime(work)
+    except BaseException:
+        os.close(work)
+        os.close(fd)
+        raise
+    return fd, work

@@ -12,10 +12,19 @@ every command a harness runs.
 Signals are handled without a race: the forwarded ones (and SIGCHLD) are
 blocked before the command starts (:func:`watching`), so none is lost
 between the start and the first wait, and :func:`signal.sigwaitinfo` then
-takes them one at a time together with the sender's identity.  That
-identity decides whether to forward: a signal the kernel sent to the whole
-foreground process group (Ctrl-C, Ctrl-\\, a terminal resize or hangup) has
-already reached the command, and forwarding it again would deliver it twice.
+takes them one at a time together with the sender's identity.
+
+A signal is passed on only when it did not reach the command already,
+which depends on whether the command is in the group the signal went to.
+In the foreground of a terminal the command stays in the wrapper's process
+group (it reads the terminal, stops and resumes with its job, shares the
+foreground with the rest of a pipeline): what the kernel sends that group
+(Ctrl-C, Ctrl-\\, a resize) and what the session's shell sends its job (a
+hangup) has reached it already.  Anywhere else (under ``timeout``, a CI
+runner, a supervisor) the command leads a process group of its own, so a
+signal sent to the wrapper's group (``kill -- -PGID``, ``timeout``'s
+cancel) reaches it only through the wrapper, which passes it on to the
+command's group once.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
     from types import TracebackType
-    from typing import Final
+    from typing import Any, Final
 
 __all__ = ["FORWARDED", "exit_status", "pending_stop", "start_and_wait", "watching"]
 
@@ -42,6 +51,10 @@ FORWARDED: Final = frozenset({
 _WATCHED: Final = {*FORWARDED, signal.SIGCHLD}
 # si_code of a signal the kernel itself generated, as a terminal's are (Linux).
 _SI_KERNEL: Final = 0x80
+# si_code of a signal a process sent with kill() (Linux).
+_SI_USER: Final = 0
+# How many times to yield to a signal's sender that still runs (_let_finish).
+_YIELDS: Final = 100
 # Python ignores these at start-up; a command expects them at their default,
 # as subprocess's restore_signals gives it.
 _RESTORED: Final = (signal.SIGPIPE, signal.SIGXFSZ)
@@ -102,6 +115,13 @@ def start_and_wait(command: Sequence[str], env: Mapping[str, str], fds: Iterable
     replaced); *started* is called with its pid as soon as it runs (to
     journal it).  Raises :class:`CommandNotStarted` when it cannot start.
     """
+    # In the foreground of a terminal the command shares this process's group
+    # (it reads the terminal, stops and resumes with its job, shares the
+    # foreground with the rest of a pipeline); anywhere else it leads a group
+    # of its own, which no signal to this process's group reaches.
+    shared = _in_terminal_foreground()
+    # Only setpgroup's absence keeps the command in this process's group.
+    group: dict[str, Any] = {} if shared else {"setpgroup": 0}
     try:
         pid = os.posix_spawnp(
             command[0], list(command), dict(env),
@@ -109,6 +129,7 @@ def start_and_wait(command: Sequence[str], env: Mapping[str, str], fds: Iterable
             # command inherits the lease's lock, as pass_fds does.
             file_actions=[(os.POSIX_SPAWN_DUP2, fd, fd) for fd in fds],
             setsigmask=mask, setsigdef=_RESTORED,
+            **group,
         )
     except FileNotFoundError as e:
         raise CommandNotStarted(command[0], errno.ENOENT, "command not found",
@@ -121,36 +142,114 @@ def start_and_wait(command: Sequence[str], env: Mapping[str, str], fds: Iterable
         raise CommandNotStarted(command[0], e.errno or 0, f"could not be started "
                                 f"({e.strerror})", "Check the command") from e
     started(pid)
-    return _wait(pid)
+    return _wait(pid, shared=shared)
 
 
-def _wait(pid: int) -> int:
-    """Wait for *pid* to exit, forwarding signals; its exit status as a shell reports it."""
+def _in_terminal_foreground() -> bool:
+    """Whether this process's group is the foreground group of its controlling terminal."""
+    try:
+        # O_NOCTTY: a process without a controlling terminal must not acquire one here.
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False  # no controlling terminal
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _wait(pid: int, *, shared: bool) -> int:
+    """Wait for *pid* to exit, forwarding signals; its exit status as a shell reports it.
+
+    *shared*: the command is in this process's group, else it leads its own.
+    """
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return exit_status(status)
         # A SIGCHLD that came before this call is pending, so an exit is
         # never missed between the waitpid above and here.
-        info = signal.sigwaitinfo(_WATCHED)
-        if info.si_signo in FORWARDED and _forward(info, pid):
-            try:  # noqa: SIM105 (contextlib costs the client's start)
-                os.kill(pid, info.si_signo)
+        # With whatever else is pending by then, each kind passed on once, as
+        # the kernel merges a pending signal with its repeat: a sender that
+        # signals this process and then its group (GNU timeout) has its
+        # second signal merged with the first rather than passed on twice.
+        batch = [signal.sigwaitinfo(_WATCHED)]
+        _let_finish(batch[0].si_pid)
+        while (more := signal.sigtimedwait(_WATCHED, 0)) is not None:
+            batch.append(more)
+        sent = set()
+        for info in batch:
+            if info.si_signo not in FORWARDED or info.si_signo in sent or not _forward(
+                    info, pid, shared=shared):
+                continue
+            sent.add(info.si_signo)
+            try:
+                if shared:
+                    os.kill(pid, info.si_signo)
+                else:
+                    # The command's group stands in for this process's: the
+                    # command and what it started, as a signal to the group
+                    # would have reached them.
+                    os.killpg(pid, info.si_signo)
             except ProcessLookupError:
                 # Gone already: it has just exited, and the next waitpid says how.
                 pass
 
 
-def _forward(info: signal.struct_siginfo, pid: int) -> bool:
-    """Whether the signal *info* describes should go on to the command *pid*."""
+def _let_finish(sender: int) -> None:
+    """Give *sender*, while it runs on, the moment to send what it sends next.
+
+    Waking this process can take the processor from the sender between two
+    of its signals (GNU timeout signals its child, then at once its group);
+    yielding lets it send the second, which then merges with the first.
+    Bounded: a sender that keeps running (a shell going on with its script)
+    is waited for no further.
+    """
+    for _ in range(_YIELDS):
+        if sender <= 0 or _state(sender) != "R":
+            return
+        os.sched_yield()
+
+
+def _state(pid: int) -> str | None:
+    """:func:`sessiontemp.processes.state`, read here: its imports would cost the client's start."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return stat[stat.rindex(b")") + 2:].split()[0].decode()
+
+
+def _forward(info: signal.struct_siginfo, pid: int, *, shared: bool) -> bool:
+    """Whether the signal *info* describes should go on to the command *pid*.
+
+    Not when it reached the command already, which depends on whether the
+    command is in the group the signal went to; and never back to where it
+    came from.
+    """
     if info.si_pid == pid:
         # The command signalled this process: sending it back would loop.
         return False
-    if info.si_code == _SI_KERNEL:
-        # The kernel signalled the whole process group (a terminal); the
-        # command has it already unless it moved to a group of its own.
+    if not shared:
+        # Nothing sent to this process's group reaches the command's group;
+        # a signal from that group would be sent back to its sender.
         try:
-            return os.getpgid(pid) != os.getpgrp()
+            return info.si_pid <= 0 or os.getpgid(info.si_pid) != pid
         except ProcessLookupError:
-            return False
-    return True
+            return True  # the sender has exited
+    # Sent to the whole group: by the kernel for a terminal (Ctrl-C, a
+    # resize), or by the session's shell to its job (a hangup).  The command
+    # has it already, unless it moved to a group of its own.  Any other
+    # sender's signal is taken as sent to this process alone: one sent to
+    # the group cannot be told from it (siginfo does not say).
+    to_group = info.si_code == _SI_KERNEL or (
+        info.si_code == _SI_USER and info.si_pid == os.getsid(0))
+    if not to_group:
+        return True
+    try:
+        return os.getpgid(pid) != os.getpgrp()
+    except ProcessLookupError:
+        return False

@@ -7,8 +7,11 @@ exits 0; once its directory is gone, a write fails and it exits 3.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +35,44 @@ echo "$i" > "$TMPDIR/final" || exit 3
 """
 
 LOST = 3
+
+# Runs the rest of its arguments (``exec``, same pid) with every signal at its default
+# disposition.  A test may be started with some ignored (``nohup`` ignores SIGHUP, a
+# shell's background job SIGINT), every child inherits that through exec, and a shell
+# cannot trap a signal it started with ignored: a command under test starts clean.
+DEFAULT_SIGNALS = [sys.executable, "-c", (
+    "import os, signal, sys\n"
+    "for s in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}:\n"
+    "    try:\n"
+    "        signal.signal(s, signal.SIG_DFL)\n"
+    "    except (OSError, ValueError):\n"
+    "        pass\n"
+    "os.execvp(sys.argv[1], sys.argv[1:])\n"
+)]
+
+
+def in_session(sid: int) -> list[int]:
+    """The processes of session *sid* (one a test started with ``start_new_session``)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        # After the command name: state, ppid, pgrp, session.
+        fields = stat.rpartition(")")[2].split()
+        if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of session *sid*: what a test started, whatever group it moved to."""
+    for pid in in_session(sid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def wait_until(condition: Callable[[], bool], what: str, limit: float = 30.0) -> None:

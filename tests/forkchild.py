@@ -256,14 +256,14 @@ def plant_waiting_release() -> None:
 
     def drop_copy(self: Hold) -> None:
         with self._mutex:
-            fd, self._fd = self._fd, None
-        if fd is not None:
+            fds, self._fds = self._fds, None
+        for fd in fds or ():
             os.close(fd)
 
     original_init = Hold.__init__
 
-    def init(self: Hold, fd: int) -> None:
-        original_init(self, fd)
+    def init(self: Hold, *fds: int) -> None:
+        original_init(self, *fds)
         self._mutex = plain.Lock()  # type: ignore[assignment]
 
     Hold.__init__ = init  # type: ignore[method-assign]

@@ -71,6 +71,7 @@ from sessiontemp.root import (
     GENERATION_PREFIX,
     JOURNAL_NAME,
     TRASH_PREFIX,
+    WORK_DIR,
     generation_name,
     trash_name,
 )
@@ -639,7 +640,7 @@ class World:
         files = self.model.generations[current].files
         # The directory itself and each file the model says it holds.
         assert found.inodes == 1 + len(files), f"{name} measured {found}, not {sorted(files)}"
-        assert found.path == self.root / generation_name(current)
+        assert found.path == self.root / generation_name(current) / WORK_DIR
 
     def close(self, name: str) -> None:
         # Forgotten only once close returns: a crash inside it leaves the
@@ -1146,12 +1147,13 @@ class World:
             assert set(handles.of(manager.id).leases) == held, f"{manager.id} holds other leases"
 
         for gid in self.model.live_generations():
-            path = self.root / generation_name(gid)
+            # What the commands wrote, in the generation's work directory.
+            path = self.root / generation_name(gid) / WORK_DIR
             assert path.is_dir()
             files = {p.name: p.read_text() for p in path.iterdir()}
             assert files == self.model.generations[gid].files, f"{path} lost or gained files"
         for lease_name, lease in self.leases.items():
-            assert lease.path == self.root / generation_name(self.model.held[lease_name])
+            assert lease.path == self.root / generation_name(self.model.held[lease_name]) / WORK_DIR
             assert not lease.released
 
         self.check_artifacts(state, full=full)

@@ -512,9 +512,11 @@ def present(root: Path, names: Names) -> dict[str, Any]:
         "status": status,
         "directories": sorted(
             # Not the leases ever taken on it nor their labels, nor its refusals:
-            # counts of events, which retired history no longer holds.
+            # counts of events, which retired history no longer holds; nor whether
+            # its creation predates the kept history, which is where retention left it.
             ({k: v for k, v in d.items()
-              if k not in ("pid", "leases", "labels", "refused", "refused_at")}
+              if k not in ("pid", "leases", "labels", "refused", "refused_at",
+                           "before_history")}
              for d in names.json(usage["directories"])), key=repr),
         "problems": sorted(p["check"] for p in usage["problems"]),
     }

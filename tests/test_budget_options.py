@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from sessiontemp.journal.events import GenerationMeasured, SpaceRefused
+from sessiontemp.root import WORK_DIR
 from sessiontemp.usage import human
 from tests.commands import journaled
 from tests.test_run import launcher, sessiontemp
@@ -141,7 +142,7 @@ def test_a_run_over_max_bytes_names_its_largest_entries_and_the_option_with_the_
     line = over_line(root, "--max-bytes", "1K",
                      script='head -c 1048576 /dev/zero > "$TMPDIR/big.bin"')
     assert line == (
-        f"sessiontemp run: {root}/GEN is over its budget: it holds 1.0 MiB of a 1.0 KiB "
+        f"sessiontemp run: {root}/GEN/tmp is over its budget: it holds 1.0 MiB of a 1.0 KiB "
         "budget; its largest entries: big.bin (1.0 MiB). Have the command leave less in its "
         "directory ($TMPDIR), or raise the budget (given: --max-bytes 1K); the command ran "
         "to its end, and nothing was stopped")
@@ -153,7 +154,7 @@ def test_a_run_over_max_inodes_names_the_entries_holding_the_most_inodes_not_the
     root = tmp_path / "root"
     line = over_line(root, "--max-bytes", "100M", "--max-inodes", "100", script=CACHE)
     assert line == (
-        f"sessiontemp run: {root}/GEN is over its budget: it holds {over_bytes(root)} of a "
+        f"sessiontemp run: {root}/GEN/tmp is over its budget: it holds {over_bytes(root)} of a "
         "100.0 MiB budget and 504 inodes of 100; the entries holding the most inodes: cache "
         "(501 inodes), big.bin (1 inode), notes.txt (1 inode). Have the command leave less "
         "in its directory ($TMPDIR), or raise the budget (given: --max-inodes 100); the "
@@ -172,7 +173,7 @@ def test_an_empty_directory_over_its_budget_says_what_it_holds_is_its_own_entry(
     root = tmp_path / "root"
     line = over_line(root, "--max-inodes", "0", script="true")
     assert line == (
-        f"sessiontemp run: {root}/GEN is over its budget: it holds 1 inode of 0; it is empty: "
+        f"sessiontemp run: {root}/GEN/tmp is over its budget: it holds 1 inode of 0; it is empty: "
         "what it holds is the directory's own entry, counted as `du -s` counts it. Have the "
         "command leave less in its directory ($TMPDIR), or raise the budget (given: "
         "--max-inodes 0); the command ran to its end, and nothing was stopped")
@@ -218,7 +219,8 @@ def test_the_plugins_budget_takes_a_size_as_run_does_and_its_refusal_names_the_o
     (line,) = [line for line in result.stdout.lines if "is over its budget" in line]
     generation = f"sessiontemp-gen-{big[-1].generation}"
     assert line.removeprefix("E").strip() == (
-        f"sessiontemp.journal.errors.OverBudget: {root}/{generation} is over its budget: "
+        f"sessiontemp.journal.errors.OverBudget: {root / generation / WORK_DIR} is over its "
+        "budget: "
         f"it holds {big[-1].bytes / 1024:.1f} KiB of a 100.0 KiB budget; its largest "
         f"entries: big.bin (492.0 KiB). Have the test leave less in its directory, or raise "
         "the budget (given: --sessiontemp-max-bytes 100K)")

@@ -479,7 +479,8 @@ def test_recovery_from_a_checkpoint_removes_what_a_killed_manager_left(root: Pat
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(root)], stdout=subprocess.PIPE,
                              text=True)
     assert child.stdout is not None
-    left = Path(child.stdout.readline().strip())
+    # The generation, the leased directory's parent.
+    left = Path(child.stdout.readline().strip()).parent
     child.send_signal(signal.SIGKILL)
     child.wait()
     assert left.is_dir()

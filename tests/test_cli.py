@@ -453,12 +453,14 @@ def test_fsck_finds_missing_leftover_trash_and_unknown_entries(
     (root / f"sessiontemp-gen-{ids['rotated']}").mkdir()
     (root / "sessiontemp-trash-zzzzzzzzzzzzzzzz").mkdir()
     (root / "notes.txt").write_text("mine")
-    shutil.rmtree(ids["held_path"])
+    # The generation, the leased directory's parent.
+    held = Path(ids["held_path"]).parent
+    shutil.rmtree(held)
     result = inspect_json("--root", root, "fsck", ok=1)
     checks = sorted(f["check"] for f in result["findings"])
     assert checks == ["missing", "not-removed", "trash", "unknown"]
     assert "problems" in inspect("--root", root, "fsck", ok=1).stdout
-    os.mkdir(ids["held_path"])  # for the fixture's own teardown
+    os.makedirs(ids["held_path"])  # for the fixture's own teardown
 
 
 def test_fsck_of_a_bare_journal_file_asks_for_the_root(

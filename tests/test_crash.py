@@ -268,10 +268,13 @@ def assert_journal_matches_disk(root: Path) -> State:
 
 
 def assert_only_live_left(root: Path, live: Collection[Path]) -> State:
-    """Nothing but *live* (the directories of live managers and running commands) is left."""
+    """Nothing but *live* (the directories of live managers and running commands) is left.
+
+    *live* are the directories the leases gave, each its generation's work directory.
+    """
     state = assert_journal_matches_disk(root)
     generations, _ = on_disk(root)
-    assert {root / generation_name(g) for g in generations} == set(live)
+    assert {root / generation_name(g) / "tmp" for g in generations} == set(live)
     # A dead manager's liveness lock file goes with it; live ones keep theirs.
     locks = {p.name.removesuffix(".lock") for p in (root / "managers").iterdir()}
     assert locks == {m.id for m in state.managers.values() if m.ended is None}
@@ -542,14 +545,15 @@ def test_a_command_outliving_its_killed_manager_keeps_its_directory_until_it_exi
     held_path = Path(held["path"])
     report = recover_by_opening(root, live={held_path})
     assert report.dead == (victim.manager,)
-    assert [s.path for s in report.skipped] == [held_path]
-    assert [r.path for r in report.removed] == [Path(unheld["path"])]
+    # Reports name the generations, the leased directories' parents.
+    assert [s.path for s in report.skipped] == [held_path.parent]
+    assert [r.path for r in report.removed] == [Path(unheld["path"]).parent]
     assert written.read_text().startswith("written by")
 
     # A pass while the command still runs skips it again, and writes nothing.
     seq = journal_state(root).seq
     again = sessiontemp.recover(root, busy_timeout=TIMEOUT)
-    assert [s.path for s in again.skipped] == [held_path]
+    assert [s.path for s in again.skipped] == [held_path.parent]
     assert again.removed == ()
     assert journal_state(root).seq == seq
     assert written.exists()
@@ -561,7 +565,7 @@ def test_a_command_outliving_its_killed_manager_keeps_its_directory_until_it_exi
     command.wait_exited()
 
     last = sessiontemp.recover(root, busy_timeout=TIMEOUT)
-    assert [r.path for r in last.removed] == [held_path]
+    assert [r.path for r in last.removed] == [held_path.parent]
     assert last.skipped == ()
     assert_only_live_left(root, live=())
 

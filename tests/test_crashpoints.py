@@ -63,7 +63,7 @@ from sessiontemp.generations import Generations, Made
 from sessiontemp.inspect import fsck, verify
 from sessiontemp.journal.errors import SessionTempError
 from sessiontemp.journal.events import GenerationCreated, GenerationReady
-from sessiontemp.liveness import lock_shared
+from sessiontemp.liveness import lock_shared, lock_work
 from sessiontemp.manager import DURABILITY, Durability
 from sessiontemp.root import JOURNAL_NAME, generation_name, new_generation_id
 from sessiontemp.steps import StepKind
@@ -863,7 +863,8 @@ def mkdir_before_journal(self: Generations) -> Made:
     self.steps.before("lock", name)
     fd = lock_shared(root_fd, name)
     st = os.fstat(fd)
-    return generation, fd, GenerationReady(self.manager, generation, st.st_dev, st.st_ino)
+    return generation, fd, lock_work(fd), GenerationReady(self.manager, generation, st.st_dev,
+                                                          st.st_ino)
 
 
 def test_the_enumeration_finds_a_directory_made_before_its_journal_record(

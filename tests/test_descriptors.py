@@ -386,7 +386,7 @@ def test_only_a_directory_gone_from_its_name_retires_the_generation_a_lock_faile
         faults.arm(raising(OSError(code, os.strerror(code))), only="lock")
         with pytest.raises(Unavailable) as refused:
             manager.acquire()
-        assert faults.disarm() == ("lock", directory.name)
+        assert faults.disarm() == ("lock", directory.parent.name)
         said = str(refused.value)
         assert ("It was retired" in said) == gone
         assert ("nothing was retired" in said) != gone

@@ -18,6 +18,7 @@ MODULES = [
     "sessiontemp.journal.events", "sessiontemp.journal.errors", "sessiontemp.journal.checkpoint",
     "sessiontemp",
     "sessiontemp.inspect", "sessiontemp.platform",
+    "sessiontemp.integrations.claude_code", "sessiontemp.integrations.notebook",
     *[f"sessiontemp.inspect.{m}" for m in ("read", "summary", "events", "state", "story",
                                             "verify", "fsck", "timeline", "json")],
 ]

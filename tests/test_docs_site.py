@@ -46,7 +46,7 @@ README = REPO / "README.md"
 
 PAGES = [
     "index", "tutorial",
-    "howto/agent-harness", "howto/notebook-kernel", "howto/ci-job", "howto/run",
+    "howto/agent-harness", "howto/agent-cli", "howto/notebook-kernel", "howto/ci-job", "howto/run",
     "howto/pytest-plugin", "howto/systemd-tmpfiles", "howto/incident",
     "concepts/lifecycle", "concepts/crash-guarantee", "concepts/durability",
     "concepts/faults", "concepts/journal",
@@ -177,7 +177,8 @@ def test_the_json_reference_of_sessiontemp_recover_fits_what_it_prints(tmp_path:
     block = re.search(r"## sessiontemp recover --json.*?```json\n(.*?)```", page, re.S)
     assert block is not None
     assert conforms(printed, json.loads(block.group(1)), {}) == []
-    assert [r["path"] for r in printed["removed"]] == [left]
+    # The generation, the leased directory's parent.
+    assert [r["path"] for r in printed["removed"]] == [str(Path(left).parent)]
     assert len(printed["dead"]) == 1
 
 
@@ -195,7 +196,7 @@ def test_the_tutorial_script_runs_and_prints_what_the_tutorial_shows(tmp_path: P
     name = re.compile(r"sessiontemp-gen-\w+|/\S+/root")
     assert [name.sub("N", line) for line in printed] == [
         name.sub("N", line) for line in shown.splitlines()]
-    killed = re.search(r"left (sessiontemp-gen-\w+) on disk: True", result.stdout)
+    killed = re.search(r"left (sessiontemp-gen-\w+)/tmp on disk: True", result.stdout)
     assert killed is not None
     assert f"recovery removed ['{killed.group(1)}'] on disk: False" in result.stdout
     # Its root is under TMPDIR, holding the journal the last line points at.

@@ -66,7 +66,8 @@ def command_line(script: str, subcommand: str, action: argparse.Action, empty: l
         if other.nargs == argparse.REMAINDER:
             tail = ["--", "true"]
         elif not other.option_strings and other.nargs is None:
-            words.append("placeholder")
+            # A word it accepts (`integrate claude-code`), or any for a free one.
+            words.append(next(iter(other.choices)) if other.choices else "placeholder")
         elif other.required:
             words += [other.option_strings[0], "-"]
     return [*words, *empty, *tail]

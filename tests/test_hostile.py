@@ -51,9 +51,9 @@ def outside(tmp_path: Path) -> Path:
 
 
 def leased_dir(manager: Manager) -> Path:
-    """The path of the generation a fresh lease gets, the lease released again."""
+    """The path of the generation a fresh lease gets (its directory's parent), released again."""
     with manager.acquire() as lease:
-        return lease.path
+        return lease.path.parent
 
 
 def outcomes(root: Path) -> dict[str, str | None]:
@@ -315,8 +315,8 @@ def test_a_deep_tree_whose_middle_is_moved_away_during_removal_is_refused_not_ch
         nonlocal moved
         if armed and kind == "unlink" and detail == "bottom" and not moved:
             moved = True
-            trash = root / (TRASH_PREFIX + lease.path.name.removeprefix(GENERATION_PREFIX))
-            os.rename(trash / "d" / "d", elsewhere / "d")
+            trash = root / (TRASH_PREFIX + lease.generation)
+            os.rename(trash / "tmp" / "d" / "d", elsewhere / "d")
 
     manager = open_manager(step_hook=hook)
     manager.retain()

@@ -17,6 +17,7 @@ from sessiontemp.journal import checkpoint, rules
 from sessiontemp.journal.events import Record
 from sessiontemp.journal.reducer import Forgotten, GenerationState, ManagerState, State, replay
 from sessiontemp.journal.store import Store
+from sessiontemp.root import WORK_DIR
 from tests.strategies import ids, legal_records, scaled, times
 
 _SETTINGS = scaled(0.25)
@@ -203,9 +204,12 @@ def test_a_moment_that_is_neither_is_a_value_error() -> None:
         inspect.parse_moment("yesterday")
 
 
-def test_a_generation_is_named_by_its_path_its_trash_name_or_its_id() -> None:
+def test_a_generation_is_named_by_its_path_its_work_directory_its_trash_name_or_its_id() -> None:
     gid = "abcdefghijk23456"
     assert inspect.generation_of(f"/r/sessiontemp-gen-{gid}/") == gid
+    # A command's TMPDIR (a lease's path): the generation's work directory.
+    assert inspect.generation_of(f"/r/sessiontemp-gen-{gid}/{WORK_DIR}") == gid
+    assert inspect.generation_of(f"/r/sessiontemp-trash-{gid}/{WORK_DIR}/") == gid
     assert inspect.generation_of(f"sessiontemp-trash-{gid}") == gid
     assert inspect.generation_of(gid) == gid
 

@@ -70,7 +70,7 @@ def test_state_lists_each_session_with_its_owner_window_touch_and_kept_directory
     chat, other = state.sessions["chat"], state.sessions["other"]
     assert (chat.owner, chat.adoptions, chat.kept) == (made["successor"], 1, None)
     assert chat.used_at is not None
-    assert (other.window, other.kept) == (3600.0, made["left"].name.rsplit("-", 1)[1])
+    assert (other.window, other.kept) == (3600.0, made["left"].parent.name.rsplit("-", 1)[1])
     [artifact] = state.artifacts.values()
     assert (artifact.sha256, artifact.label, artifact.session) == (
         made["artifact"].sha256, "notes.txt", "chat")
@@ -121,7 +121,8 @@ def test_fsck_lists_a_kept_directory_as_resumable_not_as_a_problem(
     root, made = session_root
     report = inspect.fsck(root)
     assert report.ok
-    assert [(f.check, f.path) for f in report.held] == [("resumable", made["left"])]
+    # Found by generation, the leased directory's parent.
+    assert [(f.check, f.path) for f in report.held] == [("resumable", made["left"].parent)]
 
 
 def test_fsck_reports_an_artifact_whose_file_is_gone(

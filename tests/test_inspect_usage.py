@@ -99,7 +99,8 @@ def test_usage_of_every_generation_agrees_with_du_for_each_directory(
         "directories"]}
     for d in directories:
         # du -k rounds the allocated bytes up to whole KiB.
-        kib = du[Path(d["path"])]
+        # Reported by generation, measured in its work directory (the leases' path).
+        kib = du[Path(d["path"]) / "tmp"]
         assert kib * 1024 - 1024 < d["bytes"] <= kib * 1024, d
         assert (walked[d["path"]]["bytes"], walked[d["path"]]["inodes"]) == (
             d["bytes"], d["inodes"])
@@ -161,14 +162,15 @@ def test_measure_walks_the_directories_now_and_never_writes_the_journal(
         assert journal_files(root) == before
         assert inspect.summary(root / "journal.sqlite3").events == events
         assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
-        first = {d["path"]: d for d in now["directories"]}[str(leases[0].path)]
-        old = {d["path"]: d for d in journaled["directories"]}[str(leases[0].path)]
+        generation = str(leases[0].path.parent)
+        first = {d["path"]: d for d in now["directories"]}[generation]
+        old = {d["path"]: d for d in journaled["directories"]}[generation]
         assert first["bytes"] >= old["bytes"] + 300_000
         assert first["measured_now"]
-        assert now["directories"][0]["path"] == str(leases[0].path)
+        assert now["directories"][0]["path"] == generation
         assert du_kib([leases[0].path])[leases[0].path] * 1024 == first["bytes"]
         assert "measured now" in text
-        assert str(leases[0].path) in text
+        assert generation in text
     finally:
         for lease in leases:
             lease.release()
@@ -191,10 +193,10 @@ def test_usage_lists_largest_first_with_session_manager_pid_and_labels(tmp_path:
         lines = run_inspect("--root", root, "usage").stdout.splitlines()
         rows = [line for line in lines if "sessiontemp-gen-" in line]
         assert len(rows) == 2
-        assert str(big.path) in rows[0]
+        assert str(big.path.parent) in rows[0]
         assert "make test" in rows[0]
         assert "live" in rows[0]
-        assert str(small.path) in rows[1]
+        assert str(small.path.parent) in rows[1]
         assert "make lint" in rows[1]
         assert "retired" in rows[1]
         for row in rows:

@@ -123,9 +123,10 @@ def root_fd(root: Path) -> int:
 
 
 def unlocked(root: Path, directory: Path) -> bool:
+    """Whether nobody holds the lock of the generation whose work directory is *directory*."""
     fd = root_fd(root)
     try:
-        return not is_locked(fd, directory.name)
+        return not is_locked(fd, directory.parent.name)
     finally:
         os.close(fd)
 
@@ -183,7 +184,7 @@ def run_while_rotating(manager: Manager, mode: str, scratch: Path, workers: list
                 manager.rotate()
             else:
                 busy += [s.reason for s in recover(manager.root).skipped
-                         if s.path == directory]
+                         if s.path == directory.parent]
             time.sleep(0.05)
     busy += [e["reason"] for e in logs if e["event"] == "generation.busy"]
     return Run(directory, worker, tuple(busy), environ, child)
@@ -199,7 +200,7 @@ def finish(manager: Manager, run: Run, *, end: str) -> None:
             pass
     else:
         report = recover(manager.root)
-        assert not waiting or run.directory in [r.path for r in report.removed]
+        assert not waiting or run.directory.parent in [r.path for r in report.removed]
     assert not run.directory.exists(), f"{run.directory} was kept after its command exited"
 
 
@@ -394,7 +395,8 @@ def test_a_recorded_pid_counts_only_with_its_start_time_when_recovery_removes(
                                      own_start() + shift)], time=time.time())
     finally:
         store.close()
-    directory = lease.path
+    # The generation: reports name it, the leased directory's parent.
+    directory = lease.path.parent
     simulate_kill(manager)
     report = recover(root)
     if shift == 0:

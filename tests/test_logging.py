@@ -213,7 +213,8 @@ def test_generation_created_carries_the_manager_the_generation_and_the_journal_s
     assert created["log_level"] == "info"
     assert created["manager"] == manager.id
     assert created["generation"] == lease.generation
-    assert created["path"] == str(lease.path)
+    # The generation's directory, the leased directory's parent.
+    assert created["path"] == str(lease.path.parent)
     assert isinstance(created["seq"], int)
     assert manager.state.generations[lease.generation].created_seq < created["seq"]
     (acquired,) = named(logs, "lease.acquired")

@@ -103,14 +103,16 @@ def test_concurrent_leases_share_one_private_generation_directly_under_the_root(
         assert len(leases) == threads
         assert len(paths) == 1
         (path,) = paths
-        assert path.parent == root
-        assert path.name.startswith(GENERATION_PREFIX)
-        assert len(path.name) > len(GENERATION_PREFIX)
+        # The commands' directory, one level below the generation's own.
+        assert path.parent.parent == root
+        assert path.name == "tmp"
+        assert path.parent.name.startswith(GENERATION_PREFIX)
+        assert len(path.parent.name) > len(GENERATION_PREFIX)
         st = os.lstat(path)
         assert stat.S_ISDIR(st.st_mode)
         assert stat.S_IMODE(st.st_mode) == 0o700
         assert st.st_uid == os.getuid()
-        assert on_disk(root) == [path.name]
+        assert on_disk(root) == [path.parent.name]
     finally:
         for lease in leases:
             lease.release()
@@ -138,14 +140,14 @@ def test_rotate_gives_new_commands_a_fresh_directory_that_does_not_see_old_files
     manager.rotate()
     with manager.acquire() as new:
         assert new.path != old.path
-        assert new.path.parent == root
+        assert new.path.parent.parent == root
         assert os.listdir(new.path) == []
         # The old generation lives on for the command still holding it.
         assert (old.path / "secret.txt").read_text() == "from the old conversation"
         old.release()
         assert not old.path.exists()
         assert new.path.is_dir()
-        assert on_disk(root) == [new.path.name]
+        assert on_disk(root) == [new.path.parent.name]
 
 
 def test_the_last_of_several_leases_on_a_retired_generation_removes_it(
@@ -285,7 +287,7 @@ def test_a_failed_mkdir_raises_unavailable_creates_nothing_and_leaves_the_manage
     hook.armed = False
     with m.acquire() as lease:
         assert lease.path.is_dir()
-        assert lease.path.parent == root
+        assert lease.path.parent.parent == root
 
 
 def test_a_real_mkdir_failure_in_an_immutable_root_raises_unavailable_and_recovers(
@@ -310,7 +312,7 @@ def test_a_real_mkdir_failure_in_an_immutable_root_raises_unavailable_and_recove
     assert manager.current_dir is None
     with manager.acquire() as lease:
         assert lease.path.is_dir()
-        assert lease.path.parent == root
+        assert lease.path.parent.parent == root
 
 
 # -- leases and the commands they run ------------------------------------------------------
@@ -471,13 +473,14 @@ def test_a_generation_a_command_holds_outlives_close_and_recover_removes_it_afte
             while_running = recover(root)
             assert lease.path.is_dir()
             assert (lease.path / "output.log").read_text() == "written by the command"
-            assert [s.path for s in while_running.skipped] == [lease.path]
+            # Reports name the generation, the leased directory's parent.
+            assert [s.path for s in while_running.skipped] == [lease.path.parent]
             assert while_running.removed == ()
             assert child.poll() is None
         report = recover(root)
     finally:
         m.close()
-    assert [r.path for r in report.removed] == [lease.path]
+    assert [r.path for r in report.removed] == [lease.path.parent]
     assert report.removed[0].generation == lease.generation
     assert not lease.path.exists()
     assert on_disk(root) == []

@@ -8,13 +8,18 @@ does, and read what it would install.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+import attrs
+import filelock
 import pytest
+import sqlite_utils
+import structlog
 
 REPO = Path(__file__).resolve().parent.parent
 # What a checkout holds that a build neither needs nor may write into.
@@ -74,3 +79,106 @@ def test_the_core_is_one_module_under_one_name() -> None:
     shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                            check=True, cwd=REPO, timeout=60)
     assert shown.stdout.strip() == "[]"
+
+
+# -- every ordinary way to get the source installs ----------------------------------------
+#
+# Each builds from the checkout as it stands (committed or not: a temporary git index
+# takes every file git would track) and installs into a fresh virtual environment; the
+# installed copy is then imported, its dependencies taken from this interpreter's.
+
+
+def checkout_tree(scratch: Path) -> str:
+    """The git tree of the checkout's files as they are now, the repository untouched."""
+    if not (REPO / ".git").exists() or shutil.which("git") is None:
+        pytest.skip("needs a git checkout and git")
+    env = {**os.environ, "GIT_INDEX_FILE": os.fspath(scratch / "index")}
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, env=env, check=True, timeout=120,
+                              capture_output=True, text=True).stdout.strip()
+
+    git("read-tree", "HEAD")
+    git("add", "-A")
+    return git("write-tree")
+
+
+def git_archive(scratch: Path, fmt: str) -> Path:
+    """``git archive --format=FMT`` of the checkout, as a code host's download gives it."""
+    tree = checkout_tree(scratch)
+    out = scratch / f"sessiontemp.{fmt}"
+    subprocess.run(["git", "archive", f"--format={fmt}", "--prefix=sessiontemp/", "-o",
+                    os.fspath(out), tree], cwd=REPO, check=True, timeout=120)
+    return out
+
+
+def copied_checkout(scratch: Path) -> Path:
+    source = scratch / "source"
+    shutil.copytree(REPO, source, symlinks=True, ignore=_NOT_COPIED)
+    return source
+
+
+def built(scratch: Path, kind: str) -> Path:
+    """A source distribution or a wheel built from a copy of the checkout, as pip builds."""
+    source, dist = copied_checkout(scratch), scratch / "dist"
+    if kind == "sdist":
+        # The build backend's own hook, which `python -m build --sdist` calls.
+        command = [sys.executable, "-c", "from setuptools import build_meta; "
+                   f"build_meta.build_sdist({os.fspath(dist)!r})"]
+    else:
+        command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
+                   os.fspath(dist), os.fspath(source)]
+    done = subprocess.run(command, cwd=source, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"building the {kind} failed:\n{done.stderr}"
+    [found] = dist.iterdir()
+    return found
+
+
+def source_for(scratch: Path, way: str) -> Path:
+    if way in ("zip", "tar.gz"):
+        return git_archive(scratch, way)
+    if way == "clone":
+        return copied_checkout(scratch)
+    return built(scratch, way)
+
+
+def installed_import(scratch: Path, source: Path) -> str:
+    """Where a fresh environment with *source* installed imports sessiontemp.journal from."""
+    fresh = scratch / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", os.fspath(fresh)],
+                   check=True, timeout=120)
+    python = fresh / "bin" / "python"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", os.fspath(python), "install", "--no-deps",
+         "-q", os.fspath(source)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"pip install {source.name} failed:\n{done.stderr}"
+    # Appended, not processed as a site directory: a .pth of the editable install in
+    # there would put the checkout back on the path.
+    deps = sorted({os.fspath(Path(m.__file__).parent.parent)
+                   for m in (attrs, filelock, sqlite_utils, structlog)
+                   if m.__file__ is not None})
+    probe = ("import sys; sys.path.extend(sys.argv[1:]); "
+             "import sessiontemp.journal, sessiontemp.journal.store; "
+             "from sessiontemp import Manager; print(sessiontemp.journal.__file__)")
+    shown = subprocess.run([os.fspath(python), "-c", probe, *deps], cwd=scratch,
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout.strip()
+
+
+@pytest.mark.parametrize("way", [
+    "zip",
+    pytest.param("tar.gz", marks=pytest.mark.slow),
+    pytest.param("clone", marks=pytest.mark.slow),
+    "sdist",
+    pytest.param("wheel", marks=pytest.mark.slow),
+])
+def test_every_ordinary_way_to_get_the_source_installs_the_core_as_sessiontemp_journal(
+    tmp_path: Path, way: str
+) -> None:
+    """A zip (git archive, a code host's download) keeps no link: the build must not need it."""
+    where = Path(installed_import(tmp_path, source_for(tmp_path, way)))
+    assert where.is_relative_to(tmp_path / "venv"), where
+    assert where.parent.name == "journal"
+    assert (where.parent / "store").is_dir()
+    assert (where.parent / "py.typed").is_file()

@@ -112,14 +112,17 @@ def test_a_grandchild_handed_the_descriptor_keeps_the_directory_after_its_parent
     assert not lease.path.exists()
 
 
-def test_pass_fds_is_the_one_lock_descriptor_and_inherited_by_no_other_child(
+def test_pass_fds_are_the_lock_descriptors_and_inherited_by_no_other_child(
     manager: Manager,
 ) -> None:
     with manager.acquire() as lease:
-        (fd,) = lease.pass_fds
-        assert os.path.samefile(f"/proc/self/fd/{fd}", lease.path)
-        # Close-on-exec: a command started without pass_fds does not hold it.
-        assert not os.get_inheritable(fd)
+        # The leased directory's and its generation's.
+        work, generation = lease.pass_fds
+        assert os.path.samefile(f"/proc/self/fd/{work}", lease.path)
+        assert os.path.samefile(f"/proc/self/fd/{generation}", lease.path.parent)
+        # Close-on-exec: a command started without pass_fds does not hold them.
+        assert not os.get_inheritable(work)
+        assert not os.get_inheritable(generation)
 
 
 def test_pass_fds_of_a_released_lease_raises_unavailable(manager: Manager) -> None:

@@ -48,11 +48,12 @@ def left(root: Path) -> Iterator[Left]:
     manager = Manager(root)
     manager.retain()
     with manager.acquire() as lease:
-        fd = os.open(lease.path, os.O_RDONLY | os.O_DIRECTORY)
+        # The generation's own directory, the leased directory's parent.
+        fd = os.open(lease.path.parent, os.O_RDONLY | os.O_DIRECTORY)
         fcntl.flock(fd, fcntl.LOCK_SH)
     manager.rotate()
-    assert lease.path.is_dir()
-    held = Left(manager, lease.generation, lease.path, fd)
+    assert lease.path.parent.is_dir()
+    held = Left(manager, lease.generation, lease.path.parent, fd)
     try:
         yield held
     finally:

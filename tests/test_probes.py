@@ -188,7 +188,8 @@ PAUSED_OWNER = textwrap.dedent("""
     root, name = sys.argv[1:3]
 
     def hook(kind, detail):
-        if kind == "lock" and detail.startswith("sessiontemp-gen-"):
+        # The generation's own lock step (not its work directory's, NAME/tmp).
+        if kind == "lock" and detail.startswith("sessiontemp-gen-") and "/" not in detail:
             print(json.dumps({"locking": detail}), flush=True)
             sys.stdin.readline()
 
@@ -203,9 +204,13 @@ PAUSED_OWNER = textwrap.dedent("""
 
 
 def claim_while_probed(root: Path, directory: Path, hold: float) -> dict[str, Any]:
-    """Claim "chat" while another process holds an exclusive lock on *directory* for *hold* s."""
+    """Claim "chat" while another process holds an exclusive lock on *directory*'s generation.
+
+    *directory* is the leased directory; its generation, its parent, is held for *hold* s.
+    """
     import fcntl
 
+    directory = directory.parent
     owner = zygote.shared("sessiontemp").start(None, [str(root), "chat"], script=PAUSED_OWNER,
                                                stderr=2)
     assert owner.stdout is not None

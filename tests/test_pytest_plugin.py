@@ -63,7 +63,8 @@ def test_writes(sessiontemp_path, n):
     records = seen(log)
     paths = [Path(str(r["path"])) for r in records]
     assert len(set(paths)) == 3
-    assert all(p.parent == root and p.name.startswith(GENERATION_PREFIX) for p in paths)
+    assert all(p.parent.parent == root and p.parent.name.startswith(GENERATION_PREFIX)
+               for p in paths)
     assert all(r["mode"] == 0o700 for r in records)
     assert not any(p.exists() for p in paths)
     assert leftovers(root) == []
@@ -136,7 +137,7 @@ def test_writes(sessiontemp_path):
     result.assert_outcomes(passed=1)
     (record,) = seen(log)
     default = system_temp / f"sessiontemp-{os.getuid()}"
-    assert Path(str(record["path"])).parent == default
+    assert Path(str(record["path"])).parent.parent == default
     assert stat.S_IMODE(default.stat().st_mode) == 0o700
     assert leftovers(default) == []
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from sessiontemp import Manager
-from sessiontemp.inspect import events, verify
+from sessiontemp.inspect import EventRow, events, verify
 from sessiontemp.root import JOURNAL_NAME
 from tests.faultchild import segment_files
 from tests.neighbour import Neighbour
@@ -118,6 +118,8 @@ def test_events_followed_across_rollovers_and_retirements_come_once_each_in_orde
         try:
             for row in events(root / JOURNAL_NAME, follow=True, poll=0.01,
                               stop=stop.is_set):
+                # Retired only once read past: nothing may be missed.
+                assert isinstance(row, EventRow), row
                 seen.append(row.seq)
         except BaseException as e:
             failed.append(e)

@@ -278,7 +278,7 @@ def test_another_users_subtree_is_reported_once_the_rest_removed_and_finished_on
     child("release", lease=lease["lease"])
     child("rotate")
 
-    trash = root / (TRASH_PREFIX + gid)
+    trash = root / (TRASH_PREFIX + gid) / "tmp"
     stays = [trash / p.name for p in strangers]
     # All of its own is gone; the strangers' subtrees are untouched, mode and owner too.
     assert sorted(os.listdir(trash)) == sorted(p.name for p in strangers)
@@ -337,7 +337,8 @@ def test_a_tmpdir_made_unreadable_by_a_command_that_still_runs_keeps_its_mode_an
     before = fingerprint(path)
     try:
         report = children(root)("recover")
-        assert [p for p, _ in report["skipped"]] == [lease["path"]]
+        # Reports name the generation, the leased directory's parent.
+        assert [p for p, _ in report["skipped"]] == [str(path.parent)]
         assert "still in use" in report["skipped"][0][1]
         # Its mode is the command's again (its change time tells of the
         # moment it was not), and what it holds is untouched.
@@ -367,11 +368,14 @@ def test_a_tmpdir_made_unreadable_and_immutable_is_reported_and_removed_once_cle
     lease = child("acquire")
     child("tree", lease=lease["lease"], ops=[["file", "f", 0o644], ["chmod", ".", 0]])
     child.crash()
-    path = Path(lease["path"])
+    # The generation itself (the leased directory's parent) made unreadable
+    # and immutable as well: its remover can neither open nor rename it.
+    path = Path(lease["path"]).parent
+    path.chmod(0)
     chattr("+i", path)
     try:
         report = children(root)("recover")
-        assert [p for p, _ in report["skipped"]] == [lease["path"]]
+        assert [p for p, _ in report["skipped"]] == [str(path)]
         assert f"chattr -i -a {path}" in report["skipped"][0][1]
         assert stat.S_IMODE(path.stat().st_mode) == 0
     finally:
@@ -469,7 +473,7 @@ def test_what_a_flag_keeps_stays_reported_once_the_rest_goes_and_it_ends_once_cl
         (lease.path / "d" / name).write_text(name)
     (lease.path / "other").write_text("x")
     chattr(flag, lease.path / pinned)
-    trash = root / (TRASH_PREFIX + gid)
+    trash = root / (TRASH_PREFIX + gid) / "tmp"
     try:
         lease.release()
         with capture_logs() as logs:
@@ -512,7 +516,7 @@ def test_entries_removed_by_someone_else_during_the_walk_are_simply_gone(
     for name in ("a", "b", "c", "d"):
         (lease.path / "sub" / name).mkdir(parents=True)
         (lease.path / "sub" / name / "f").write_text(name)
-    trash = root / (TRASH_PREFIX + lease.generation)
+    trash = root / (TRASH_PREFIX + lease.generation) / "tmp"
     lease.release()
     armed = True
     manager.rotate()
@@ -613,7 +617,7 @@ def test_a_file_system_mounted_inside_a_generation_is_never_entered_and_removed_
     with capture_logs() as logs:
         manager.rotate()
 
-    trash = root / (TRASH_PREFIX + gid)
+    trash = root / (TRASH_PREFIX + gid) / "tmp"
     stays = trash / "deep" / "er" / "mnt"
     assert_only(trash, ["deep", "er", "mnt"])
     assert fingerprint(stays) == before
@@ -653,7 +657,7 @@ def test_a_file_bind_mounted_over_a_file_in_a_generation_stays_and_its_source_is
     lease.release()
     with capture_logs() as logs:
         manager.rotate()
-    trash = root / (TRASH_PREFIX + gid)
+    trash = root / (TRASH_PREFIX + gid) / "tmp"
     assert os.listdir(trash) == ["over"]
     assert source.read_text() == "must survive\n"
     assert [e["path"] for e in blocked_events(logs)] == [str(trash / "over")]
@@ -670,7 +674,7 @@ def test_a_file_system_mounted_on_the_generation_itself_keeps_it_due_until_unmou
     lease = manager.acquire()
     gid = lease.generation
     (lease.path / "under-the-mount").write_text("x")
-    point = mount(lease.path)
+    point = mount(lease.path.parent)
     fill(point)
     before = fingerprint(point)
     lease.release()
@@ -735,8 +739,8 @@ def test_a_removal_blocked_by_a_mount_outlives_checkpoints_and_retired_segments(
     owed = state_at(root / "journal.sqlite3", live=True).state.generations[gid]
     assert owed.removal == "started"
     report = recover(root, retention=eager)
-    assert [s.path for s in report.skipped] == [root / (TRASH_PREFIX + gid) / "mnt"]
-    umount(root / (TRASH_PREFIX + gid) / "mnt")
+    assert [s.path for s in report.skipped] == [root / (TRASH_PREFIX + gid) / "tmp" / "mnt"]
+    umount(root / (TRASH_PREFIX + gid) / "tmp" / "mnt")
     report = recover(root, retention=eager)
     assert [r.generation for r in report.removed] == [gid]
     assert generations_on_disk(root) == []
@@ -761,7 +765,7 @@ def test_a_mount_in_a_dead_managers_generation_stays_while_the_pass_removes_the_
     first.crash()
     report = children(root, uid=None)("recover")
     assert sorted(r[1] for r in report["removed"]) == [other["generation"]]
-    trash = root / (TRASH_PREFIX + blocked["generation"])
+    trash = root / (TRASH_PREFIX + blocked["generation"]) / "tmp"
     assert [s[0] for s in report["skipped"]] == [str(trash / "mnt")]
     assert fingerprint(trash / "mnt") == before
     umount(trash / "mnt")

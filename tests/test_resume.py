@@ -245,7 +245,7 @@ def test_a_start_with_resume_false_finds_the_generation_removed(
     assert not owner.path.exists()
     [discarded] = journaled(root, SessionDiscarded)
     assert "resume=False" in discarded.reason
-    assert any(r.path == owner.path for r in manager.recovery.removed)
+    assert any(r.path == owner.path.parent for r in manager.recovery.removed)
 
 
 def test_a_recovery_after_the_window_removes_it_with_nobody_claiming(
@@ -256,7 +256,7 @@ def test_a_recovery_after_the_window_removes_it_with_nobody_claiming(
     recover(root)
     assert owner.path.is_dir()
     report = recover(root, clock=later(DAY + 1))
-    assert [r.path for r in report.removed] == [owner.path]
+    assert [r.path for r in report.removed] == [owner.path.parent]
     assert not owner.path.exists()
 
 
@@ -318,10 +318,10 @@ def test_a_running_command_keeps_its_directory_when_the_session_starts_afresh(
     owner.kill()
     manager = open_manager(session="chat-42", resume=False)
     assert owner.path.is_dir()
-    assert any(s.path == owner.path and "still in use" in s.reason
+    assert any(s.path == owner.path.parent and "still in use" in s.reason
                for s in manager.recovery.skipped)
     kill_command(owner.report["command"])
-    assert [r.path for r in recover(root).removed] == [owner.path]
+    assert [r.path for r in recover(root).removed] == [owner.path.parent]
 
 
 def test_the_dead_owners_retired_generations_follow_the_orphan_rules(
@@ -336,7 +336,7 @@ def test_the_dead_owners_retired_generations_follow_the_orphan_rules(
     assert manager.current_dir == owner.path
     assert retired.is_dir()
     kill_command(owner.report["old_command"])
-    assert [r.path for r in recover(root).removed] == [retired]
+    assert [r.path for r in recover(root).removed] == [retired.parent]
     assert owner.path.is_dir()
 
 
@@ -358,11 +358,11 @@ def test_remove_session_removes_what_a_dead_owner_left_journaled(
     owner = owners()
     owner.kill()
     report = remove_session(root, "chat-42")
-    assert owner.path in [r.path for r in report.removed]
+    assert owner.path.parent in [r.path for r in report.removed]
     assert not owner.path.exists()
     [discarded] = journaled(root, SessionDiscarded)
     assert "remove_session" in discarded.reason
-    assert any(f.generation == owner.path.name.rsplit("-", 1)[1]
+    assert any(f.generation == owner.path.parent.name.rsplit("-", 1)[1]
                for f in journaled(root, RemovalFinished))
     assert not open_manager(session="chat-42").resumed
 

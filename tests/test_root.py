@@ -277,7 +277,7 @@ def test_the_default_root_is_a_private_directory_under_the_system_temporary_dire
         assert m.root == expected
         m.retain()
         with m.acquire() as lease:
-            assert lease.path.parent == expected
+            assert lease.path.parent.parent == expected
     st = os.lstat(expected)
     assert stat.S_ISDIR(st.st_mode)
     assert stat.S_IMODE(st.st_mode) == 0o700

@@ -9,11 +9,14 @@ stderr with exit status 2.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
 import re
 import select
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,11 +32,14 @@ from sessiontemp.inspect import SCHEMA
 from sessiontemp.journal.events import CommandStarted, LeaseAcquired
 from sessiontemp.run import FORWARDED, exit_status
 from tests.commands import (
+    DEFAULT_SIGNALS,
     SH,
     WRITER,
     assert_still_writing,
     exited,
+    in_session,
     journaled,
+    kill_session,
     wait_until,
     writer_env,
 )
@@ -76,18 +82,23 @@ def sessiontemp(wrapper: list[str], *args: str, **kwargs: Any) -> subprocess.Com
 @contextmanager
 def started(wrapper: list[str], root: Path, script: str, **kwargs: Any
             ) -> Iterator[subprocess.Popen[str]]:
-    """``sessiontemp run`` of a shell *script* that prints "ready" first; killed on exit."""
+    """``sessiontemp run`` of a shell *script* that prints "ready" first.
+
+    Started with every signal at its default (a shell cannot trap one it
+    inherited ignored, as under ``nohup``), in a session of its own, every
+    process of which is killed on the way out: the command too, whatever
+    group it is in.
+    """
     process = subprocess.Popen(
-        [*wrapper, "run", "--root", os.fspath(root), "--", SH, "-c", script],
-        stdout=subprocess.PIPE, text=True, **kwargs,
+        [*DEFAULT_SIGNALS, *wrapper, "run", "--root", os.fspath(root), "--", SH, "-c", script],
+        stdout=subprocess.PIPE, text=True, start_new_session=True, **kwargs,
     )
     try:
         assert process.stdout is not None
         assert process.stdout.readline() == "ready\n"
         yield process
     finally:
-        if process.poll() is None:
-            process.kill()
+        kill_session(process.pid)
         process.wait()
 
 
@@ -131,8 +142,9 @@ def test_the_command_sees_tmpdir_tmp_and_temp_on_one_private_directory_under_the
     variables, mode, made = done.stdout.splitlines()
     tmpdir, tmp, temp = variables.split("|")
     assert tmpdir == tmp == temp
-    assert Path(tmpdir).parent == root
-    assert Path(tmpdir).name.startswith(GENERATION_PREFIX)
+    # The generation's work directory, one level below the generation.
+    assert Path(tmpdir).parent.parent == root
+    assert Path(tmpdir).parent.name.startswith(GENERATION_PREFIX)
     assert mode == "700"
     assert Path(made).parent == Path(tmpdir)
     assert not Path(tmpdir).exists()
@@ -275,6 +287,136 @@ def test_a_terminal_ctrl_c_reaches_the_command_once_not_twice(root: Path) -> Non
     assert leftovers(root) == []
 
 
+def test_a_signal_the_terminals_shell_sends_its_job_reaches_the_command_once(root: Path) -> None:
+    """A shell signals a job's whole group (on a hangup, bash sends SIGHUP so).
+
+    The shell leads the terminal's session, the wrapper and its command are
+    its foreground group; on SIGUSR1 the shell sends SIGINT to that group.
+    """
+    run = shlex.join([*LAUNCHERS["script"], "run", "--root", os.fspath(root), "--",
+                      sys.executable, "-c", COUNT_SIGINT])
+    # The shell ignores SIGINT itself; the counting command sets its own handler.
+    script = f"trap '' INT; trap 'kill -INT 0' USR1; {run} & child=$!; wait $child; wait $child"
+    pid, terminal = pty.fork()
+    if pid == 0:  # pragma: no cover - the child becomes the shell
+        os.execv(SH, [SH, "-c", script])  # noqa: S606 - a fixed argument list
+    output = b""
+
+    def read_until(pattern: bytes) -> None:
+        nonlocal output
+        while not re.search(pattern, output):
+            ready, _, _ = select.select([terminal], [], [], 60)
+            assert ready, f"no {pattern!r} from the terminal; got {output!r}"
+            output += os.read(terminal, 1024)
+
+    try:
+        read_until(b"ready")
+        os.kill(pid, signal.SIGUSR1)
+        read_until(rb"got \d+\r?\n")
+        # The shell waits for the wrapper, which removes the directory first.
+        with contextlib.suppress(OSError):  # EIO: the terminal's last writer has gone
+            while os.read(terminal, 1024):
+                pass
+        _, status = os.waitpid(pid, 0)
+    except BaseException:
+        kill_session(pid)
+        os.waitpid(pid, 0)
+        raise
+    finally:
+        os.close(terminal)
+    assert exit_status(status) == 0
+    assert b"got 1" in output, output
+    assert leftovers(root) == []
+
+
+# Leads a process group and survives a signal to it, as a CI runner or a
+# supervisor does: runs its arguments and exits with their status.
+SUPERVISOR = """
+import os, signal, sys
+for s in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(s, lambda *_: None)
+pid = os.spawnv(os.P_NOWAIT, sys.argv[1], sys.argv[1:])
+sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+def counted(process: subprocess.Popen[str], send: Any) -> str:
+    """The SIGINTs the counting command saw after *send* () ran; the session killed after."""
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "ready\n"
+        send()
+        out = process.stdout.read()
+        # It ends on its own: an end of file can come before the last exit.
+        process.wait(timeout=60)
+        return out
+    finally:
+        kill_session(process.pid)
+        process.wait()
+
+
+@pytest.mark.parametrize("leader", ["the wrapper", "a supervisor"])
+def test_a_signal_another_process_sends_the_wrappers_whole_group_reaches_the_command_once(
+    root: Path, leader: str
+) -> None:
+    """``kill -- -PGID``: the wrapper leads the group, or a process that started it does."""
+    run = [*LAUNCHERS["script"], "run", "--root", os.fspath(root), "--",
+           sys.executable, "-c", COUNT_SIGINT]
+    before = [sys.executable, "-c", SUPERVISOR] if leader == "a supervisor" else []
+    process = subprocess.Popen([*DEFAULT_SIGNALS, *before, *run], stdout=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    out = counted(process, lambda: subprocess.run(
+        ["kill", "-INT", "--", f"-{process.pid}"], check=True))
+    assert out == "got 1\n"
+    assert leftovers(root) == []
+
+
+@pytest.mark.skipif(shutil.which("timeout") is None, reason="needs GNU timeout")
+def test_a_timeout_that_signals_the_wrapper_and_its_group_reaches_the_command_once(
+    root: Path
+) -> None:
+    """GNU ``timeout -s INT`` sends the signal to its child, then to its whole group.
+
+    Its timer is a SIGALRM: sent once the command is ready, it makes
+    ``timeout`` expire then, as it would when its time is up.  Three runs:
+    whether a second delivery merges with the first depends on when each
+    process runs.
+    """
+    for run in range(3):
+        at = root / str(run)
+        process = subprocess.Popen(
+            [*DEFAULT_SIGNALS, "timeout", "-s", "INT", "600", *LAUNCHERS["script"], "run",
+             "--root", os.fspath(at), "--", sys.executable, "-c", COUNT_SIGINT],
+            stdout=subprocess.PIPE, text=True, start_new_session=True)
+        out = counted(process, lambda p=process: os.kill(p.pid, signal.SIGALRM))
+        assert out == "got 1\n", f"run {run}"
+        assert process.returncode == 124  # timed out
+        assert leftovers(at) == []
+
+
+def test_the_signal_tests_pass_under_nohup_and_leave_no_process_behind(tmp_path: Path) -> None:
+    """``nohup`` starts the suite with SIGHUP ignored, which a command's shell cannot trap."""
+    if shutil.which("nohup") is None:
+        pytest.skip("needs nohup")
+    test = ("tests/test_run.py::test_each_forwarded_signal_reaches_a_command_that_handles_it"
+            "[script-SIGHUP]")
+    log = tmp_path / "log"
+    with log.open("w") as out:
+        # A file, not a pipe: a process left behind would hold a pipe open.
+        process = subprocess.Popen(
+            ["nohup", sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", test],
+            cwd=Path(__file__).parents[1], stdout=out, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        process.wait(timeout=300)
+        left = in_session(process.pid)
+    finally:
+        kill_session(process.pid)
+        process.wait()
+    assert process.returncode == 0, log.read_text()
+    assert left == []
+
+
 # -- a killed wrapper ---------------------------------------------------------------------
 
 
@@ -300,7 +442,7 @@ def test_a_sigkilled_wrapper_leaves_the_directory_to_its_command_then_to_recover
         report = json.loads(first.stdout)
         assert len(report["dead"]) == 1
         assert report["removed"] == []
-        assert [s["path"] for s in report["skipped"]] == [os.fspath(directory)]
+        assert [s["path"] for s in report["skipped"]] == [os.fspath(directory.parent)]
         assert_still_writing(directory)
     finally:
         stop.touch()
@@ -309,7 +451,7 @@ def test_a_sigkilled_wrapper_leaves_the_directory_to_its_command_then_to_recover
 
     second = sessiontemp(wrapper, "recover", "--root", os.fspath(root))
     assert second.returncode == 0, second.stderr
-    assert f"removed {directory}: " in second.stdout
+    assert f"removed {directory.parent}: " in second.stdout
     assert not directory.exists()
     assert leftovers(root) == []
 
@@ -511,7 +653,7 @@ def test_recover_reports_what_it_removed_and_why(
     done = sessiontemp(wrapper, "recover", "--root", os.fspath(root))
     assert done.returncode == 0, done.stderr
     assert f"declared manager {manager} dead" in done.stdout
-    assert f"removed {path}: " in done.stdout
+    assert f"removed {Path(path).parent}: " in done.stdout
     assert done.stdout.endswith(f"{root}: 1 removed, 0 left\n")
     assert not Path(path).exists()
     again = json.loads(sessiontemp(wrapper, "recover", "--root", os.fspath(root),

@@ -583,7 +583,7 @@ def test_a_disk_below_min_free_bytes_is_refused_naming_the_largest_directories_u
         assert refused.value.min_free_bytes == 2 * MIB
         assert generation_name(lease.generation) in str(refused.value)
         assert "6.0 MiB" in str(refused.value)
-        assert [path for path, _ in refused.value.largest] == [str(lease.path)]
+        assert [path for path, _ in refused.value.largest] == [str(lease.path.parent)]
         # The keyword with its value, never a bare name.
         assert "kept free (min_free_bytes=2097152)" in str(refused.value)
         assert "lower the floor (min_free_bytes=0 turns it off)" in str(refused.value)
@@ -635,12 +635,13 @@ def test_measure_of_a_directory_moved_away_from_its_name_returns_zeros_instead_o
     with Manager(root, measure_every=math.inf) as manager:
         manager.retain()
         with manager.acquire() as lease:
-            lease.path.rename(root / "moved-away")
+            # The generation, the leased directory's parent.
+            lease.path.parent.rename(root / "moved-away")
             try:
                 usage = manager.measure()
                 assert (usage.bytes, usage.inodes) == (0, 0)
             finally:
-                (root / "moved-away").rename(lease.path)
+                (root / "moved-away").rename(lease.path.parent)
 
 
 def test_measure_async_measures_and_journals_from_an_event_loop(root: Path) -> None:

@@ -156,7 +156,7 @@ def test_a_repeated_refusal_is_journaled_again_only_after_its_interval_or_once_a
         assert len(journaled(root, SpaceRefused)) == 3
         # Cleaned up and let through: the next refusal is news again, at once.
         for name in ("a", "b"):
-            (root / f"sessiontemp-gen-{generation}" / name).unlink()
+            (root / f"sessiontemp-gen-{generation}" / "tmp" / name).unlink()
         manager.measure()
         with manager.acquire() as lease:
             (lease.path / "c").write_text("c")
@@ -414,7 +414,7 @@ def test_a_sigkill_at_any_step_of_a_refused_acquire_leaves_a_journal_that_verifi
         killed += 1
         assert path.exists(), "a directory was removed under a refused acquire"
         report = recover(root)
-        assert [r.path for r in report.removed] == [path]
+        assert [r.path for r in report.removed] == [path.parent]
         assert verify(root / JOURNAL_NAME).ok
         assert fsck(root).findings == ()
         assert live_state(root).generations == {}

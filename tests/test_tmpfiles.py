@@ -40,7 +40,7 @@ from typing import Any
 
 import pytest
 
-from sessiontemp import Manager, SessionOwned, recover
+from sessiontemp import GENERATION_PREFIX, Manager, SessionOwned, recover
 from sessiontemp.inspect import fsck, verify
 from sessiontemp.journal import Store
 from tests import zygote
@@ -310,7 +310,8 @@ def test_with_no_live_manager_a_clean_takes_only_the_directories_no_command_hold
     recover(root)
     assert owner.artifact.read_text() == "all green"
     stop_command(owner.report["command"])
-    assert [r.path for r in recover(root).removed] == [owner.retired]
+    # A removal names the generation, the leased directory's parent.
+    assert [r.path for r in recover(root).removed] == [owner.retired.parent]
     assert_sound(root)
 
 
@@ -334,3 +335,147 @@ def test_a_root_no_manager_ever_held_long_keeps_its_journal_and_is_used_again(
             assert lease.path.is_dir()
     assert oct(root.stat().st_mode & 0o777) == oct(0o700)
     assert_sound(root)
+
+
+# -- a leased directory, whatever line names it ---------------------------------------------
+
+LESSEE = textwrap.dedent("""
+    import json, os, signal, sys
+    from sessiontemp import Manager
+    manager = Manager(sys.argv[1])
+    manager.retain()
+    lease = manager.acquire(label="work")
+    (lease.path / "a.txt").write_text("a")
+    (lease.path / "nested").mkdir()
+    (lease.path / "nested" / "b.txt").write_text("b")
+    (lease.path / "empty").mkdir()
+    command = lease.popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    print(json.dumps({"pid": os.getpid(), "path": str(lease.path), "generation": lease.generation,
+                      "command": command.pid}), flush=True)
+    for line in sys.stdin:
+        if line.strip() == "finish":
+            # The command exits, the lease is given back, the generation is retired.
+            command.send_signal(signal.SIGKILL)
+            command.wait()
+            lease.release()
+            manager.rotate()
+            print(json.dumps({"finished": True}), flush=True)
+""")
+
+# Each line an administrator may write over a root, at each level, as tmpfiles.d(5)
+# spells it: GEN stands for a generation's directory, ROOT for the root.  A glob
+# (``e``, ``X``) matches every generation; ``d``, ``D`` and ``x`` name one path.
+LINES = {
+    "d-parent": "d PARENT",
+    "d-root": "d ROOT",
+    "e-root": "e ROOT",
+    "e-generation": "e GEN",
+    "d-generation": "d GEN",
+    "D-generation": "D GEN",
+    "x-generation": "x GEN",
+    "e-glob": "e ROOT/*",
+    "X-glob": "X ROOT/*",
+}
+
+
+class Lessee:
+    """A real process holding a lease, with a real command running under it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.process = zygote.shared("sessiontemp").start(None, [str(root)], script=LESSEE,
+                                                          stderr=2)
+        self.report: dict[str, Any] = self.answer()
+        self.path = Path(self.report["path"])
+        self.command: int = self.report["command"]
+        # The generation's own directory, by its name in the root.
+        self.generation = root / (GENERATION_PREFIX + self.report["generation"])
+
+    def answer(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        assert line, "the lessee died before it answered"
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def finish(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(b"finish\n")
+        self.process.stdin.flush()
+        assert self.answer() == {"finished": True}
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(TIMEOUT)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(TIMEOUT)
+        stop_command(self.command)
+
+
+@pytest.fixture
+def lessee(tmp_path: Path) -> Iterator[Lessee]:
+    started = Lessee(tmp_path / "tmp" / "root")
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def clean_line(line: str, lessee: Lessee, age: str, config_dir: Path) -> None:
+    """Run ``systemd-tmpfiles --clean`` on *line* (a :data:`LINES` value) with *age*."""
+    assert TMPFILES is not None
+    kind, where = line.split()
+    where = (where.replace("PARENT", str(lessee.root.parent))
+             .replace("ROOT", str(lessee.root)).replace("GEN", str(lessee.generation)))
+    config = config_dir / "sessiontemp-test.conf"
+    config.write_text(f"{kind} {where} - - - {age}\n")
+    if age == "1s":
+        # Everything older than the age by every time tmpfiles reads, the change and
+        # birth times included, which no utime can set back.
+        time.sleep(1.2)
+    done = subprocess.run([TMPFILES, "--clean", str(config)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("age", ["0", "1s"])
+@pytest.mark.parametrize("line", list(LINES.values()), ids=list(LINES))
+@pytest.mark.parametrize("manager", ["live", "killed"])
+def test_no_age_clean_takes_a_file_of_a_leased_directory_whatever_line_names_it(
+    tmp_path: Path, lessee: Lessee, line: str, age: str, manager: str,
+) -> None:
+    if manager == "killed":
+        lessee.kill()
+    held = snapshot(lessee.path)
+    make_old(lessee.path, WEEKS)
+    clean_line(line, lessee, age, tmp_path)
+    assert snapshot(lessee.path) == held, "the clean removed part of a leased directory"
+    assert (lessee.path / "nested" / "b.txt").read_text() == "b"
+    # Once its command has exited and its lease is gone, it goes.
+    if manager == "live":
+        lessee.finish()
+    else:
+        stop_command(lessee.command)
+        recover(lessee.root)
+    assert not lessee.generation.exists()
+    assert not lessee.path.exists()
+    assert_sound(lessee.root)
+
+
+@pytest.mark.parametrize("line", ["e GEN", "e ROOT/*"])
+def test_an_age_clean_takes_the_old_files_of_a_directory_no_process_holds_any_more(
+    tmp_path: Path, lessee: Lessee, line: str,
+) -> None:
+    """The other side: the same line reaches a directory whose manager and command are gone."""
+    lessee.kill()
+    stop_command(lessee.command)
+    make_old(lessee.path, WEEKS)
+    clean_line(line, lessee, "0", tmp_path)
+    assert not (lessee.path / "a.txt").exists()
+    assert not (lessee.path / "nested").exists()
+    recover(lessee.root)
+    assert not lessee.generation.exists()
+    assert_sound(lessee.root)

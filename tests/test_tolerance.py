@@ -105,14 +105,15 @@ def snapshot(top: Path) -> dict[str, tuple[int, int, str]]:
 def with_generations(root: Path) -> tuple[Manager, list[Path], str]:
     """A manager with two generations on disk: one retired but leased, one current.
 
-    Returns it, the two directories, and the retired one's generation id.
+    Returns it, the two generations' directories (each its leases' path's parent), and
+    the retired one's generation id.
     """
     manager = Manager(root)
     manager.retain()
     first = manager.acquire()
     manager.rotate()
     second = manager.acquire()
-    return manager, [first.path, second.path], first.generation
+    return manager, [first.path.parent, second.path.parent], first.generation
 
 
 def dead_manager(root: Path) -> tuple[str, list[Path], str]:

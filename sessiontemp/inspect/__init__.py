@@ -19,7 +19,7 @@ A journal is named either by its file (*journal*) or by its root (*root*);
 with a bare file, liveness of managers and the disk are unknown.
 """
 
-from sessiontemp.inspect.events import EventFilter, EventRow, check_kind, events
+from sessiontemp.inspect.events import EventFilter, EventRow, Missed, check_kind, events
 from sessiontemp.inspect.fsck import Finding, FsckReport, RepairReport, fsck
 from sessiontemp.inspect.json import SCHEMA, as_json, state_json
 from sessiontemp.inspect.read import (
@@ -54,6 +54,7 @@ __all__ = [
     "Liveness",
     "Location",
     "ManagerInfo",
+    "Missed",
     "Problem",
     "Progress",
     "RepairReport",

@@ -1,4 +1,11 @@
-"""``events``: the event log as written, filtered, optionally followed as it grows."""
+"""``events``: the event log as written, filtered, optionally followed as it grows.
+
+A follower reads what other processes append, and retention may retire
+events before it gets to them (with ``history_bytes=0`` a segment goes as
+soon as it is sealed).  It never passes over them in silence: each run of
+events it could not read is given in the stream as a :class:`Missed`, in
+its place, saying which events they were and where reading resumed.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,7 @@ import os
 import time as _time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import attrs
 
@@ -16,7 +23,7 @@ from sessiontemp.inspect.read import opened
 from sessiontemp.journal.errors import BadInput
 from sessiontemp.journal.events import KINDS
 
-__all__ = ["EventFilter", "EventRow", "check_kind", "events"]
+__all__ = ["EventFilter", "EventRow", "Missed", "check_kind", "events"]
 
 
 @attrs.frozen
@@ -27,6 +34,28 @@ class EventRow:
     time: float
     kind: str
     fields: Mapping[str, Any]
+
+
+@attrs.frozen
+class Missed:
+    """Events *first* to *last* a follower could not read: retired before it got to them.
+
+    Some might not have matched its filter: they can no longer be read to
+    tell.  The next row given, if any, follows *last* (``resumed``).
+    """
+
+    first: int
+    last: int
+
+    @property
+    def count(self) -> int:
+        """How many events were missed."""
+        return self.last - self.first + 1
+
+    @property
+    def resumed(self) -> int:
+        """Where reading resumed: the first event after the missed ones."""
+        return self.last + 1
 
 
 @attrs.frozen
@@ -74,6 +103,20 @@ def check_kind(kind: str) -> str:
                    f"{hint}Kinds: {', '.join(KINDS)}")
 
 
+@overload
+def events(
+    journal: os.PathLike[str] | str, selection: EventFilter = ..., *,
+    follow: Literal[False] = ..., poll: float = ..., stop: Callable[[], bool] = ...,
+) -> Iterator[EventRow]: ...
+
+
+@overload
+def events(
+    journal: os.PathLike[str] | str, selection: EventFilter = ..., *,
+    follow: bool, poll: float = ..., stop: Callable[[], bool] = ...,
+) -> Iterator[EventRow | Missed]: ...
+
+
 def events(
     journal: os.PathLike[str] | str,
     selection: EventFilter = EventFilter(),
@@ -81,26 +124,69 @@ def events(
     follow: bool = False,
     poll: float = 0.25,
     stop: Callable[[], bool] = lambda: False,
-) -> Iterator[EventRow]:
+) -> Iterator[EventRow | Missed]:
     """The journal's events matching *selection*, in order.
 
     With *follow*, keep waiting for events other processes append (every
     *poll* seconds) until *stop* returns True, the limit is reached, or
-    ``until_seq``/``until_time`` is passed.
+    ``until_seq``/``until_time`` is passed; and give, in their place, a
+    :class:`Missed` for each run of events after the start (``since_seq``,
+    else where the kept history started when reading began) that retention
+    retired before they could be read.  Without *follow*, the listing is of
+    the kept history alone (``summary`` says where it starts).
     """
-    path = Path(journal)
+    if follow:
+        yield from _followed(Path(journal), selection, poll, stop)
+        return
+    if selection.limit == 0:
+        return
     naming = tuple(t for t in (selection.manager, selection.generation) if t is not None)
     after = max((selection.since_seq or 1) - 1, 0)
     given = 0
+    with opened(Path(journal)) as store:
+        for seq, time, kind, payload in store.rows_where(
+            after=after, until=selection.until_seq, since_time=selection.since_time,
+            until_time=selection.until_time, kinds=selection.kinds, naming=naming,
+        ):
+            row = EventRow(seq, time, kind, _fields(payload))
+            if not selection.matches(row):
+                continue
+            yield row
+            given += 1
+            if selection.limit is not None and given >= selection.limit:
+                return
+
+
+def _followed(path: Path, selection: EventFilter, poll: float, stop: Callable[[], bool]
+              ) -> Iterator[EventRow | Missed]:
+    """:func:`events` with *follow*.
+
+    Every kept event after the last one read is read, and the filter applied
+    here rather than in the query: sequence numbers have no holes, so a jump
+    between two rows read is exactly a run of retired events, where a query
+    that filters could not tell them from events that did not match.
+    """
     if selection.limit == 0:
         return
+    naming = tuple(t for t in (selection.manager, selection.generation) if t is not None)
+    kinds = frozenset(selection.kinds)
+    until = selection.until_seq
+    given = 0
     with opened(path) as store:
+        if selection.since_seq is not None:
+            after = max(selection.since_seq - 1, 0)
+        else:
+            # Retired before this reader started: not missed, never asked for.
+            after = store.history().retired_until
         while True:
-            for seq, time, kind, payload in store.rows_where(
-                after=after, until=selection.until_seq, since_time=selection.since_time,
-                until_time=selection.until_time, kinds=selection.kinds, naming=naming,
-            ):
+            for seq, time, kind, payload in store.rows_where(after=after, until=until):
+                if seq > after + 1:
+                    yield Missed(after + 1, seq - 1)
                 after = seq
+                if (kinds and kind not in kinds) or not all(n in payload for n in naming) or (
+                    selection.since_time is not None and time < selection.since_time) or (
+                    selection.until_time is not None and time > selection.until_time):
+                    continue
                 row = EventRow(seq, time, kind, _fields(payload))
                 if not selection.matches(row):
                     continue
@@ -108,9 +194,17 @@ def events(
                 given += 1
                 if selection.limit is not None and given >= selection.limit:
                     return
-            if not follow or stop():
+            # Retired past the last event read, with nothing kept after them
+            # yet to show the jump: said now, not when (or if) one comes.
+            retired = store.history().retired_until
+            if until is not None:
+                retired = min(retired, until)
+            if retired > after:
+                yield Missed(after + 1, retired)
+                after = retired
+            if stop():
                 return
-            if selection.until_seq is not None and after >= selection.until_seq:
+            if until is not None and after >= until:
                 return
             if selection.until_time is not None and _time.time() > selection.until_time:
                 return

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import attrs
 
-from sessiontemp.inspect.events import EventRow
+from sessiontemp.inspect.events import EventRow, Missed
 from sessiontemp.inspect.fsck import Finding, FsckReport
 from sessiontemp.inspect.space import DirectoryUsage, SpaceReport
 from sessiontemp.inspect.state import StateAt
@@ -83,6 +83,9 @@ def _body(result: object) -> dict[str, Any]:
     if isinstance(result, EventRow):
         return {"seq": result.seq, "time": result.time, "kind": result.kind,
                 "fields": dict(result.fields)}
+    if isinstance(result, Missed):
+        return {"missed": {"first": result.first, "last": result.last, "count": result.count},
+                "resumed": result.resumed}
     if isinstance(result, StateAt):
         return {"journal": str(result.journal), "seq": result.seq, "time": result.time,
                 **state_json(result.state), "held": dict(result.state.held),

@@ -28,6 +28,7 @@ from sessiontemp.root import (
     GENERATION_PREFIX,
     JOURNAL_NAME,
     MANAGERS_DIR,
+    WORK_DIR,
     check_layout,
     default_root,
     empty_path,
@@ -220,11 +221,15 @@ def parse_moment(text: str) -> int | float:
 def generation_of(target: str) -> str:
     """The generation id named by a directory path, a generation or trash name, or an id.
 
-    Raises :class:`~sessiontemp.BadInput` for a path (it has a slash) whose last part is
-    neither a generation nor a trash name, such as ``/etc``.
+    A generation's work directory (a lease's path, a command's ``TMPDIR``) names its
+    generation too.  Raises :class:`~sessiontemp.BadInput` for a path (it has a slash)
+    whose last part is neither a generation nor a trash name, such as ``/etc``.
     """
-    name = Path(target.rstrip("/")).name
+    path = Path(target.rstrip("/"))
+    name = path.name
     gid = generation_id_of(name)
+    if gid is None and name == WORK_DIR and "/" in target:
+        gid = generation_id_of(path.parent.name)
     if gid is not None:
         return gid
     if "/" in target or name in ("", ".", ".."):

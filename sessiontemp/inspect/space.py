@@ -42,7 +42,7 @@ from sessiontemp.journal.errors import RuleViolation
 from sessiontemp.journal.events import LeaseAcquired, SpaceRefused, decode
 from sessiontemp.journal.reducer import GenerationState, State
 from sessiontemp.journal.store import Store
-from sessiontemp.root import GENERATION_PREFIX
+from sessiontemp.root import GENERATION_PREFIX, WORK_DIR
 from sessiontemp.usage import measure_tree
 
 __all__ = ["LABELS", "DirectoryUsage", "SpaceReport", "usage"]
@@ -194,9 +194,14 @@ def _filesystem(root: Path) -> tuple[disk.Space, bool]:
 
 
 def _measured(row: DirectoryUsage, now: float) -> DirectoryUsage:
-    """*row* with its directory walked now; a directory that is gone measures zeros."""
+    """*row* with its directory walked now; a directory that is gone measures zeros.
+
+    What its commands made is walked, in its work directory, as its manager
+    measures it (the generation itself when it has none).
+    """
+    work = row.path / WORK_DIR
     try:
-        size = measure_tree(row.path)
+        size = measure_tree(work if work.is_dir() and not work.is_symlink() else row.path)
     except OSError:
         # The directory itself cannot be read (replaced by a symlink, its mode
         # taken away): nothing of it is counted, and that is said.
