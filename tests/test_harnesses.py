@@ -59,21 +59,23 @@ def test_a_node_harness_drives_fifty_commands_through_shell_and_nothing_leaks(
         directories = [d for turn in sorted(by_turn) for d in by_turn[turn]]
         assert all(len(d) == 1 for d in by_turn.values())
         assert len(set(directories)) == 5
-        assert all(Path(d).parent == place.root for d in directories)
+        # Each a generation's work directory, one level below the generation.
+        assert all(Path(d).parent.parent == place.root for d in directories)
         # Rotated, ended: only the directory the background process still holds is left.
         ended = st("session", "end", "node-chat", "--owner-pid", str(owner.pid),
                    root=place.root)
         assert ended.returncode == 0, ended.stderr
         wait_gone(holder)
         assert alive(background["pid"])
-        assert leftovers(place.root) == [Path(background["directory"]).name]
+        assert leftovers(place.root) == [Path(background["directory"]).parent.name]
         assert json.loads(st("recover", "--json", root=place.root).stdout)["removed"] == []
         assert os.path.isdir(background["directory"])
     finally:
         os.kill(background["pid"], signal.SIGKILL)
     wait_gone(background["pid"])
     recovered = json.loads(st("recover", "--json", root=place.root).stdout)
-    assert [r["path"] for r in recovered["removed"]] == [background["directory"]]
+    assert [r["path"] for r in recovered["removed"]] == [
+        os.fspath(Path(background["directory"]).parent)]
     assert leftovers(place.root) == []
     verified(place.root)
 
@@ -106,8 +108,8 @@ def storm(place: Served, kills: int, clients: int, seed: int) -> None:
         for client in running:
             out, err = client.communicate(timeout=120)
             if client.returncode == 0:
-                assert Path(out.strip()).parent == place.root, out
-                assert Path(out.strip()).name.startswith("sessiontemp-gen-")
+                assert Path(out.strip()).parent.parent == place.root, out
+                assert Path(out.strip()).parent.name.startswith("sessiontemp-gen-")
                 directories.add(out.strip())
             else:
                 assert client.returncode == 2, (client.returncode, out, err)

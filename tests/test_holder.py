@@ -79,6 +79,17 @@ def test_a_session_runs_commands_in_one_directory_rotates_lists_and_ends(
     assert "no live session 'chat-1'" in refused.stderr
 
 
+def test_a_session_command_inherits_every_lock_of_its_lease_its_generations_and_its_work_directorys(
+        served_root: Served) -> None:
+    served_root.start("locks")
+    done = served_root.run("locks",
+                           'echo "$TMPDIR"; for fd in /proc/$$/fd/*; do readlink "$fd"; done')
+    assert done.returncode == 0, done.stderr
+    directory, *opened = done.stdout.splitlines()
+    # lease.pass_fds: the generation's lock and the work directory's, both held by the command.
+    assert directory in opened
+    assert os.fspath(Path(directory).parent) in opened
+
 def test_a_second_owner_keeps_the_session_until_both_have_ended(served_root: Served) -> None:
     place = served_root
     first, second = place.owner(), place.owner()
