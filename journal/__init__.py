@@ -10,10 +10,13 @@ needs with it.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
+# Not typing's: the session client's start-up imports this package (for its
+# errors), and typing alone would cost it more than the rest (checkers take
+# the name as True).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from .errors import (
         CheckpointInvalid,
         JournalBusy,
@@ -94,7 +97,9 @@ def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'sessiontemp.journal' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
+    # __import__, not importlib: a process that dropped privileges may no
+    # longer read importlib's files, which this package no longer imports.
+    value = getattr(__import__(module[1:], globals(), level=1, fromlist=[name]), name)
     # Cached as a module attribute: later lookups never come here again.
     globals()[name] = value
     return value

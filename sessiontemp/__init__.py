@@ -16,13 +16,17 @@ the platform lacks.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import sys as _sys
 
 from sessiontemp import platform as _platform
 from sessiontemp.journal import errors as _errors
 
+# Not typing's: the session client's start-up imports this package, and
+# typing alone would cost it more than the rest (checkers take it as True).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from sessiontemp.artifacts import Artifact
     from sessiontemp.cleanup import (
         recover,
@@ -162,7 +166,10 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'sessiontemp' has no attribute {name!r}")
     _platform.require()
     try:
-        loaded = importlib.import_module(module)
+        # __import__, not importlib: a process that dropped privileges may
+        # no longer read importlib's files, which this package no longer imports.
+        __import__(module)
+        loaded = _sys.modules[module]
     except (ImportError, OSError) as e:
         # A module (of the library's, or one of Python's it imports) whose
         # files this process may not read, after a privilege drop: say that.

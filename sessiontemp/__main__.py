@@ -2,11 +2,19 @@
 
     sessiontemp run [--root DIR] [--max-bytes N] [--max-inodes N] [--min-free-bytes N]
                     -- CMD ARGS...
+    sessiontemp run --session NAME [--root DIR] -- CMD ARGS...
+    sessiontemp shell COMMAND_STRING
+    sessiontemp session start NAME [--root DIR] [--owner-pid PID] [--resume-window S] [--json]
+    sessiontemp session rotate|end NAME [--root DIR] [--json]
+    sessiontemp session list [--root DIR] [--json]
     sessiontemp recover [--root DIR] [--json]
     sessiontemp integrate claude-code [--settings FILE] [--remove] [--json]
 
 Each subcommand calls one library function (:func:`sessiontemp.run.run_command`,
-:func:`sessiontemp.recover`) and formats its result.  Bad input (a bad
+:func:`sessiontemp.client.run_in_session`, :func:`sessiontemp.holding.start`,
+:func:`sessiontemp.recover`) and formats its result.  The root is ``--root``,
+else ``$SESSIONTEMP_ROOT``, else the per-user default
+(:func:`sessiontemp.where.chosen_root`).  Bad input (a bad
 argument, an unsafe root, a journal that cannot be used) is one line on
 stderr naming the path, the reason and the fix, and exit status 2; a run
 refused for space (too little free, or a directory left over its budget)
@@ -21,6 +29,14 @@ if __name__ == "__main__":
     # `python -m sessiontemp` on a platform sessiontemp refuses: one line and
     # exit status 2, before an import below fails with a traceback.
     _platform.exit_if_unsupported("sessiontemp")
+    import sys as _sys
+
+    from sessiontemp import client as _client
+
+    # `run --session` and `shell`, before the library's heavier modules below:
+    # a harness pays this start-up on every command it runs in a session.
+    if _client.handles(_sys.argv[1:]):
+        _client.entry()
 
 import contextlib
 import errno
@@ -41,8 +57,8 @@ from sessiontemp.journal.errors import (
     OverBudget,
     SessionTempError,
 )
-from sessiontemp.root import default_root
 from sessiontemp.run import run_command
+from sessiontemp.where import chosen_root, default_root
 
 if TYPE_CHECKING:
     import argparse
@@ -60,6 +76,12 @@ examples:
   sessiontemp run --root ~/.cache/st -- pytest -x
                                           the same under another root
   sessiontemp run --max-bytes 2G -- make  fail the run if its directory ends over 2 GiB
+  sessiontemp session start chat-1        start session chat-1, owned by the calling process
+  sessiontemp run --session chat-1 -- make test
+                                          run `make test` in the session's directory
+  SESSIONTEMP_SESSION=chat-1 sessiontemp shell 'ls "$TMPDIR"'
+                                          the same through $SHELL -c
+  sessiontemp session end chat-1          end it (the last owner's end removes its directory)
   sessiontemp recover                     remove what killed runs left in the default root
   sessiontemp recover --root DIR --json   the same for DIR, as JSON
 
@@ -78,13 +100,32 @@ removed when CMD exits. If this wrapper is killed, CMD keeps its directory
 until CMD exits, and the next recovery removes it. With --max-bytes or
 --max-inodes the directory is measured as CMD runs and when it exits; one
 that ends over the budget is said on stderr with its largest entries, and a
-run whose CMD succeeded then exits 75 (CMD is never stopped for it)."""
+run whose CMD succeeded then exits 75 (CMD is never stopped for it). With
+--session NAME, CMD runs the same way in live session NAME's current
+directory (see `sessiontemp session --help`), which stays when CMD exits; no
+live session NAME: exit 2, and CMD does not run."""
 
 RECOVER_HELP = """\
 Run one recovery pass on the root: declare dead the managers whose process is
 gone, remove their directories that no running command holds, and print what
 was removed and what was left, with why."""
 
+
+SESSION_HELP = """\
+Drive a named session from any language: `start` makes the owner process (the
+caller's parent unless --owner-pid) an owner of session NAME, starting the
+root's session holder if none runs; `run --session NAME` and `shell` run
+commands in its current directory; `rotate` gives later commands a fresh one;
+`end` releases one owner, and the last one's end removes the directory once
+no command holds it. An owner that exits without `end` ends its ownership as
+a crash does: the session is kept for its resume window (a start meanwhile
+resumes it, files kept), then removed."""
+
+SHELL_HELP = """\
+Run $SHELL -c COMMAND_STRING (/bin/sh when SHELL is unset) as `run --session`
+runs a command, in the session named by SESSIONTEMP_SESSION, else by
+CLAUDE_CODE_SESSION_ID; the root is SESSIONTEMP_ROOT, else the default. No
+session named: said, exit 2. The form an agent CLI's shell prefix calls."""
 
 INTEGRATE_HELP = """\
 Merge into an agent CLI's settings what gives each of its chats a session:
@@ -94,11 +135,12 @@ hooks (sessiontemp session hook). Nothing else in the file changes; run
 again, it changes nothing; --remove takes out exactly what it added. It
 prints each change."""
 
-
-SUBCOMMANDS: Final = ("run", "recover", "integrate")
+SUBCOMMANDS: Final = ("run", "recover", "session", "shell", "integrate")
+SESSION_SUBCOMMANDS: Final = ("start", "rotate", "end", "list")
 # The options that take the next word as their value, wherever they are given.
 _VALUED: Final = frozenset({"--root", "--session", "--max-bytes", "--max-inodes",
-                            "--min-free-bytes", "--settings"})
+                            "--min-free-bytes", "--owner-pid", "--resume-window",
+                            "--settings"})
 # Refused for space: EX_TEMPFAIL of sysexits.h, "try again later" (once space is freed).
 SPACE_STATUS: Final = 75
 
@@ -140,9 +182,50 @@ def build_parser() -> Parser:
                      "free space than this (default: the library's, 1%% of the file "
                      "system, at most 1 GiB; 0 never refuses)")
     run.add_argument("--session", metavar="NAME",
-                     help="refused: a run is a session of its own (see Manager(session=))")
+                     help="run in live session NAME's current directory (see `session "
+                     "start`); the directory stays when CMD exits")
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD ARGS...",
                      help="the command and its arguments, after --")
+
+    session = parser.add_subcommand(
+        "session", prefix=f"{PROG} session", help="start, rotate, end or list named sessions",
+        description=SESSION_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    session.add_subcommands(dest="action", metavar="ACTION", required=True)
+    for action, text in (("start", "make the owner process an owner of session NAME"),
+                         ("rotate", "give the session's later commands a fresh directory"),
+                         ("end", "release one owner; the last seals the session"),
+                         ("list", "the root's live sessions")):
+        sub = session.add_subcommand(action, prefix=f"{PROG} session {action}",
+                                     command=f"{PROG} session {action}", help=text,
+                                     description=text)
+        if action != "list":
+            sub.add_argument("name", metavar="NAME", help="the session's name (1-64 of "
+                             "[A-Za-z0-9._-])")
+        sub.add_argument("--root", type=root, metavar="DIR", help=root_help)
+        sub.add_argument("--json", action="store_true",
+                         help="print one JSON object (schema: the documentation's JSON "
+                         "output page)")
+        if action in ("start", "end"):
+            sub.add_argument("--owner-pid", type=_pid, metavar="PID",
+                             help="the owner process (default: the caller's parent)")
+        if action == "start":
+            sub.add_argument("--resume-window", type=float, metavar="SECONDS",
+                             help="how long the session is kept for a resume after its last "
+                             "owner ended without `end` (default: a day)")
+            sub.add_argument("--max-bytes", type=_size, metavar="N",
+                             help="the budget of the session's directory in bytes allocated: "
+                             "a command that leaves it over fails (75), and the next is "
+                             "refused until a rotate")
+            sub.add_argument("--max-inodes", type=_size, metavar="N",
+                             help="the same, in inodes")
+            sub.add_argument("--min-free-bytes", type=_size, metavar="N",
+                             help="refuse commands while the root's file system has less free "
+                             "space than this (default: the library's)")
+
+    shell = parser.add_subcommand(
+        "shell", prefix=f"{PROG} shell", help="run a shell command in the environment's session",
+        description=SHELL_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    shell.add_argument("text", metavar="COMMAND_STRING", help="the shell command, one word")
 
     rec = parser.add_subcommand(
         "recover", prefix=f"{PROG} recover", help="remove what dead sessions left",
@@ -168,6 +251,14 @@ def build_parser() -> Parser:
     return parser
 
 
+def _pid(text: str) -> int:
+    import argparse
+
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a process id; pass one such as 1234")
+    return int(text)
+
+
 def _fail(where: str, message: str, status: int = 2) -> int:
     console.say(f"{PROG} {where}: {console.shown(message)}\n")
     return status
@@ -177,16 +268,13 @@ def cmd_run(args: argparse.Namespace | Plain, out: console.Out) -> int:
     command = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
-    if args.session is not None:
-        return _fail("run", f"--session {args.session}: named sessions are not available to "
-                     "a run, which ends its session when its command exits (a process that "
-                     "stays up uses Manager(root, session=NAME)). Leave out --session to run "
-                     "in a private directory of the command's own")
     if not command:
         return _fail("run", "no command given. Name it after --, as in "
                      f"`{PROG} run -- make test`")
+    if args.session is not None:
+        return _run_in_session(args, command)
     try:
-        finished = run_command(command, root=args.root, max_bytes=args.max_bytes,
+        finished = run_command(command, root=chosen_root(args.root), max_bytes=args.max_bytes,
                                max_inodes=args.max_inodes, min_free_bytes=args.min_free_bytes)
     except CommandNotStarted as e:
         # As env(1), nohup(1) and shells report them.
@@ -213,13 +301,87 @@ def cmd_run(args: argparse.Namespace | Plain, out: console.Out) -> int:
     return finished.status
 
 
+def _run_in_session(args: argparse.Namespace | Plain, command: list[str]) -> int:
+    from sessiontemp.client import run_in_session
+
+    given = [o for o, v in (("--max-bytes", args.max_bytes), ("--max-inodes", args.max_inodes),
+                            ("--min-free-bytes", args.min_free_bytes)) if v is not None]
+    if given:
+        return _fail("run", f"{given[0]} applies to a run's own directory; a session's budget "
+                     f"is given to `{PROG} session start`. Leave it out with --session")
+    assert args.session is not None, "a run with --session"
+    from sessiontemp.client import Refused
+
+    try:
+        return run_in_session(command, session=args.session, root=args.root)
+    except CommandNotStarted as e:
+        return _fail("run", str(e), 127 if e.errno == errno.ENOENT else 126)
+    except Refused as e:
+        return _fail("run", str(e), e.status)
+
+
+def cmd_session(args: argparse.Namespace, out: console.Out) -> int:
+    import json
+
+    from sessiontemp import holding
+
+    root = chosen_root(args.root)
+    if args.action == "start":
+        reply = holding.start(args.name, root=root, owner=args.owner_pid,
+                             resume_window=args.resume_window, max_bytes=args.max_bytes,
+                             max_inodes=args.max_inodes, min_free_bytes=args.min_free_bytes)
+    elif args.action == "list":
+        try:
+            reply = holding.request(root, {"op": "list"}, session="")
+        except holding.NoSession:
+            reply = {"ok": True, "root": os.fspath(root), "holder_pid": None, "sessions": []}
+    else:
+        reply = holding.request(root, {"op": args.action, "session": args.name,
+                                      "owner": args.owner_pid or os.getppid()
+                                      if args.action == "end" else None}, session=args.name)
+    reply.pop("ok", None)
+    if args.json:
+        from sessiontemp.inspect import SCHEMA
+
+        out.write(json.dumps({"schema": SCHEMA, **reply}, sort_keys=True) + "\n")
+        return 0
+    if args.action == "start":
+        how = "resumed" if reply["resumed"] else "started"
+        out.write(f"session {reply['session']} {how} in {reply['root']} (holder pid "
+                  f"{reply['holder_pid']})\n")
+    elif args.action == "rotate":
+        out.write(f"session {reply['session']} rotated: later commands get a fresh directory\n")
+    elif args.action == "end":
+        left = ("sealed: its directory goes once no command holds it" if reply["sealed"]
+                else f"{reply['owners']} owner(s) left")
+        out.write(f"session {reply['session']}: one owner released; {left}\n")
+    else:
+        for s in reply["sessions"]:
+            owners = ",".join(str(o["pid"]) for o in s["owners"]) or "-"
+            size = "-" if s["bytes"] is None else f"{s['bytes']:,} bytes"
+            resumable = ("resumable" if s["resumable"] else "live")
+            out.write(f"{console.shown(s['session'])}  owners {owners}  holder "
+                      f"{s['holder_pid']}  {s['directory'] or '-'}  {s['leases']} leases  "
+                      f"{size}  {resumable}\n")
+        if not reply["sessions"]:
+            out.write(f"{root}: no live session\n")
+    return 0
+
+
+def cmd_shell(args: argparse.Namespace, out: console.Out) -> int:
+    from sessiontemp import client
+
+    # Only reached for a command line the client did not read itself.
+    return client.main(["shell", args.text])
+
+
 def cmd_recover(args: argparse.Namespace, out: console.Out) -> int:
     import json
 
     from sessiontemp.cleanup import recover
     from sessiontemp.recovery import Report
 
-    root = default_root() if args.root is None else args.root
+    root = chosen_root(args.root)
     no_journal = None
     try:
         # On a terminal only: a pass over thousands of directories takes a while.
@@ -321,6 +483,10 @@ def _arrange(words: list[str], parser: Parser) -> list[str]:
     return words
 
 
+_COMMANDS: Final = {"recover": cmd_recover, "session": cmd_session, "shell": cmd_shell,
+                    "integrate": cmd_integrate}
+
+
 class Plain:
     """A plain ``run [--root DIR] -- CMD ARGS...``, the form a harness starts every command with.
 
@@ -379,8 +545,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     stream = console.Terminal(sys.stdout if out is None else out)
     try:
         status: int = (cmd_run(args, stream) if isinstance(args, Plain) or args.subcommand == "run"
-                       else cmd_integrate(args, stream) if args.subcommand == "integrate"
-                       else cmd_recover(args, stream))
+                       else _COMMANDS[args.subcommand](args, stream))
     except SessionTempError as e:
         # Each names the path, what is wrong and the fix.
         return _fail(args.subcommand, str(e))

@@ -24,20 +24,32 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import re
 import signal
 import sys
 import time
-from collections.abc import Callable
-from typing import Final, NoReturn, Protocol
+
+# Neither typing nor re at run time: the session client imports this module
+# on every command's start (typing checkers treat the name as True).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import re
+    from collections.abc import Callable
+    from typing import Final, NoReturn, Protocol
 
 __all__ = ["Out", "Progress", "Terminal", "exit_with", "prepare", "progress", "say", "shown"]
 
 # C0 controls, DEL, C1 controls (U+009B is a terminal's CSI, as ESC [ is), and the
 # Unicode controls that reorder or break lines on screen.
-_CONTROLS: Final = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_CONTROLS: Final = "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
 # The same without the newline, which a script's own lines end with.
-_IN_LINES: Final = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_IN_LINES: Final = "[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+
+
+def _sub(pattern: str, text: str) -> str:
+    import re
+
+    # re caches compiled patterns: compiled once, on first use.
+    return re.sub(pattern, _escape, text)
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -47,15 +59,18 @@ def _escape(match: re.Match[str]) -> str:
 
 def shown(text: object) -> str:
     """*text* as a terminal may show it: every control character written as an escape."""
-    return _CONTROLS.sub(_escape, str(text))
+    return _sub(_CONTROLS, str(text))
 
 
-class Out(Protocol):
-    """Where a script's output goes: a text stream, or a :class:`Terminal` over one."""
+if TYPE_CHECKING:
+    class Out(Protocol):
+        """Where a script's output goes: a text stream, or a :class:`Terminal` over one."""
 
-    def write(self, text: str, /) -> int: ...
+        def write(self, text: str, /) -> int: ...
 
-    def flush(self) -> None: ...
+        def flush(self) -> None: ...
+else:
+    Out = object
 
 
 class Terminal:
@@ -69,7 +84,7 @@ class Terminal:
         self.out = out
 
     def write(self, text: str) -> int:
-        self.out.write(_IN_LINES.sub(_escape, text))
+        self.out.write(_sub(_IN_LINES, text))
         return len(text)
 
     def flush(self) -> None:

@@ -16,7 +16,6 @@ import errno
 import os
 import pwd
 import stat
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -28,8 +27,9 @@ from sessiontemp.journal.errors import (
     SessionTempError,
     UnsafeRoot,
 )
+from sessiontemp.where import default_root
 
-__all__ = ["REMOVE", "check_entry", "check_owned_private", "check_path", "default_root",
+__all__ = ["REMOVE", "check_entry", "check_owned_private", "check_path",
            "empty_path", "os_error", "own_root", "path_of", "set_mode", "without_others"]
 
 REMOVE: Final = "Remove it or pass another root"
@@ -75,11 +75,6 @@ def os_error(path: os.PathLike[str] | str, error: OSError, doing: str) -> Sessio
                                 f"({default_root()})", code)
         return RootUnusable(path, why, "It was removed meanwhile; try again", code)
     return RootUnusable(path, why, "Check the path and its file system, then try again", code)
-
-
-def default_root() -> Path:
-    """The per-user root under the system temporary directory."""
-    return Path(tempfile.gettempdir()) / f"sessiontemp-{os.getuid()}"
 
 
 def _other_owner(path: os.PathLike[str] | str) -> str | None:

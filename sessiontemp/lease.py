@@ -20,7 +20,6 @@ lease never loads it.
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import os
 import subprocess
@@ -29,20 +28,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from sessiontemp import forks, resources
+from sessiontemp import forks
 from sessiontemp.journal.errors import (
-    BadInput,
-    CommandNotStarted,
-    SessionTempError,
     Unavailable,
 )
+from sessiontemp.spawn import not_started
 
 if TYPE_CHECKING:
     import asyncio.subprocess
 
     from sessiontemp.artifacts import Artifact
 
-__all__ = ["Hold", "Issuer", "Lease", "LeaseOwner", "not_started"]
+__all__ = ["Hold", "Issuer", "Lease", "LeaseOwner"]
 
 _TEMP_VARIABLES = ("TMPDIR", "TMP", "TEMP")
 
@@ -75,30 +72,6 @@ class LeaseOwner(Protocol):
 
     def discard(self, artifact: Artifact) -> None:
         """Remove *artifact*, kept for a caller cancelled before it got it; a failure is logged."""
-
-
-def not_started(program: object, error: OSError,
-                cwd: str | os.PathLike[str] | None = None) -> SessionTempError:
-    """The library's error for a command that could not be started, naming it and the fix."""
-    if cwd is not None and error.filename == os.fspath(cwd):
-        # subprocess names the working directory when it is the one missing.
-        return BadInput(cwd, f"cannot be the command's working directory ({error.strerror})",
-                        "Pass an existing directory as cwd (lease.path, for one)")
-    shown = os.fsdecode(program) if isinstance(program, str | bytes | os.PathLike) else \
-        repr(program)
-    if resources.shortage(error):
-        # Out of descriptors, processes or memory: the command is fine, the process is not.
-        return CommandNotStarted(shown, error.errno or 0, f"could not be started "
-                                 f"({error.strerror})", resources.fix(error))
-    if isinstance(error, FileNotFoundError):
-        return CommandNotStarted(shown, errno.ENOENT, "command not found",
-                                 "Check its name and PATH, or give its path")
-    if isinstance(error, PermissionError):
-        return CommandNotStarted(shown, errno.EACCES, "cannot be executed (permission "
-                                 "denied)", "Check that it is an executable file, or run it "
-                                 "through its interpreter")
-    return CommandNotStarted(shown, error.errno or 0, f"could not be started "
-                             f"({error.strerror})", "Check the command")
 
 
 class Hold:

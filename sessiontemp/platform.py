@@ -25,11 +25,15 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from pathlib import Path
-from typing import Final
 
 from sessiontemp.journal import errors
 from sessiontemp.journal.errors import PackageUnreadable, Unsupported
+
+# Neither pathlib nor typing at run time: the session client imports this
+# module on every command's start (checkers take the name as True).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
 
 __all__ = ["SUPPORTED_PLATFORMS", "exit_if_unsupported", "lacking", "missing", "require",
            "unreadable"]
@@ -37,7 +41,8 @@ __all__ = ["SUPPORTED_PLATFORMS", "exit_if_unsupported", "lacking", "missing", "
 SUPPORTED_PLATFORMS: Final = "Linux (it needs flock on directories, O_PATH and /proc)"
 
 
-def missing(platform: str, *, has_fcntl: bool, has_o_path: bool, proc: Path) -> str | None:
+def missing(platform: str, *, has_fcntl: bool, has_o_path: bool,
+            proc: os.PathLike[str] | str) -> str | None:
     """What this platform lacks, in words, or None when it has everything."""
     if not platform.startswith("linux"):
         return f"{platform} is not Linux"
@@ -45,7 +50,7 @@ def missing(platform: str, *, has_fcntl: bool, has_o_path: bool, proc: Path) -> 
         return "there is no fcntl module, so no flock"
     if not has_o_path:
         return "os.O_PATH is missing"
-    if not proc.is_dir():
+    if not os.path.isdir(proc):
         return f"{proc} is not there (is /proc mounted?)"
     return None
 
@@ -106,7 +111,7 @@ def _problem() -> Unsupported | PackageUnreadable | None:
     """Why sessiontemp cannot run in this process, or None."""
     fcntl_error = _fcntl_error()
     lack = missing(sys.platform, has_fcntl=fcntl_error is None,
-                   has_o_path=hasattr(os, "O_PATH"), proc=Path("/proc/self/fd"))
+                   has_o_path=hasattr(os, "O_PATH"), proc="/proc/self/fd")
     if lack is None:
         return None
     if fcntl_error is not None and sys.platform.startswith("linux"):

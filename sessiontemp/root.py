@@ -24,6 +24,8 @@ Layout::
     ROOT/sessiontemp-trash-<id>/    a generation being removed
     ROOT/sessions/<name>.lock       a named session's owner lock
     ROOT/artifacts/<id>-<label>     a durable artifact
+    ROOT/holder.sock                the session holder's socket (sessiontemp.holder)
+    ROOT/holder.lock                held by the live session holder
 
 Every entry of the layout but the generations is checked on open (never a
 symlink, of the kind it must be, ours), so that a planted one is refused
@@ -58,7 +60,6 @@ from sessiontemp.entries import (
     check_entry,
     check_owned_private,
     check_path,
-    default_root,
     empty_path,
     os_error,
     path_of,
@@ -68,6 +69,7 @@ from sessiontemp.entries import (
 from sessiontemp.journal import ids
 from sessiontemp.journal.errors import NoSuchRoot, SessionTempError, UnsafeRoot
 from sessiontemp.locks import hold_shared
+from sessiontemp.where import HOLDER_LOCK, HOLDER_SOCKET, default_root
 
 __all__ = [
     "ARTIFACTS_DIR",
@@ -124,11 +126,11 @@ RESERVE: Final = "space.reserve"
 # The root's own directories and plain files, as the library makes them.
 DIRECTORIES: Final = (MANAGERS_DIR, SESSIONS_DIR, ARTIFACTS_DIR, SEGMENTS_DIR)
 FILES: Final = (JOURNAL_NAME, f"{JOURNAL_NAME}-wal", f"{JOURNAL_NAME}-shm", RECOVERY_LOCK,
-                 RESERVE)
+                 RESERVE, HOLDER_LOCK)
 _JOURNAL_ENTRIES: Final = (*FILES[:3], SEGMENTS_DIR)
 # Every name of the root's own (generations and trash aside), with the
 # rollback journal SQLite may leave beside an old-format journal.
-ENTRIES: Final = frozenset({*FILES, f"{JOURNAL_NAME}-journal", *DIRECTORIES})
+ENTRIES: Final = frozenset({*FILES, f"{JOURNAL_NAME}-journal", *DIRECTORIES, HOLDER_SOCKET})
 _LOCK_SUFFIX: Final = ".lock"
 
 # The mode of every plain file the library makes in the root: private, and

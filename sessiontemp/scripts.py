@@ -21,8 +21,18 @@ def journal_inspect() -> None:
 
 
 def sessiontemp() -> None:
-    """The ``sessiontemp`` console script (``python -m sessiontemp`` too)."""
+    """The ``sessiontemp`` console script (``python -m sessiontemp`` too).
+
+    ``run --session`` and ``shell`` go to the small client before anything
+    heavier is imported: a harness pays that start-up on every command.
+    """
     platform.exit_if_unsupported("sessiontemp")
+    import sys
+
+    from sessiontemp import client
+
+    if client.handles(sys.argv[1:]):
+        client.entry()
     from sessiontemp import __main__ as script
 
     script.entry()

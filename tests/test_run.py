@@ -487,17 +487,18 @@ def one_line(stderr: str) -> str:
     return lines[0]
 
 
-def test_session_is_refused_clearly_since_a_run_ends_its_session(
+def test_a_run_in_a_session_nobody_started_exits_2_naming_session_root_and_fix(
     wrapper: list[str], root: Path, tmp_path: Path
 ) -> None:
+    """Never a fresh or shared directory instead: the command does not run."""
     marker = tmp_path / "ran"
     done = sessiontemp(wrapper, "run", "--root", os.fspath(root), "--session", "chat-1", "--",
                        "touch", os.fspath(marker))
     assert done.returncode == 2
     line = one_line(done.stderr)
-    assert "--session chat-1" in line
-    assert "not available" in line
-    assert "Leave out --session" in line
+    assert "no live session 'chat-1'" in line
+    assert os.fspath(root) in line
+    assert f"sessiontemp session start chat-1 --root {root}" in line
     assert not marker.exists()
 
 
