@@ -143,8 +143,6 @@ def test_the_inspector_reads_the_journal_only_through_named_store_methods() -> N
 RECIPES = ("sh", "python")
 FENCE = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
 MARKER = re.compile(r"<!--\s*(not run|given|run with):\s*(.*?)\s*-->\s*\Z", re.S)
-# Pages other work rewrites for the session holder: their blocks are left to it.
-REWRITTEN = {"docs/howto/notebook-kernel.md", "docs/howto/run.md"}
 STAND_INS = {
     "make": '#!/bin/sh\n# The project\'s build, which a fresh directory lacks.\nfor target in '
             '"$@"; do case "$target" in -*) ;; *) mkdir -p out && echo "$target" > '
@@ -173,8 +171,6 @@ def blocks_of(page: Path) -> list[tuple[int, str, str, str, str]]:
 
 
 def recipes(page: Path) -> list[tuple[int, str, str, str, str]]:
-    if str(page.relative_to(REPO)) in REWRITTEN:
-        return []
     return [b for b in blocks_of(page) if b[1] in RECIPES and b[3] != "not run"]
 
 
@@ -184,8 +180,7 @@ def test_every_code_block_of_the_docs_is_run_or_says_why_not() -> None:
         for line, language, _, marker, said in blocks_of(page):
             where = f"{page.relative_to(REPO)}:{line}"
             if language in RECIPES or language in ("js", "bash", "console", "shell"):
-                if language not in RECIPES and marker != "not run" and (
-                        str(page.relative_to(REPO)) not in REWRITTEN):
+                if language not in RECIPES and marker != "not run":
                     unmarked.append(f"{where}: a {language} block is never run: mark it")
                 if marker == "not run" and not said:
                     unmarked.append(f"{where}: 'not run' without a reason")
