@@ -169,6 +169,10 @@ class Holder:
             self._accept()
         elif isinstance(key.data, tuple):
             self._owner_ended(*key.data)
+        elif key.data == "refused":
+            assert isinstance(key.fileobj, socket.socket)
+            self.selector.unregister(key.fileobj)
+            key.fileobj.close()
         else:
             assert isinstance(key.fileobj, socket.socket)
             self._readable(key.fileobj)
@@ -197,7 +201,10 @@ class Holder:
             self._reply(sock, _refusal(
                 "refused", f"process {pid} is of uid {uid}, not of this holder's user "
                 f"(uid {self.uid})", "Run sessiontemp as the user who owns the root"))
-            sock.close()
+            # Closed once the peer's request is read: a socket closed with a
+            # request unread resets the connection, and the peer would get
+            # ECONNRESET instead of the refusal queued for it.
+            self.selector.register(sock, selectors.EVENT_READ, "refused")
             _log.warning("holder.refused", pid=pid, uid=uid)
             return
         self.idle_until = None
