@@ -217,7 +217,7 @@ def run_in_session(command: Sequence[str], *, session: str,
     (:class:`Unavailable`: a sealed session, a directory over its budget),
     and :class:`CommandNotStarted`.
     """
-    from sessiontemp.spawn import pending_stop, start_and_wait, watching
+    from sessiontemp.spawn import start_and_wait, watching
 
     where = root_text(root)
     with watching() as mask:
@@ -246,9 +246,6 @@ def run_in_session(command: Sequence[str], *, session: str,
             try:
                 path = str(reply["path"])
                 env = {**os.environ, **dict.fromkeys(_TEMP_VARIABLES, path)}
-                early = pending_stop()
-                if early:
-                    return 128 + early
                 status = start_and_wait(command, env, fds, mask,
                                         lambda pid: _track(connection, pid))
             finally:

@@ -23,7 +23,7 @@ from sessiontemp.budget import Limits
 from sessiontemp.journal.errors import BadInput, OverBudget
 from sessiontemp.lease import Lease
 from sessiontemp.manager import Manager
-from sessiontemp.spawn import FORWARDED, exit_status, pending_stop, start_and_wait, watching
+from sessiontemp.spawn import FORWARDED, exit_status, start_and_wait, watching
 from sessiontemp.usage import Usage
 
 __all__ = ["FORWARDED", "Finished", "exit_status", "label", "run_command"]
@@ -99,9 +99,8 @@ def run_command(
                      measure_every=limits.measure_every) as manager:
             manager.retain()
             with manager.acquire(label=label(shlex.join(command))) as lease:
-                early = pending_stop()
-                status = 128 + early if early else _start_and_wait(
-                    lease, command, previous_mask)
+                # 128+N when a forwarded signal came before the command started.
+                status = _start_and_wait(lease, command, previous_mask)
                 if limits.budgeted:
                     # Before the lease goes: the directory is the run's until then.
                     usage = manager.measure()

@@ -14,17 +14,20 @@ blocked before the command starts (:func:`watching`), so none is lost
 between the start and the first wait, and :func:`signal.sigwaitinfo` then
 takes them one at a time together with the sender's identity.
 
-A signal is passed on only when it did not reach the command already,
-which depends on whether the command is in the group the signal went to.
-In the foreground of a terminal the command stays in the wrapper's process
-group (it reads the terminal, stops and resumes with its job, shares the
-foreground with the rest of a pipeline): what the kernel sends that group
-(Ctrl-C, Ctrl-\\, a resize) and what the session's shell sends its job (a
-hangup) has reached it already.  Anywhere else (under ``timeout``, a CI
-runner, a supervisor) the command leads a process group of its own, so a
-signal sent to the wrapper's group (``kill -- -PGID``, ``timeout``'s
-cancel) reaches it only through the wrapper, which passes it on to the
-command's group once.
+A signal is passed on only when it did not reach the command already.
+The command stays in the wrapper's process group, so it reads the
+terminal, stops and resumes with its job and shares the foreground with
+the rest of a pipeline, and what is sent to the group (Ctrl-C, a shell's
+hangup to its job, ``kill -- -PGID``, ``timeout``'s cancel, SIGKILL and
+SIGSTOP too) reaches it from the kernel.  Which signals were sent to the
+group a witness tells (:class:`_Witnesses`): a ``cat`` in the group with
+the forwarded signals blocked, in which a signal to the group stays
+pending; one sent to the wrapper alone is not, and is passed on.  The
+witness is started with :func:`os.posix_spawn` and read from ``/proc``,
+so it costs no import; it ends with the wrapper, even a SIGKILLed one
+(its input ends).  Without ``cat`` in ``os.defpath``, a signal from the
+terminal or the session's shell is taken as sent to the group, any other
+as sent to the wrapper alone.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
     from types import TracebackType
-    from typing import Any, Final
+    from typing import Final
 
 __all__ = ["FORWARDED", "exit_status", "not_started", "pending_stop", "start_and_wait",
            "watching"]
@@ -141,81 +144,237 @@ def start_and_wait(command: Sequence[str], env: Mapping[str, str], fds: Iterable
 
     *mask* is the signal mask to start it with (the one :func:`watching`
     replaced); *started* is called with its pid as soon as it runs (to
-    journal it).  Raises :class:`CommandNotStarted` when it cannot start.
+    journal it).  A forwarded signal pending before the command starts
+    (SIGWINCH aside) stops the start: the status is then 128+N, and
+    *started* is not called.  Raises :class:`CommandNotStarted` when it
+    cannot start.
     """
-    # In the foreground of a terminal the command shares this process's group
-    # (it reads the terminal, stops and resumes with its job, shares the
-    # foreground with the rest of a pipeline); anywhere else it leads a group
-    # of its own, which no signal to this process's group reaches.
-    shared = _in_terminal_foreground()
-    # Only setpgroup's absence keeps the command in this process's group.
-    group: dict[str, Any] = {} if shared else {"setpgroup": 0}
+    witnesses = _Witnesses()
     try:
-        pid = os.posix_spawnp(
-            command[0], list(command), dict(env),
-            # A dup2 of a descriptor onto itself clears close-on-exec: the
-            # command inherits the lease's lock, as pass_fds does.
-            file_actions=[(os.POSIX_SPAWN_DUP2, fd, fd) for fd in fds],
-            setsigmask=mask, setsigdef=_RESTORED,
-            **group,
-        )
-    except OSError as e:
-        raise not_started(command[0], e) from e
-    started(pid)
-    return _wait(pid, shared=shared)
-
-
-def _in_terminal_foreground() -> bool:
-    """Whether this process's group is the foreground group of its controlling terminal."""
-    try:
-        # O_NOCTTY: a process without a controlling terminal must not acquire one here.
-        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return False  # no controlling terminal
-    try:
-        return os.tcgetpgrp(fd) == os.getpgrp()
-    except OSError:
-        return False
+        # Before the command, so that a signal sent to the group while it
+        # starts is seen; what came before stops the start.
+        witnesses.start()
+        early = pending_stop()
+        if early:
+            return 128 + early
+        try:
+            # In this process's group: a signal to the group reaches it from
+            # the kernel, SIGKILL and SIGSTOP too, and it reads the terminal,
+            # stops and resumes with its job, shares the foreground with the
+            # rest of a pipeline.
+            pid = os.posix_spawnp(
+                command[0], list(command), dict(env),
+                # A dup2 of a descriptor onto itself clears close-on-exec: the
+                # command inherits the lease's lock, as pass_fds does.
+                file_actions=[(os.POSIX_SPAWN_DUP2, fd, fd) for fd in fds],
+                setsigmask=mask, setsigdef=_RESTORED,
+            )
+        except OSError as e:
+            raise not_started(command[0], e) from e
+        started(pid)
+        return _wait(pid, witnesses)
     finally:
-        os.close(fd)
+        witnesses.close()
 
 
-def _wait(pid: int, *, shared: bool) -> int:
-    """Wait for *pid* to exit, forwarding signals; its exit status as a shell reports it.
+class _Witnesses:
+    """Processes of this process's group that tell whether a signal was sent to the group.
 
-    *shared*: the command is in this process's group, else it leads its own.
+    siginfo cannot tell a signal sent to this process from one sent to its
+    group (``kill -- -PGID``).  A witness is a ``cat`` reading a pipe only
+    this process writes to, started with the forwarded signals blocked (cat
+    unblocks none): a signal sent to the group is made pending in every
+    member within the one kill() call, so one pending in a witness went to
+    the group, and the command, in the group too, has it.  A standard
+    signal pending merges with its repeat, so a witness that showed one is
+    replaced.  A witness ends at the end of its input when this process
+    exits, even if killed.
     """
+
+    def __init__(self) -> None:
+        # (pid, the pipe's write end), oldest first.
+        self._live: list[tuple[int, int]] = []
+        self._program = _system_program("cat")
+
+    def start(self) -> None:
+        """Start one more witness; none when it cannot be (the caller then guesses)."""
+        if self._program is None:
+            return
+        try:
+            # Close-on-exec both: neither the command nor another witness holds them.
+            read, write = os.pipe()
+        except OSError:
+            return  # out of descriptors: no witness this time
+        try:
+            pid = os.posix_spawn(
+                self._program, ["cat"], {},
+                file_actions=[(os.POSIX_SPAWN_DUP2, read, 0),
+                              (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                              (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)],
+                # Default dispositions: a signal ignored and not blocked would
+                # be dropped instead of pending (one blocked never is).
+                setsigmask=FORWARDED, setsigdef=FORWARDED,
+            )
+        except OSError:
+            os.close(write)
+            return
+        finally:
+            os.close(read)
+        self._live.append((pid, write))
+
+    def settle(self) -> None:
+        """Return once every signal sent to a process group before the call is pending.
+
+        A signal to a group is made pending in its members one by one, under
+        the kernel's task-list lock; setpgid takes that lock for writing, so
+        it waits for a sending in progress to end.  On a witness it always
+        fails (EACCES: the witness has run a program) and changes nothing.
+        """
+        if self._live:
+            try:  # noqa: SIM105 (contextlib costs the client's start)
+                os.setpgid(self._live[-1][0], os.getpgrp())
+            except OSError:
+                pass
+
+    def pending(self) -> list[frozenset[int]] | None:
+        """The signals pending in each witness, oldest first; None if none can be read."""
+        found = []
+        for pid, write in list(self._live):
+            signals = _pending_in(pid)
+            if signals is None:  # killed by someone else, or cannot be read
+                self._retire(pid, write)
+            else:
+                found.append(signals)
+        if not self._live:
+            self.start()
+            return None
+        return found
+
+    def keep_newest(self) -> None:
+        """Retire every witness but the newest."""
+        for pid, write in self._live[:-1]:
+            self._retire(pid, write)
+
+    def close(self) -> None:
+        for pid, write in list(self._live):
+            self._retire(pid, write)
+
+    def _retire(self, pid: int, write: int) -> None:
+        self._live.remove((pid, write))
+        os.close(write)
+        try:  # noqa: SIM105 (contextlib costs the client's start)
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:  # noqa: SIM105
+            # Reaped by pid: the command is waited for by its own.
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+
+
+def _system_program(name: str) -> str | None:
+    """The system's own *name* (in ``os.defpath``, not a PATH's), or None."""
+    for directory in os.defpath.split(os.pathsep):
+        path = os.path.join(directory, name)
+        if directory and os.access(path, os.X_OK) and not os.path.isdir(path):
+            return path
+    return None
+
+
+def _pending_in(pid: int) -> frozenset[int] | None:
+    """The signals pending in process *pid* (to it or its thread); None if gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    fields = dict(line.split(b":", 1) for line in lines if b":" in line)
+    if fields.get(b"State", b"Z").split()[:1] in ([b"Z"], [b"X"]):
+        return None
+    try:
+        mask = int(fields[b"SigPnd"], 16) | int(fields[b"ShdPnd"], 16)
+    except (KeyError, ValueError):
+        return None
+    # Bit N-1 stands for signal N.
+    return frozenset(n for n in FORWARDED if mask >> (n - 1) & 1)
+
+
+def _wait(pid: int, witnesses: _Witnesses) -> int:
+    """Wait for *pid* to exit, forwarding signals; its exit status as a shell reports it."""
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return exit_status(status)
         # A SIGCHLD that came before this call is pending, so an exit is
-        # never missed between the waitpid above and here.
-        # With whatever else is pending by then, each kind passed on once, as
-        # the kernel merges a pending signal with its repeat: a sender that
-        # signals this process and then its group (GNU timeout) has its
-        # second signal merged with the first rather than passed on twice.
-        batch = [signal.sigwaitinfo(_WATCHED)]
-        _let_finish(batch[0].si_pid)
+        # never missed between the waitpid above and here.  A witness's
+        # exit wakes this loop too, and changes nothing.
+        first = signal.sigwaitinfo(_WATCHED)
+        _let_finish(first.si_pid)
+        _pass_on(first, pid, witnesses)
+
+
+def _pass_on(first: signal.struct_siginfo, pid: int, witnesses: _Witnesses) -> None:
+    """Pass *first*, and what is pending with it, on to the command *pid* where due.
+
+    Each kind once, as the kernel merges a pending signal with its repeat: a
+    sender that signals this process and then its group (GNU timeout) has
+    its two signals taken together, and the one to the group, which
+    reached the command, is not passed on.  A signal found sent to the
+    group spends the witnesses that show it, so a fresh one is started
+    (before the old is retired: a signal sent to the group in between shows
+    in the old) and what came meanwhile is taken with this batch.
+    """
+    taken = [first]
+    done: set[int] = set()
+    to_group: set[int] = set()
+    while True:
+        witnesses.settle()
         while (more := signal.sigtimedwait(_WATCHED, 0)) is not None:
-            batch.append(more)
-        sent = set()
-        for info in batch:
-            if info.si_signo not in FORWARDED or info.si_signo in sent or not _forward(
-                    info, pid, shared=shared):
+            taken.append(more)
+        pending = witnesses.pending()
+        seen = frozenset().union(*pending) if pending is not None else None
+        for info in taken:
+            signum = info.si_signo
+            if signum not in FORWARDED or signum in done:
                 continue
-            sent.add(info.si_signo)
-            try:
-                if shared:
-                    os.kill(pid, info.si_signo)
-                else:
-                    # The command's group stands in for this process's: the
-                    # command and what it started, as a signal to the group
-                    # would have reached them.
-                    os.killpg(pid, info.si_signo)
+            if _sent_to_group(info, seen):
+                done.add(signum)
+                to_group.add(signum)
+                if _in_group(pid):
+                    continue  # the command has it from the kernel
+            elif info.si_pid == pid:
+                continue  # the command signalled this process: sending it back would loop
+            done.add(signum)
+            try:  # noqa: SIM105
+                os.kill(pid, signum)
             except ProcessLookupError:
                 # Gone already: it has just exited, and the next waitpid says how.
                 pass
+        taken = []
+        witnesses.keep_newest()
+        if pending is None or not pending[-1] & to_group:
+            return
+        witnesses.start()
+
+
+def _sent_to_group(info: signal.struct_siginfo, pending: frozenset[int] | None) -> bool:
+    """Whether *info* was sent to this process's group, by the witnesses' *pending* signals.
+
+    Without a witness, a guess: the kernel's for a terminal (Ctrl-C, a
+    resize) and the session's shell's (a hangup to its job) are.
+    """
+    if pending is not None:
+        return info.si_signo in pending
+    return info.si_code == _SI_KERNEL or (info.si_code == _SI_USER and info.si_pid == os.getsid(0))
+
+
+def _in_group(pid: int) -> bool:
+    """Whether the command *pid* is still in this process's group (job control moves it out)."""
+    try:
+        return os.getpgid(pid) == os.getpgrp()
+    except ProcessLookupError:
+        return True  # it has exited: nothing to pass on
 
 
 def _let_finish(sender: int) -> None:
@@ -241,35 +400,3 @@ def _state(pid: int) -> str | None:
     except (FileNotFoundError, ProcessLookupError):
         return None
     return stat[stat.rindex(b")") + 2:].split()[0].decode()
-
-
-def _forward(info: signal.struct_siginfo, pid: int, *, shared: bool) -> bool:
-    """Whether the signal *info* describes should go on to the command *pid*.
-
-    Not when it reached the command already, which depends on whether the
-    command is in the group the signal went to; and never back to where it
-    came from.
-    """
-    if info.si_pid == pid:
-        # The command signalled this process: sending it back would loop.
-        return False
-    if not shared:
-        # Nothing sent to this process's group reaches the command's group;
-        # a signal from that group would be sent back to its sender.
-        try:
-            return info.si_pid <= 0 or os.getpgid(info.si_pid) != pid
-        except ProcessLookupError:
-            return True  # the sender has exited
-    # Sent to the whole group: by the kernel for a terminal (Ctrl-C, a
-    # resize), or by the session's shell to its job (a hangup).  The command
-    # has it already, unless it moved to a group of its own.  Any other
-    # sender's signal is taken as sent to this process alone: one sent to
-    # the group cannot be told from it (siginfo does not say).
-    to_group = info.si_code == _SI_KERNEL or (
-        info.si_code == _SI_USER and info.si_pid == os.getsid(0))
-    if not to_group:
-        return True
-    try:
-        return os.getpgid(pid) != os.getpgrp()
-    except ProcessLookupError:
-        return False

@@ -43,6 +43,7 @@ from tests.commands import (
     wait_until,
     writer_env,
 )
+from tests.holding import served
 
 SCRIPT = Path(sys.executable).parent / "sessiontemp"
 LAUNCHERS = {"script": [os.fspath(SCRIPT)], "python -m": [sys.executable, "-m", "sessiontemp"]}
@@ -249,19 +250,41 @@ print("got", len(seen), flush=True)
 """
 
 
-def test_a_terminal_ctrl_c_reaches_the_command_once_not_twice(root: Path) -> None:
-    """The kernel signals the whole foreground group; forwarding it too would deliver it twice.
+# The session the tests of ``run --session`` run their command in.
+SESSION = "signals"
 
-    A wrapper that forwards it anyway fails this test most of the time, not
-    always: two deliveries merge when the second comes while the first is
-    still pending.
+
+@contextmanager
+def running(how: str, root: Path) -> Iterator[list[str]]:
+    """The words after ``sessiontemp`` that run a command on *root*, *how* it is run.
+
+    ``run``: a plain run; ``run --session``: in a live session of a holder
+    serving *root*, which is killed at the end.
     """
+    if how == "run":
+        yield ["run", "--root", os.fspath(root)]
+        return
+    with served(root) as place:
+        place.start(SESSION)
+        yield ["run", "--session", SESSION, "--root", os.fspath(root)]
+
+
+def counted_on_a_terminal(root: Path, send: Any, run: list[str] | None = None
+                          ) -> tuple[bytes, int]:
+    """The counting command run in a terminal's foreground: its output and exit status.
+
+    *send* (the terminal, the wrapper's pid) is called once the command is
+    ready; *run*: the words that run it (a plain run on *root* if None).
+    The wrapper leads the terminal's session and its foreground group, the
+    command in it.
+    """
+    words = ["run", "--root", os.fspath(root)] if run is None else run
     pid, terminal = pty.fork()
     if pid == 0:  # pragma: no cover - the child becomes the wrapper
         # S606: a fixed argument list, run in the child that owns the terminal.
         os.execv(  # noqa: S606
-            sys.executable, [sys.executable, "-m", "sessiontemp", "run", "--root",
-                             os.fspath(root), "--", sys.executable, "-c", COUNT_SIGINT])
+            sys.executable, [sys.executable, "-m", "sessiontemp", *words, "--",
+                             sys.executable, "-c", COUNT_SIGINT])
     output = b""
 
     def read_until(pattern: bytes) -> None:
@@ -273,18 +296,51 @@ def test_a_terminal_ctrl_c_reaches_the_command_once_not_twice(root: Path) -> Non
 
     try:
         read_until(b"ready")
-        os.write(terminal, b"\x03")  # Ctrl-C, as typed
+        send(terminal, pid)
         read_until(rb"got \d+\r?\n")
     except BaseException:
-        # The wrapper leads its own session and process group, the command in it.
-        os.killpg(pid, signal.SIGKILL)
+        kill_session(pid)
         raise
     finally:
         _, status = os.waitpid(pid, 0)
         os.close(terminal)
+    return output, status
+
+
+def test_a_terminal_ctrl_c_reaches_the_command_once_not_twice(root: Path) -> None:
+    """The kernel signals the whole foreground group; forwarding it too would deliver it twice.
+
+    A wrapper that forwards it anyway fails this test most of the time, not
+    always: two deliveries merge when the second comes while the first is
+    still pending.
+    """
+    output, status = counted_on_a_terminal(
+        root, lambda terminal, _: os.write(terminal, b"\x03"))  # Ctrl-C, as typed
     assert b"got 1" in output, output
     assert exit_status(status) == 0
     assert leftovers(root) == []
+
+
+@pytest.mark.parametrize("how", ["run", "run --session"])
+def test_another_processs_signal_to_a_terminals_foreground_group_reaches_the_command_once(
+    root: Path, how: str
+) -> None:
+    """``kill -INT -- -PGID`` from elsewhere (another terminal) to the foreground job.
+
+    siginfo tells it from a signal to the wrapper alone neither by its code
+    nor by its sender.  The session client forwards as the plain run does.
+    Three runs: a wrapper that forwards it anyway delivers it twice most of
+    the time, not always (two deliveries merge when the second comes while
+    the first is still pending).
+    """
+    with running(how, root) as run:
+        for attempt in range(3):
+            output, status = counted_on_a_terminal(root, lambda _, pid: subprocess.run(
+                ["kill", "-INT", "--", f"-{pid}"], check=True), run)
+            assert b"got 1" in output, f"run {attempt}: {output!r}"
+            assert exit_status(status) == 0
+    if how == "run":  # a session keeps its directory
+        assert leftovers(root) == []
 
 
 def test_a_signal_the_terminals_shell_sends_its_job_reaches_the_command_once(root: Path) -> None:
@@ -417,6 +473,81 @@ def test_the_signal_tests_pass_under_nohup_and_leave_no_process_behind(tmp_path:
     assert left == []
 
 
+def sigkilled_with_its_group(run: list[str]) -> tuple[int, str]:
+    """``kill -KILL -- -PGID`` of a wrapper after a SIGTERM its command ignored, as a CI runner
+    cancels a job; the command's pid and directory, once the command has been killed.
+    """
+    process = subprocess.Popen(
+        [*DEFAULT_SIGNALS, *LAUNCHERS["script"], *run, "--", SH,
+         "-c", 'trap "" TERM; echo "$$ $TMPDIR"; exec sleep 600'],
+        stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert process.stdout is not None
+        pid_text, directory_text = process.stdout.readline().split()
+        subprocess.run(["kill", "-TERM", "--", f"-{process.pid}"], check=True)
+        subprocess.run(["kill", "-KILL", "--", f"-{process.pid}"], check=True)
+        process.wait(timeout=60)
+        wait_until(lambda: exited(int(pid_text)), "the command to be killed")
+    finally:
+        kill_session(process.pid)
+        process.wait()
+    assert process.returncode == -signal.SIGKILL
+    return int(pid_text), directory_text
+
+
+def test_a_sigkill_to_the_wrappers_group_kills_the_command_and_recover_removes_its_directory(
+    root: Path
+) -> None:
+    """SIGKILL cannot be passed on: it reaches the command only from the kernel,
+    as a member of the group.
+    """
+    _, directory_text = sigkilled_with_its_group(["run", "--root", os.fspath(root)])
+    done = sessiontemp(LAUNCHERS["script"], "recover", "--root", os.fspath(root))
+    assert done.returncode == 0, done.stderr
+    assert f"removed {Path(directory_text).parent}: " in done.stdout
+    assert leftovers(root) == []
+
+
+def test_a_sigkill_to_a_session_clients_group_kills_its_command_and_the_session_goes_on(
+    root: Path
+) -> None:
+    """The session client keeps its command in its group as the plain run does.
+
+    The client's end releases the lease: the session's next command runs
+    in the same directory.
+    """
+    with running("run --session", root) as run:
+        _, directory_text = sigkilled_with_its_group(run)
+        after = sessiontemp(LAUNCHERS["script"], *run, "--", SH, "-c", 'echo "$TMPDIR"')
+    assert after.returncode == 0, after.stderr
+    assert after.stdout.strip() == directory_text
+
+
+@pytest.mark.skipif(shutil.which("timeout") is None, reason="needs GNU timeout")
+def test_a_timeouts_kill_after_kills_a_command_that_ignores_the_first_signal(root: Path) -> None:
+    """``timeout -k 1 -s TERM``: the SIGKILL one second after goes to the wrapper and its group.
+
+    Its timer is a SIGALRM sent once the command is ready, as in the test
+    above; the second second is timeout's own.
+    """
+    process = subprocess.Popen(
+        [*DEFAULT_SIGNALS, "timeout", "-k", "1", "-s", "TERM", "600", *LAUNCHERS["script"],
+         "run", "--root", os.fspath(root), "--", SH, "-c",
+         'trap "" TERM; echo "$$"; exec sleep 600'],
+        stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert process.stdout is not None
+        command = int(process.stdout.readline())
+        os.kill(process.pid, signal.SIGALRM)
+        process.wait(timeout=60)
+        wait_until(lambda: exited(command), "the command to be killed")
+    finally:
+        kill_session(process.pid)
+        process.wait()
+    # Its SIGKILL to its group ends timeout too (or, as some builds, it exits 137).
+    assert process.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL)
+
+
 # -- a killed wrapper ---------------------------------------------------------------------
 
 
@@ -453,6 +584,27 @@ def test_a_sigkilled_wrapper_leaves_the_directory_to_its_command_then_to_recover
     assert second.returncode == 0, second.stderr
     assert f"removed {directory.parent}: " in second.stdout
     assert not directory.exists()
+    assert leftovers(root) == []
+
+
+def test_a_sigkilled_wrapper_leaves_no_process_but_its_command(root: Path) -> None:
+    """Whatever the wrapper started for itself ends with it; the command keeps its directory."""
+    process = subprocess.Popen(
+        [*DEFAULT_SIGNALS, *LAUNCHERS["script"], "run", "--root", os.fspath(root), "--", SH,
+         "-c", 'echo "$$ $TMPDIR"; exec sleep 600'],
+        stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert process.stdout is not None
+        pid_text, directory_text = process.stdout.readline().split()
+        process.kill()
+        process.wait()
+        wait_until(lambda: in_session(process.pid) == [int(pid_text)],
+                   "every process but the command to exit")
+        assert Path(directory_text).is_dir()
+    finally:
+        kill_session(process.pid)
+    wait_until(lambda: exited(int(pid_text)), "the command to exit")
+    assert sessiontemp(LAUNCHERS["script"], "recover", "--root", os.fspath(root)).returncode == 0
     assert leftovers(root) == []
 
 
