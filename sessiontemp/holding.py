@@ -107,12 +107,10 @@ _KEPT: Final = ("LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH")
 def _locations() -> list[str]:
     import attr
     import attrs
-    import filelock
     import sqlite_utils
     import structlog
 
-    files = (__file__, attrs.__file__, attr.__file__, filelock.__file__, sqlite_utils.__file__,
-             structlog.__file__)
+    files = (__file__, attrs.__file__, attr.__file__, sqlite_utils.__file__, structlog.__file__)
     return list(dict.fromkeys(os.fspath(Path(os.path.abspath(f)).parents[1]) for f in files
                               if f is not None))
 

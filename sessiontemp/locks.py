@@ -9,21 +9,8 @@ one recovery pass at a time) is :mod:`sessiontemp.liveness`'s and the
 session lock's (:mod:`sessiontemp.sessions`); this module only calls
 the kernel, and reads its lock table (``/proc/locks``) for messages.
 
-Why raw ``fcntl.flock`` and not ``filelock``: the library never takes a
-lock by path.  Each lock file and directory is opened relative to a
-descriptor the root holds (``openat``, ``O_NOFOLLOW``, ``O_NONBLOCK``), so
-a root renamed and replaced after its check, or a symlink or FIFO planted
-at a name, can never redirect or hang a lock; ``filelock`` opens its file
-by path.  Beyond that, what each lock needs is what ``filelock`` does
-otherwise: a lock is given up by closing its descriptor, never by
-``LOCK_UN`` (a forked child shares the open file description, and an
-unlock through its copy would free the parent's lock behind its back),
-while ``filelock`` releases with ``LOCK_UN``; a liveness lock file is made
-and locked under a spare name and renamed into place, and a lock won is
-checked to be still the file's named one (:func:`still_named`); the
-descriptor itself is the handle passed to commands.  ``filelock``'s
-defaults (a thread-local lock, a silent fall-back to a marker file where
-flock fails) would also have to be turned off everywhere.
+Why raw ``fcntl.flock`` and not ``filelock`` (a test dependency only):
+see docs/architecture.md, "Locks and filelock".
 
 Pids and ages are never used to decide liveness: pids are reused, and a
 command may legitimately run for days.
