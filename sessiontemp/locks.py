@@ -75,8 +75,13 @@ def hold_root(root_fd: int, *, patience: float) -> bool:
 
 def try_exclusive(fd: int) -> bool:
     """Take an exclusive lock on *fd* if nobody else holds any lock on it."""
+    return _try(fd, fcntl.LOCK_EX)
+
+
+def _try(fd: int, operation: int) -> bool:
+    """``flock(fd, operation)`` without waiting: False while someone else's lock is in the way."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, operation | fcntl.LOCK_NB)
     except OSError as e:
         if e.errno in _BUSY:
             return False
@@ -91,13 +96,7 @@ def busy(path: os.PathLike[str] | str) -> BlockingIOError:
 
 def try_shared(fd: int) -> bool:
     """Take a shared lock on *fd* unless someone holds an exclusive one."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError as e:
-        if e.errno in _BUSY:
-            return False
-        raise
-    return True
+    return _try(fd, fcntl.LOCK_SH)
 
 
 def lock_exclusive(fd: int, *, wait: bool) -> bool:
@@ -131,11 +130,12 @@ def hold_shared(fd: int, *, patience: float) -> bool:
     deadline = monotonic() + patience
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            return True
-        except OSError as e:
-            if e.errno not in _BUSY or monotonic() >= deadline:
-                return False
+            if _try(fd, fcntl.LOCK_SH):
+                return True
+        except OSError:
+            return False
+        if monotonic() >= deadline:
+            return False
         sleep(0.01)
 
 
