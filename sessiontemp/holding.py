@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Final
 
@@ -31,6 +29,7 @@ from sessiontemp import sessions as _sessions
 from sessiontemp.client import LOCK_NAME, SOCKET_NAME, NoSession, connect
 from sessiontemp.holder import Holder
 from sessiontemp.journal.errors import Unavailable
+from sessiontemp.processes import python_child
 from sessiontemp.root import DIR_FLAGS, FILE_MODE, Root, check_owned_private
 from sessiontemp.where import chosen_root
 
@@ -88,33 +87,8 @@ def main(argv: list[str]) -> None:
         os.close(root_fd)
 
 
-# The holder's process: started isolated (-I: no working directory, PYTHONPATH
-# or user site on its path), told where this process found the library and
-# its dependencies, which go after the standard library's directories (as
-# sessiontemp.usage's measuring child does).
-_CHILD: Final = (
-    "import json, os, sys\n"
-    "stdlib = os.path.dirname(os.__file__)\n"
-    "at = 1 + max(i for i, p in enumerate(sys.path) if p == stdlib or "
-    "p.startswith(stdlib + os.sep))\n"
-    "sys.path[at:at] = [p for p in json.loads(sys.argv[1]) if p not in sys.path]\n"
-    "from sessiontemp.holding import main\n"
-    "main(sys.argv[2:])\n"
-)
-_KEPT: Final = ("LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH")
-
-
-def _locations() -> list[str]:
-    import attr
-    import attrs
-    import filelock
-    import sqlite_utils
-    import structlog
-
-    files = (__file__, attrs.__file__, attr.__file__, filelock.__file__, sqlite_utils.__file__,
-             structlog.__file__)
-    return list(dict.fromkeys(os.fspath(Path(os.path.abspath(f)).parents[1]) for f in files
-                              if f is not None))
+# The holder's process (sessiontemp.processes.python_child says how it is started).
+_CHILD: Final = "from sessiontemp.holding import main\nmain(sys.argv[2:])\n"
 
 
 def launch(root: Path) -> None:
@@ -123,18 +97,18 @@ def launch(root: Path) -> None:
     Returns also when the holder ended at once because another one holds
     the root (the caller connects to that one).
     """
-    options = ["-I"]
-    if sys.flags.dont_write_bytecode:
-        options.append("-B")
-    options += ["-X", f"utf8={sys.flags.utf8_mode}"]
+    import attr
+    import attrs
+    import sqlite_utils
+    import structlog
+
     read, write = os.pipe()
     try:
+        command, env = python_child(_CHILD, (attrs, attr, sqlite_utils, structlog),
+                                    os.fspath(root), str(write))
         child = subprocess.Popen(
-            [sys.executable, *options, "-c", _CHILD, json.dumps(_locations()),
-             os.fspath(root), str(write)],
-            pass_fds=(write,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, cwd="/", start_new_session=True,
-            env={name: os.environ[name] for name in _KEPT if name in os.environ})
+            command, pass_fds=(write,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, cwd="/", start_new_session=True, env=env)
         os.close(write)
         write = -1
         child.wait()

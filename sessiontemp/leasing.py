@@ -33,7 +33,6 @@ from sessiontemp.journal.errors import (
 from sessiontemp.journal.events import CommandStarted, LeaseReleased
 from sessiontemp.journal.store import Pending
 from sessiontemp.lease import Hold, Issuer, Lease
-from sessiontemp.log import debugging
 from sessiontemp.meter import Meter
 from sessiontemp.shield import shielded
 from sessiontemp.steps import Steps
@@ -147,9 +146,8 @@ class Leases:
         lease = Lease(manager, self, leased.generation, leased.lease, leased.path, hold,
                       label=label)
         self._handles.leases[leased.lease] = hold
-        if debugging():
-            self._log.debug("lease.acquired", generation=leased.generation, lease=leased.lease,
-                            seq=self._owner.state.seq)
+        self._log.debug("lease.acquired", generation=leased.generation, lease=leased.lease,
+                        seq=self._owner.state.seq)
         return lease, leased.pending
 
     def _forget_hold(self, lease: Lease) -> None:
@@ -183,9 +181,8 @@ class Leases:
             self._forget_hold(lease)
             if self._handles.closed:
                 return
-            if debugging():
-                self._log.debug("lease.released", generation=lease.generation,
-                                lease=lease.id, seq=self._owner.state.seq)
+            self._log.debug("lease.released", generation=lease.generation, lease=lease.id,
+                            seq=self._owner.state.seq)
             self._generations.settle()
 
         def operation() -> None:

@@ -9,21 +9,8 @@ one recovery pass at a time) is :mod:`sessiontemp.liveness`'s and the
 session lock's (:mod:`sessiontemp.sessions`); this module only calls
 the kernel, and reads its lock table (``/proc/locks``) for messages.
 
-Why raw ``fcntl.flock`` and not ``filelock``: the library never takes a
-lock by path.  Each lock file and directory is opened relative to a
-descriptor the root holds (``openat``, ``O_NOFOLLOW``, ``O_NONBLOCK``), so
-a root renamed and replaced after its check, or a symlink or FIFO planted
-at a name, can never redirect or hang a lock; ``filelock`` opens its file
-by path.  Beyond that, what each lock needs is what ``filelock`` does
-otherwise: a lock is given up by closing its descriptor, never by
-``LOCK_UN`` (a forked child shares the open file description, and an
-unlock through its copy would free the parent's lock behind its back),
-while ``filelock`` releases with ``LOCK_UN``; a liveness lock file is made
-and locked under a spare name and renamed into place, and a lock won is
-checked to be still the file's named one (:func:`still_named`); the
-descriptor itself is the handle passed to commands.  ``filelock``'s
-defaults (a thread-local lock, a silent fall-back to a marker file where
-flock fails) would also have to be turned off everywhere.
+Why raw ``fcntl.flock`` and not ``filelock`` (a test dependency only):
+see docs/architecture.md, "Locks and filelock".
 
 Pids and ages are never used to decide liveness: pids are reused, and a
 command may legitimately run for days.
@@ -88,8 +75,13 @@ def hold_root(root_fd: int, *, patience: float) -> bool:
 
 def try_exclusive(fd: int) -> bool:
     """Take an exclusive lock on *fd* if nobody else holds any lock on it."""
+    return _try(fd, fcntl.LOCK_EX)
+
+
+def _try(fd: int, operation: int) -> bool:
+    """``flock(fd, operation)`` without waiting: False while someone else's lock is in the way."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, operation | fcntl.LOCK_NB)
     except OSError as e:
         if e.errno in _BUSY:
             return False
@@ -104,13 +96,7 @@ def busy(path: os.PathLike[str] | str) -> BlockingIOError:
 
 def try_shared(fd: int) -> bool:
     """Take a shared lock on *fd* unless someone holds an exclusive one."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError as e:
-        if e.errno in _BUSY:
-            return False
-        raise
-    return True
+    return _try(fd, fcntl.LOCK_SH)
 
 
 def lock_exclusive(fd: int, *, wait: bool) -> bool:
@@ -144,11 +130,12 @@ def hold_shared(fd: int, *, patience: float) -> bool:
     deadline = monotonic() + patience
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            return True
-        except OSError as e:
-            if e.errno not in _BUSY or monotonic() >= deadline:
-                return False
+            if _try(fd, fcntl.LOCK_SH):
+                return True
+        except OSError:
+            return False
+        if monotonic() >= deadline:
+            return False
         sleep(0.01)
 
 

@@ -7,12 +7,13 @@ corrupt the output of every program embedding this library.)  The library
 never configures logging; processors come from the application's structlog
 configuration, and ``structlog.testing.capture_logs`` sees every event.
 
-structlog is imported only when an event would be seen: importing it
-(with the ``asyncio`` its stdlib module imports) costs 30 to 70 ms, more
-than a whole ``sessiontemp run`` of a short command does otherwise.  An
-application that has configured structlog has imported it, so when
+structlog is imported only for an event something would see: an
+application that has configured structlog has imported it, so while
 ``structlog`` is not in :data:`sys.modules` nothing can be configured, and
-an event below the standard logger's level reaches nobody.
+an event below the standard logger's level reaches nobody.  That is the one
+device here; it earns 29 % of ``sessiontemp run -- true``'s start-up
+against a plain structlog logger made at import (BENCHMARKS.md, "Start-up:
+the logger and filelock").
 
 Other threads are inside the library while the first seen event imports
 structlog, and :data:`sys.modules` holds the module from the moment its
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 
     import structlog
 
-__all__ = ["BoundLogger", "bound", "debugging", "logger"]
+__all__ = ["BoundLogger", "bound", "logger"]
 
 # logging's own numbers, so that asking for a level imports nothing.
 _DEBUG: Final = 10
@@ -113,21 +114,12 @@ def _unseen(level: int) -> bool:
     return not _configured() and not _enabled(level)
 
 
-def debugging() -> bool:
-    """Whether a debug event would be seen: cheaper than the logger's own test."""
-    return _configured() or _enabled(_DEBUG)
-
-
 class BoundLogger:
     """The library's logger with its bound context: a structlog ``BoundLogger`` made when needed.
 
-    When the application has not configured structlog, an event goes
-    through structlog's default processors (a timestamp, a rendered line)
-    only for the stdlib logger to drop it below its level: about a tenth
-    of a millisecond, on every lease.  So each method asks first and drops
-    at once an event that nothing would see; any other event goes to
-    structlog's own ``BoundLogger``, made on the first such event and
-    lazy as structlog's are, so each event is built with the structlog
+    Each method drops at once an event nothing would see; any other goes to
+    structlog's own ``BoundLogger``, made on the first such event and lazy
+    as structlog's are, so each event is built with the structlog
     configuration of its moment (an application that configures structlog
     after opening a manager, or a test's ``capture_logs``, still sees it).
     Nothing private of structlog's is replaced.

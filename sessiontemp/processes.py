@@ -14,15 +14,22 @@ What stays undefended: a process that closed the descriptor, was not
 started through a lease, and neither works in the directory nor names it in
 its initial environment; and processes of other users, whose ``/proc``
 entries cannot be read.
+
+The library's own Python children (the session holder, the measuring
+child) are started here too, by :func:`python_child`.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from collections.abc import Iterable
+from pathlib import Path
+from types import ModuleType
 from typing import Final
 
-__all__ = ["running", "start_time", "state", "users"]
+__all__ = ["python_child", "running", "start_time", "state", "users"]
 
 _TEMP_VARIABLES: Final = (b"TMPDIR=", b"TMP=", b"TEMP=")
 
@@ -111,3 +118,45 @@ def users(path: str, *, exclude: int) -> list[int]:
         ):
             found.append(int(entry.name))
     return found
+
+
+# A child's first lines: the directories it is told go after the standard
+# library's (a site directory's pathlib.py from PyPI must not shadow the
+# real one) and before the site directories (a copy of the library on
+# PYTHONPATH is the one this process runs, not an older one installed
+# beside it).
+_PATHS: Final = (
+    "import json, os, sys\n"
+    "stdlib = os.path.dirname(os.__file__)\n"
+    "at = 1 + max(i for i, p in enumerate(sys.path) if p == stdlib or "
+    "p.startswith(stdlib + os.sep))\n"
+    "sys.path[at:at] = [p for p in json.loads(sys.argv[1]) if p not in sys.path]\n"
+)
+# What a child's environment keeps of this process's: the locale, so that
+# it decodes names as this process does, and the loader's path, in case the
+# interpreter itself needs it.  Nothing else reaches it.
+_KEPT: Final = ("LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH")
+
+
+def python_child(code: str, packages: Iterable[ModuleType], *args: str
+                 ) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of an isolated interpreter running *code*.
+
+    Started isolated (``-I``: neither its working directory, nor
+    PYTHONPATH, nor the user's site directory on its path), it imports the
+    library and *packages* from where this process found them, and reads
+    *args* as ``sys.argv[2:]``: the working directory, PYTHONPATH and the
+    environment are the library's choice, not the caller's (a ``json.py``
+    in a shared working directory would otherwise run as the caller's user).
+    """
+    options = ["-I"]
+    if sys.flags.dont_write_bytecode:
+        options.append("-B")
+    # The same file-name decoding as this process, whatever the locale says.
+    options += ["-X", f"utf8={sys.flags.utf8_mode}"]
+    # Each file lies in its package's directory, which lies in the one to name.
+    files = (__file__, *(package.__file__ for package in packages))
+    where = list(dict.fromkeys(os.fspath(Path(os.path.abspath(f)).parents[1]) for f in files
+                               if f is not None))
+    command = [sys.executable, *options, "-c", _PATHS + code, json.dumps(where), *args]
+    return command, {name: os.environ[name] for name in _KEPT if name in os.environ}

@@ -34,7 +34,6 @@ import json
 import os
 import stat
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -43,6 +42,7 @@ import attrs
 
 from sessiontemp import nodes, walk
 from sessiontemp.nodes import Node
+from sessiontemp.processes import python_child
 from sessiontemp.root import DIR_FLAGS
 
 __all__ = ["LARGEST", "Usage", "child_command", "measure_at", "measure_elsewhere", "measure_tree"]
@@ -163,57 +163,24 @@ def _measure(fd: int, path: Path, counter: _Counter) -> Usage:
 
 
 # The child a walk runs in, at a low CPU priority (sessiontemp.meter says
-# why 10).  Started isolated (-I: neither its working directory, nor
-# PYTHONPATH, nor the user's site directory on its path), it is told where
-# the library and attrs were imported from in this process, and puts those
-# directories after the standard library's (a site directory's
-# pathlib.py from PyPI must not shadow the real one) and before the site
-# directories (a copy of the library on PYTHONPATH is the one this
-# process runs, not an older one installed beside it).
+# why 10); sessiontemp.processes.python_child says how it is started.
 _CHILD: Final = (
-    "import json, os, sys\n"
-    "stdlib = os.path.dirname(os.__file__)\n"
-    "at = 1 + max(i for i, p in enumerate(sys.path) if p == stdlib or "
-    "p.startswith(stdlib + os.sep))\n"
-    "sys.path[at:at] = [p for p in json.loads(sys.argv[1]) if p not in sys.path]\n"
     "os.nice(10)\n"
     "from sessiontemp.usage import _answer\n"
     "_answer(int(sys.argv[2]), sys.argv[3])\n"
 )
-# What the child's environment keeps of this process's: the locale, so
-# that it decodes names as this process does, and the loader's path, in
-# case the interpreter itself needs it.  Nothing else reaches it.
-_KEPT: Final = ("LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH")
-
-
-def _locations() -> list[str]:
-    """The directories this process imported the library and attrs from, for the child."""
-    import attr
-
-    # Each file lies in its package's directory, which lies in the one to name.
-    files = (__file__, attrs.__file__, attr.__file__)
-    return list(dict.fromkeys(os.fspath(Path(os.path.abspath(f)).parents[1]) for f in files
-                              if f is not None))
 
 
 def child_command(fd: int, path: Path) -> tuple[list[str], dict[str, str], str]:
     """The measuring child's command line, environment and working directory.
 
     It measures the directory open as *fd* (which it inherits) and prints
-    the result as JSON.  It imports only the standard library, the
-    library and attrs, from where this process found them: the working
-    directory (``/``), PYTHONPATH and the environment are the library's
-    choice, not the caller's (a ``json.py`` in a shared working directory
-    would otherwise run as the caller's user).
+    the result as JSON.  It imports only the standard library, the library
+    and attrs, from where this process found them, and works in ``/``.
     """
-    options = ["-I"]
-    if sys.flags.dont_write_bytecode:
-        options.append("-B")
-    # The same file-name decoding as this process, whatever the locale says.
-    options += ["-X", f"utf8={sys.flags.utf8_mode}"]
-    command = [sys.executable, *options, "-c", _CHILD, json.dumps(_locations()), str(fd),
-               str(path)]
-    env = {name: os.environ[name] for name in _KEPT if name in os.environ}
+    import attr
+
+    command, env = python_child(_CHILD, (attrs, attr), str(fd), str(path))
     return command, env, "/"
 
 

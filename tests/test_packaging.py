@@ -8,18 +8,23 @@ does, and read what it would install.
 
 from __future__ import annotations
 
+import ast
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
 import attrs
-import filelock
 import pytest
 import sqlite_utils
 import structlog
+
+from tests.holding import environ, served, st
 
 REPO = Path(__file__).resolve().parent.parent
 # What a checkout holds that a build neither needs nor may write into.
@@ -79,6 +84,44 @@ def test_the_core_is_one_module_under_one_name() -> None:
     shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                            check=True, cwd=REPO, timeout=60)
     assert shown.stdout.strip() == "[]"
+
+
+def test_every_runtime_dependency_is_imported_by_the_library() -> None:
+    # A dependency no module imports is installed into every user's environment
+    # for nothing; one only the tests use belongs to the ``test`` extra.
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    wanted = {re.split(r"[<>=!~ ;\[]", d, maxsplit=1)[0].lower().replace("-", "_")
+              for d in declared}
+    imported: set[str] = set()
+    for source in [*(REPO / "sessiontemp").rglob("*.py"), *(REPO / "journal").rglob("*.py")]:
+        for node in ast.walk(ast.parse(source.read_text(), str(source))):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    assert sorted(wanted - imported) == []
+
+
+def test_a_session_starts_and_runs_a_command_where_filelock_is_not_installed(
+        tmp_path: Path) -> None:
+    # filelock is a test dependency only: an import of it that fails, as
+    # where it is not installed (the holder's process is started isolated,
+    # from the directories the library and its dependencies came from).
+    absent = tmp_path / "absent"
+    absent.mkdir()
+    (absent / "filelock.py").write_text("raise ImportError('No module named filelock')\n")
+    with served(tmp_path / "root") as place:
+        env = environ(place.root, PYTHONPATH=os.pathsep.join(
+            [os.fspath(absent), *filter(None, [os.environ.get("PYTHONPATH")])]))
+        owner = place.owner()
+        started = st("session", "start", "s", "--owner-pid", str(owner.pid), "--json",
+                     env=env)
+        assert started.returncode == 0, started.stderr
+        place.holders.add(json.loads(started.stdout)["holder_pid"])
+        done = st("run", "--session", "s", "--", "true", env=env)
+        assert done.returncode == 0, done.stderr
+        ended = st("session", "end", "s", "--owner-pid", str(owner.pid), env=env)
+        assert ended.returncode == 0, ended.stderr
 
 
 # -- every ordinary way to get the source installs ----------------------------------------
@@ -155,7 +198,7 @@ def installed_import(scratch: Path, source: Path) -> str:
     # Appended, not processed as a site directory: a .pth of the editable install in
     # there would put the checkout back on the path.
     deps = sorted({os.fspath(Path(m.__file__).parent.parent)
-                   for m in (attrs, filelock, sqlite_utils, structlog)
+                   for m in (attrs, sqlite_utils, structlog)
                    if m.__file__ is not None})
     probe = ("import sys; sys.path.extend(sys.argv[1:]); "
              "import sessiontemp.journal, sessiontemp.journal.store; "

@@ -9,11 +9,12 @@ its place, saying which events they were and where reading resumed.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import os
 import time as _time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, overload
 
@@ -139,43 +140,47 @@ def events(
     the kept history alone (``summary`` says where it starts).
     """
     path = as_path(journal, "the journal")
-    if follow:
-        yield from _followed(path, selection, poll, stop)
-        return
     if selection.limit == 0:
         return
+    found: Generator[EventRow | Missed, None, None] = (
+        _followed(path, selection, poll, stop) if follow else _listed(path, selection))
+    # Closed on return, so that the store is closed when the limit is reached.
+    with contextlib.closing(found):
+        given = 0
+        for item in found:
+            yield item
+            if isinstance(item, EventRow):
+                given += 1
+                if given == selection.limit:
+                    return
+
+
+def _listed(path: Path, selection: EventFilter) -> Generator[EventRow, None, None]:
+    """:func:`events` without *follow* or limit: the kept history, filtered in the query."""
     naming = tuple(t for t in (selection.manager, selection.generation) if t is not None)
     after = max((selection.since_seq or 1) - 1, 0)
-    given = 0
     with opened(path) as store:
         for seq, time, kind, payload in store.rows_where(
             after=after, until=selection.until_seq, since_time=selection.since_time,
             until_time=selection.until_time, kinds=selection.kinds, naming=naming,
         ):
             row = EventRow(seq, time, kind, _fields(payload))
-            if not selection.matches(row):
-                continue
-            yield row
-            given += 1
-            if selection.limit is not None and given >= selection.limit:
-                return
+            if selection.matches(row):
+                yield row
 
 
 def _followed(path: Path, selection: EventFilter, poll: float, stop: Callable[[], bool]
-              ) -> Iterator[EventRow | Missed]:
-    """:func:`events` with *follow*.
+              ) -> Generator[EventRow | Missed, None, None]:
+    """:func:`events` with *follow*, without limit.
 
     Every kept event after the last one read is read, and the filter applied
     here rather than in the query: sequence numbers have no holes, so a jump
     between two rows read is exactly a run of retired events, where a query
     that filters could not tell them from events that did not match.
     """
-    if selection.limit == 0:
-        return
     naming = tuple(t for t in (selection.manager, selection.generation) if t is not None)
     kinds = frozenset(selection.kinds)
     until = selection.until_seq
-    given = 0
     with opened(path) as store:
         if selection.since_seq is not None:
             after = max(selection.since_seq - 1, 0)
@@ -192,12 +197,8 @@ def _followed(path: Path, selection: EventFilter, poll: float, stop: Callable[[]
                     selection.until_time is not None and time > selection.until_time):
                     continue
                 row = EventRow(seq, time, kind, _fields(payload))
-                if not selection.matches(row):
-                    continue
-                yield row
-                given += 1
-                if selection.limit is not None and given >= selection.limit:
-                    return
+                if selection.matches(row):
+                    yield row
             # Retired past the last event read, with nothing kept after them
             # yet to show the jump: said now, not when (or if) one comes.
             retired = store.history().retired_until

@@ -176,13 +176,10 @@ def probe_liveness(root: Path, manager_id: str) -> Liveness:
     (``/proc/locks``) cannot be read.
     """
     try:
-        st = os.stat(root / MANAGERS_DIR / lock_file_name(manager_id), follow_symlinks=False)
+        holders = _holders(root / MANAGERS_DIR / lock_file_name(manager_id), stat.S_ISREG)
     except OSError:
         return "unknown"
-    holders = flock_holders(st) if stat.S_ISREG(st.st_mode) else None
-    if holders is None:
-        return "unknown"
-    return "live" if holders else "gone"
+    return "unknown" if holders is None else "live" if holders else "gone"
 
 
 def probe_generation(root: Path, generation_id: str) -> Hold:
@@ -194,15 +191,22 @@ def probe_generation(root: Path, generation_id: str) -> Hold:
     "unknown" when it is not a directory or the table cannot be read.
     """
     try:
-        st = os.stat(root / (GENERATION_PREFIX + generation_id), follow_symlinks=False)
+        holders = _holders(root / (GENERATION_PREFIX + generation_id), stat.S_ISDIR)
     except FileNotFoundError:
         return "absent"
     except OSError:
         return "unknown"
-    holders = flock_holders(st) if stat.S_ISDIR(st.st_mode) else None
-    if holders is None:
-        return "unknown"
-    return "held" if holders else "free"
+    return "unknown" if holders is None else "held" if holders else "free"
+
+
+def _holders(path: Path, kind: Callable[[int], bool]) -> list[tuple[str, int]] | None:
+    """Who holds a lock on *path* (not followed), by the kernel's lock table.
+
+    None when *path* is not of *kind* or the table cannot be read; raises
+    OSError when *path* cannot be read.
+    """
+    st = os.stat(path, follow_symlinks=False)
+    return flock_holders(st) if kind(st.st_mode) else None
 
 
 def parse_moment(text: str) -> int | float:
