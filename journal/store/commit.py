@@ -4,9 +4,9 @@ The seam is two calls: :meth:`GroupCommit.submit` queues an append, and
 :meth:`GroupCommit.wait` returns its records once they are durable.  The
 thread that waits first while no commit runs leads: it commits, in one
 transaction and one sync, every append queued meanwhile, each in its own
-savepoint, so that what one append's *decide* or *fold* refuses is rolled
-back alone.  An event committed alone, which nothing can refuse once
-written, is one INSERT in SQLite's autocommit (the warm path of a lease).
+savepoint, so that what one append's fold refuses is rolled back alone.  An
+event committed alone, which nothing can refuse once written, is one INSERT
+in SQLite's autocommit (the warm path of a lease).
 
 The commit holds no folded state.  An append may come with a
 :class:`Settle` (its ledger's, :mod:`journal.ledger`): the commit numbers
@@ -46,7 +46,11 @@ class Settle(Protocol):
 
     def settle(self, records: list[Record]) -> None:
         """Inside the transaction, in commit order: take *records* as committed, folding
-        them again where :meth:`holds` said no; raise to refuse them (rolled back alone)."""
+        them again where :meth:`holds` said no; raise to refuse them (rolled back alone).
+
+        For an append queued with *after*, *records* starts with every record
+        committed after that event (by other processes, read under the write lock).
+        """
 
 
 class Keeper(Protocol):
@@ -87,19 +91,17 @@ class _StaleTail(Exception):
 class Pending:
     """One append waiting in the queue for a group commit, and then its outcome."""
 
-    __slots__ = ("after", "decide", "done", "durable", "error", "events", "guess", "guessed",
+    __slots__ = ("after", "done", "durable", "error", "events", "guess", "guessed",
                  "records", "rows", "settle", "time", "waiter", "waiting")
 
     def __init__(self, events: list[Event], rows: list[tuple[str, str]], time: float,
-                 decide: Callable[[list[Record]], object] | None, durable: bool,
-                 after: int | None = None) -> None:
+                 durable: bool, after: int | None = None) -> None:
         self.events = events
         self.rows = rows
         self.time = time
-        self.decide = decide
         self.durable = durable
-        # The last event *decide* has seen: the records committed between it
-        # and this append are handed to decide before the append's own.
+        # The last event the settle has seen: the records committed between
+        # it and this append are handed to it before the append's own.
         self.after = after
         self.settle: Settle | None = None
         # The records as folded ahead, on the sequence numbers guessed:
@@ -174,7 +176,6 @@ class GroupCommit:
         events: Sequence[Event],
         *,
         time: float,
-        decide: Callable[[list[Record]], object] | None = None,
         durable: bool = True,
         ahead: Ahead | None = None,
         after: int | None = None,
@@ -183,7 +184,9 @@ class GroupCommit:
 
         With *ahead*, the records are numbered ahead here, under the
         queue's lock, and handed to it: it folds them (raising queues
-        nothing) and returns the append's :class:`Settle`.  See ``Store.submit``.
+        nothing) and returns the append's :class:`Settle`; with *after* too, that
+        settle is handed the records committed after event *after* first.  See
+        ``Store.submit``.
         """
         events = list(events)
         # One event is what nearly every append holds.
@@ -191,7 +194,7 @@ class GroupCommit:
         # The digest covers the time as SQLite gives it back: a float, and
         # never -0.0, which a REAL column returns as 0.0.
         time = float(time) + 0.0
-        pending = Pending(events, rows, time, decide, durable, after)
+        pending = Pending(events, rows, time, durable, after)
         with self._queued:
             if ahead is not None:
                 if self._next_seq is None:
@@ -343,8 +346,7 @@ class GroupCommit:
         tail = self._known_tail
         if len(batch) == 1 and tail is not None and link.seal_table and link.ready:
             p = batch[0]
-            if len(p.rows) == 1 and p.decide is None and (
-                    p.settle is None or p.settle.holds(tail[0] + 1)):
+            if len(p.rows) == 1 and (p.settle is None or p.settle.holds(tail[0] + 1)):
                 try:
                     if self._write_alone(p, tail):
                         return
@@ -457,8 +459,8 @@ class GroupCommit:
                             # nothing is left that could refuse it.
                             reuse = settle is None or settle.holds(seq + 1)
                             # A savepoint only where something may yet refuse
-                            # this append alone: its decide, or its fold run again.
-                            undo = not alone and (p.decide is not None or not reuse)
+                            # this append alone: its fold run again.
+                            undo = not alone and not reuse
                             if undo:
                                 conn.execute("SAVEPOINT one_append")
                             for kind, payload in p.rows:
@@ -476,15 +478,11 @@ class GroupCommit:
                                 exact = False
                                 records = [Record(mark[0] + 1 + i, p.time, event)
                                            for i, event in enumerate(p.events)]
-                            if not reuse or p.decide is not None:
+                            if settle is not None and not reuse:
                                 try:
-                                    if p.decide is not None:
-                                        p.decide(records if p.after is None else
-                                                 [*self._between(conn, p.after, mark[0]),
-                                                  *records])
-                                    if settle is not None:
-                                        # Last: what it settles is then taken.
-                                        settle.settle(records)
+                                    settle.settle(records if p.after is None else
+                                                  [*self._between(conn, p.after, mark[0]),
+                                                   *records])
                                 except Exception as e:
                                     if alone:
                                         raise
@@ -537,7 +535,7 @@ class GroupCommit:
         records = between(conn, after, until)
         if [r.seq for r in records] != list(range(after + 1, until + 1)):
             # Only a rollover moves events out of the active segment, and
-            # only a holder of the recovery lock rolls over: a decision this
+            # only a holder of the recovery lock rolls over: a fold this
             # far behind is read again from the whole journal.
             raise JournalError(self._link.path, f"events {after + 1} to {until} followed what "
                                "an append was decided on, and could not all be read while "

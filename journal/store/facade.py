@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Collection, Generator, Iterator, Sequence
+from collections.abc import Collection, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -154,21 +154,15 @@ class Store:
         events: Sequence[Event],
         *,
         time: float,
-        decide: Callable[[list[Record]], object] | None = None,
         durable: bool = True,
+        ahead: Ahead | None = None,
         after: int | None = None,
     ) -> list[Record]:
         """Commit *events* as one transaction and return them as records.
 
         Returns only once the commit is durable.  Either all of *events* are
         committed, in order and with consecutive sequence numbers, or none is
-        and the error says why.  *decide*, when given, sees the records with
-        their final sequence numbers inside the transaction, before the
-        commit: whatever it raises (a rule the records break) rolls the
-        transaction back and propagates, so nothing it refuses is ever written.
-        With *after*, the last event the caller decided on, *decide* is
-        handed first every record committed after it (by other processes,
-        read there, under the write lock), then the append's own.
+        and the error says why.  *ahead* and *after* are :meth:`submit`'s.
 
         With ``durable=False`` the commit is not synced on its own: it is
         written to the -wal file (a process crash loses nothing), and made
@@ -182,7 +176,7 @@ class Store:
         Appends from several threads at once share transactions and syncs
         (see :meth:`submit`).
         """
-        return self.wait(self.submit(events, time=time, decide=decide, durable=durable,
+        return self.wait(self.submit(events, time=time, durable=durable, ahead=ahead,
                                      after=after))
 
     def submit(
@@ -190,7 +184,6 @@ class Store:
         events: Sequence[Event],
         *,
         time: float,
-        decide: Callable[[list[Record]], object] | None = None,
         durable: bool = True,
         ahead: Ahead | None = None,
         after: int | None = None,
@@ -200,7 +193,7 @@ class Store:
         Group commit: whoever waits first while no commit runs leads: it
         commits, in one transaction and one sync, every append queued
         meanwhile, each in its own savepoint, so that what one append's
-        *decide* or its ledger's fold refuses is rolled back alone.
+        ledger's fold refuses is rolled back alone.
 
         *ahead* is how a :class:`journal.ledger.Ledger` threads its state
         through the queue: ``ahead(records)`` runs here at once, on the
@@ -208,10 +201,14 @@ class Store:
         nothing) if it refuses them; it returns the append's
         :class:`Settle`, which the transaction asks whether that fold holds
         on the numbers the records got, and lets settle them (folding again
-        where they moved, and refusing this append alone).
+        where they moved, and refusing this append alone: whatever it raises
+        rolls the append back and propagates, so nothing it refuses is ever
+        written).  With *after*, the last event the caller folded, the settle
+        is handed first every record committed after it (by other processes,
+        read there, under the write lock), then the append's own.
         """
-        return self._commits.submit(events, time=time, decide=decide, durable=durable,
-                                    ahead=ahead, after=after)
+        return self._commits.submit(events, time=time, durable=durable, ahead=ahead,
+                                    after=after)
 
     def wait(self, pending: Pending) -> list[Record]:
         """Return *pending*'s records once they are durable; raise why they are not.
