@@ -32,7 +32,7 @@ from . import schema
 from .digests import chain
 from .errors import RETRY
 from .link import Link
-from .reading import between
+from .reading import Reader, between
 
 __all__ = ["GroupCommit", "Keeper", "Pending", "Settle"]
 
@@ -129,11 +129,13 @@ def _wake(pending: Pending) -> None:
 
 
 class GroupCommit:
-    """The queue of one store's appends, and the one place events are written."""
+    """The queue of a :class:`~sessiontemp.journal.store.Store`'s appends, and the one place
+    events are written: one of the classes the store is made of (the connection is its)."""
 
-    def __init__(self, link: Link, last_seq: Callable[[], int]) -> None:
-        self._link = link
-        self._last_seq = last_seq
+    _link: Link
+    _reader: Reader
+
+    def __init__(self) -> None:
         # Told what each transaction committed or threw away (see Keeper).
         self.keeper: Keeper | None = None
         # (seq, digest) of the last event this store committed: the next
@@ -157,12 +159,12 @@ class GroupCommit:
         # read the tail first).
         self._next_seq: int | None = None
 
-    def sleeping(self) -> int:
+    def _sleeping(self) -> int:
         """How many queued appends sleep behind a running commit."""
         with self._queued:
             return len([p for p in self._queue if p.waiting])
 
-    def forget(self) -> None:
+    def _forget_queue(self) -> None:
         """In a forked child: the parent's queue and its leader are not this process's."""
         self._queued = threading.Lock()
         self._queue = []
@@ -182,11 +184,22 @@ class GroupCommit:
     ) -> Pending:
         """Queue *events* for the next group commit; :meth:`wait` for it to be durable.
 
-        With *ahead*, the records are numbered ahead here, under the
-        queue's lock, and handed to it: it folds them (raising queues
-        nothing) and returns the append's :class:`Settle`; with *after* too, that
-        settle is handed the records committed after event *after* first.  See
-        ``Store.submit``.
+        Group commit: whoever waits first while no commit runs leads: it
+        commits, in one transaction and one sync, every append queued
+        meanwhile, each in its own savepoint, so that what one append's
+        ledger's fold refuses is rolled back alone.
+
+        *ahead* is how a :class:`journal.ledger.Ledger` threads its state
+        through the queue: ``ahead(records)`` runs here at once, on the
+        records numbered as they will most likely be, and raises (queueing
+        nothing) if it refuses them; it returns the append's
+        :class:`Settle`, which the transaction asks whether that fold holds
+        on the numbers the records got, and lets settle them (folding again
+        where they moved, and refusing this append alone: whatever it raises
+        rolls the append back and propagates, so nothing it refuses is ever
+        written).  With *after*, the last event the caller folded, the settle
+        is handed first every record committed after it (by other processes,
+        read there, under the write lock), then the append's own.
         """
         events = list(events)
         # One event is what nearly every append holds.
@@ -198,7 +211,7 @@ class GroupCommit:
         with self._queued:
             if ahead is not None:
                 if self._next_seq is None:
-                    self._next_seq = self._last_seq() + 1
+                    self._next_seq = self._reader.last_seq() + 1
                 first = self._next_seq
                 guess = [Record(first, time, events[0])] if len(events) == 1 else [
                     Record(first + i, time, e) for i, e in enumerate(events)]
@@ -217,7 +230,12 @@ class GroupCommit:
     def wait(self, pending: Pending) -> list[Record]:
         """Return *pending*'s records once they are durable; raise why they are not.
 
-        See ``Store.wait``.
+        The thread that finds no commit running leads one, in its own
+        thread: with nothing else queued, the append is committed right
+        here, with no hand-off.  A thread that finds a commit running
+        sleeps until a leader either settles its append or, its own commit
+        done, wakes it to lead the next one, with everything that queued
+        while the sync ran.
         """
         return self._wait(pending, own=True)
 
