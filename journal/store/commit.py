@@ -362,7 +362,7 @@ class GroupCommit:
         """
         link = self._link
         tail = self._known_tail
-        if len(batch) == 1 and tail is not None and link.seal_table and link.ready:
+        if len(batch) == 1 and tail is not None and link.ready:
             p = batch[0]
             if len(p.rows) == 1 and (p.settle is None or p.settle.holds(tail[0] + 1)):
                 try:
@@ -381,10 +381,10 @@ class GroupCommit:
         The warm path of every lease: a transaction of its own (SQLite's
         autocommit), with the seal checked in the statement, so it writes
         nothing into a sealed file; False then, with nothing written, for
-        :meth:`_write_batch` to move on to the active segment.  Only on a
-        file known to have a ``sealed`` table, so either the INSERT sees
-        the seal or the rollover waits for it (a head retired since has no
-        events table any more, but still its seal).  Raises _StaleTail, with
+        :meth:`_write_batch` to move on to the active segment.  Every file
+        of a journal has a ``sealed`` table (see opening), so either the
+        INSERT sees the seal or the rollover waits for it (a head retired
+        since has no events table any more, but still its seal).  Raises _StaleTail, with
         nothing written, when *tail* is not the last event.
         """
         link = self._link
