@@ -101,9 +101,7 @@ class Queries:
         rows: list[tuple[int, float, str, str]] = []
         for chunk in chunks:
             # The expression and kind condition exactly as the index has
-            # them, so that SQLite uses it (it reads the ORs as an IN list,
-            # so an older journal's `kind IN` index serves too); every id
-            # is a parameter.
+            # them, so that SQLite uses it; every id is a parameter.
             clauses = [f"{expression} IN ({','.join('?' * len(chunk))})", schema.any_kind(kinds)]
             params: list[object] = list(chunk)
             if until is not None:
