@@ -185,7 +185,8 @@ class JournalCorrupt(JournalError):
 
 
 class JournalVersionError(JournalError):
-    """The journal was written by a newer version of sessiontemp."""
+    """The journal was written by a newer version of sessiontemp, or by a development one from
+    before its schema version was settled."""
 
 
 class JournalBusy(JournalError, TimeoutError):

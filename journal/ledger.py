@@ -100,6 +100,35 @@ class _Ahead(Generic[S]):
         ledger._committing = ledger._fold(records, ledger._committing)
 
 
+class _AtTail(Generic[S]):
+    """One append of a whole ledger's, decided inside its transaction: its :class:`~.store.Settle`.
+
+    Never folded ahead (it :meth:`holds` nowhere): the commit hands it the
+    records others committed after *base*, then the append's own.
+    """
+
+    __slots__ = ("base", "count", "fold", "ledger", "state")
+
+    def __init__(self, ledger: Ledger[S], base: S, count: int) -> None:
+        self.ledger = ledger
+        self.base = base
+        self.count = count
+        self.fold: Follower[S] | None = None
+        self.state: S | None = None
+
+    def holds(self, first: int) -> bool:
+        return False
+
+    def settle(self, records: list[Record]) -> None:
+        own = len(records) - self.count
+        fold = self.ledger._tolerant(self.base)
+        for record in records[:own]:
+            fold.step(record)
+        # The rules decide: a refusal rolls the transaction back.
+        self.state = self.ledger._fold(records[own:], fold.state())
+        self.fold = fold
+
+
 class Ledger(Generic[S]):
     """The folded state of one writer's appends to *store*, from *state* on, through *fold*.
 
@@ -236,20 +265,12 @@ class Ledger(Generic[S]):
         state stays as it was.  Durable when it returns.
         """
         base = self.state
-        decided: list[tuple[Follower[S], S]] = []
-
-        def decide(records: list[Record]) -> None:
-            own = len(records) - len(events)
-            fold = self._tolerant(base)
-            for record in records[:own]:
-                fold.step(record)
-            # The rules decide: a refusal rolls the transaction back.
-            decided[:] = [(fold, self._fold(records[own:], fold.state()))]
-
-        records = self._store.append(events, time=time, decide=decide, after=base.seq)
-        ((fold, state),) = decided
-        self.refused.extend(fold.refused)
-        self.state = self.durable = self._committing = state
+        tail = _AtTail(self, base, len(events))
+        records = self._store.append(events, time=time, ahead=lambda _: tail, after=base.seq)
+        assert tail.fold is not None
+        assert tail.state is not None
+        self.refused.extend(tail.fold.refused)
+        self.state = self.durable = self._committing = tail.state
         return records
 
     def _tolerant(self, state: S) -> Follower[S]:

@@ -76,7 +76,7 @@ def maintenance_thread(store: Store) -> threading.Thread | None:
 
 def sleeping(store: Store) -> int:
     """How many queued appends of *store* sleep behind a running commit."""
-    return store._commits.sleeping()
+    return store._sleeping()
 
 
 @contextlib.contextmanager

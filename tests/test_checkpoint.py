@@ -33,6 +33,7 @@ from sessiontemp import Manager, inspect
 from sessiontemp.journal import (
     EMPTY,
     CheckpointInvalid,
+    JournalVersionError,
     ManagerState,
     Record,
     State,
@@ -368,7 +369,7 @@ def test_checkpoints_may_be_deleted_while_events_may_not(path: Path, store: Stor
     assert state_from_checkpoint(store) == state_at(store)
 
 
-def test_a_journal_from_before_checkpoints_is_read_as_it_is_and_gains_the_table_when_written(
+def test_a_journal_from_before_checkpoints_is_refused_with_the_fix_and_left_as_it_is(
     path: Path,
 ) -> None:
     store = Store(path)
@@ -376,26 +377,17 @@ def test_a_journal_from_before_checkpoints_is_read_as_it_is_and_gains_the_table_
     store.close()
     conn = raw(path)
     conn.execute("DROP TABLE checkpoints")
-    before = conn.execute("SELECT * FROM events ORDER BY seq").fetchall()
     conn.close()
-
-    reader = Store(path, readonly=True)
-    try:
-        assert reader.checkpoints() == []
-        assert checkpoint.restore(reader).state == EMPTY
-        assert replay(reader.records()).seq == 15
-    finally:
-        reader.close()
+    content = path.read_bytes()
+    for readonly in (True, False):
+        with pytest.raises(JournalVersionError) as excinfo:
+            Store(path, readonly=readonly)
+        assert excinfo.value.path == str(path)
+        assert "checkpoints" in excinfo.value.reason
+        assert "aside" in excinfo.value.fix
     assert "checkpoints" not in {name for (name,) in raw(path).execute(
         "SELECT name FROM sqlite_master")}
-
-    writer = Store(path)
-    try:
-        checkpoint.save(writer, state_at(writer))
-        assert [seq for seq, _, _ in writer.checkpoints()] == [15]
-    finally:
-        writer.close()
-    assert raw(path).execute("SELECT * FROM events ORDER BY seq").fetchall() == before
+    assert path.read_bytes() == content
 
 
 # -- recovery works from checkpoints -----------------------------------------------------

@@ -19,7 +19,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from sessiontemp.journal.errors import JournalError, RuleViolation
 from sessiontemp.journal.events import LeaseAcquired, LeaseReleased, ManagerOpened, Record, Retained
 from sessiontemp.journal.ledger import Ledger
 from sessiontemp.journal.reducer import EMPTY, State, replay
-from sessiontemp.journal.store import Store
+from sessiontemp.journal.store import Settle, Store
 from sessiontemp.manager import DURABILITY, Durability
 from sessiontemp.root import JOURNAL_NAME
 from tests.conftest import assert_replay_matches
@@ -290,16 +289,23 @@ def test_a_thread_waiting_behind_a_commit_is_woken_to_lead_the_next_with_all_tha
     with testing.commits(lambda size: batches.append((threading.current_thread().name, size))):
         inside, go = threading.Event(), threading.Event()
 
-        def hold(records: list[Record]) -> None:
-            inside.set()
-            go.wait()
+        class Hold:
+            """A settle that holds the transaction open until the test lets it go."""
+
+            def holds(self, first: int) -> bool:
+                return False
+
+            def settle(self, records: list[Record]) -> None:
+                inside.set()
+                go.wait()
 
         returned: dict[str, list[Record]] = {}
 
-        def append(name: str, decide: Callable[[list[Record]], object] | None = None) -> None:
-            returned[name] = store.append([Retained(m1)], time=2.0, decide=decide)
+        def append(name: str, settle: Settle | None = None) -> None:
+            returned[name] = store.append([Retained(m1)], time=2.0,
+                                          ahead=None if settle is None else lambda _: settle)
 
-        leader = threading.Thread(target=append, args=("a", hold), name="a")
+        leader = threading.Thread(target=append, args=("a", Hold()), name="a")
         leader.start()
         inside.wait()
         followers = [threading.Thread(target=append, args=(name,), name=name) for name in "bc"]

@@ -16,8 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
+import pytest
+
 from sessiontemp import Manager, recover
-from sessiontemp.journal import State, Store, checkpoint, replay, testing
+from sessiontemp.journal import JournalVersionError, State, Store, checkpoint, replay, testing
 from sessiontemp.root import GENERATION_PREFIX
 
 
@@ -154,35 +156,22 @@ def indexes(path: Path) -> set[str]:
         conn.close()
 
 
-def test_a_journal_without_the_read_indexes_gains_them_on_open_and_answers_the_same(
+def test_a_journal_without_the_read_indexes_is_refused_with_the_fix_and_left_as_it_is(
     root: Path,
 ) -> None:
-    path, manager_id = closed_after_rotations(root)
+    path, _manager_id = closed_after_rotations(root)
     assert indexes(path) == {"events_by_generation", "events_by_manager"}
-    store = Store(path, readonly=True)
-    try:
-        generations = {json.loads(payload)["generation"] for _, _, _, payload
-                       in store.rows_where(kinds=["generation.created"])}
-        indexed = list(store.generation_rows(generations))
-        ends = store.manager_ends([manager_id, "0" * 32])
-    finally:
-        store.close()
-    assert set(ends) == {manager_id}
     conn = sqlite3.connect(path)
     conn.execute("DROP INDEX events_by_generation")
     conn.execute("DROP INDEX events_by_manager")
     conn.close()
-    store = Store(path, readonly=True)
-    try:
-        # Read-only: nothing is added, and the same rows come by a scan.
-        assert list(store.generation_rows(generations)) == indexed
-        assert store.manager_ends([manager_id, "0" * 32]) == ends
-    finally:
-        store.close()
+    for readonly in (True, False):
+        with pytest.raises(JournalVersionError) as excinfo:
+            Store(path, readonly=readonly)
+        assert excinfo.value.path == str(path)
+        assert "events_by_manager" in excinfo.value.reason
+        assert "aside" in excinfo.value.fix
     assert indexes(path) == set()
-    Store(path).close()
-    assert indexes(path) == {"events_by_generation", "events_by_manager"}
-    assert len(indexed) == 4 * len(generations)  # created, ready, removal started and finished
 
 
 def index_sql(path: Path) -> dict[str, str]:
@@ -243,15 +232,20 @@ def test_an_append_evaluates_the_read_indexes_condition_without_a_temporary_tabl
     assert "OpenEphemeral" not in opcodes
 
 
-def test_indexes_of_an_older_journal_are_rebuilt_on_open_and_reads_use_either(
+def test_indexes_of_an_older_condition_are_refused_with_the_fix_and_left_as_they_are(
     root: Path,
 ) -> None:
     path, manager_id = closed_after_rotations(root)
     current = index_sql(path)
+    store = Store(path, readonly=True)
+    try:
+        indexed_reads(store, manager_id)
+    finally:
+        store.close()
     conn = sqlite3.connect(path)
     try:
         for name, sql in current.items():
-            # What journals written before had: the same index, with `kind IN`.
+            # What journals of development versions had: the same index, with `kind IN`.
             kinds = re.findall(r"kind = '([a-z.]+)'", sql)
             in_form = sql[:sql.index(" WHERE ")] + " WHERE kind IN ({})".format(
                 ", ".join(f"'{k}'" for k in kinds))
@@ -261,16 +255,8 @@ def test_indexes_of_an_older_journal_are_rebuilt_on_open_and_reads_use_either(
         conn.close()
     older = index_sql(path)
     assert all(" IN (" in sql for sql in older.values())
-    answers = []
     for readonly in (True, False):
-        store = Store(path, readonly=readonly)
-        try:
-            answers.append(indexed_reads(store, manager_id))
-        finally:
-            store.close()
-        # Read-only changes nothing; a writer's open rebuilds them as today's.
-        assert index_sql(path) == (older if readonly else current)
-    assert answers[0] == answers[1]
-    rows, ends = answers[0]
-    assert set(ends) == {manager_id}
-    assert len(rows) == 3 * 4  # three generations: created, ready, removal started, finished
+        with pytest.raises(JournalVersionError) as excinfo:
+            Store(path, readonly=readonly)
+        assert "events_by_generation" in excinfo.value.reason
+        assert index_sql(path) == older

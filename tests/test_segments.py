@@ -32,6 +32,7 @@ from sessiontemp import Manager, handles, recover
 from sessiontemp.journal import (
     EMPTY,
     JournalCorrupt,
+    JournalVersionError,
     Record,
     Retention,
     State,
@@ -667,7 +668,7 @@ def test_a_segment_is_made_with_the_read_indexes_and_lookups_by_id_find_what_it_
     assert tail in retired.manager_ends([tail])
 
 
-def test_an_open_gives_the_read_indexes_to_a_segment_being_written_that_lacks_them(
+def test_a_segment_being_written_without_the_read_indexes_is_refused_with_the_fix(
     path: Path, retired: Store
 ) -> None:
     retired.close()
@@ -676,9 +677,14 @@ def test_an_open_gives_the_read_indexes_to_a_segment_being_written_that_lacks_th
     for name in READ_INDEXES:
         conn.execute(f"DROP INDEX {name}")
     conn.close()
+    for readonly in (False, True):
+        with pytest.raises(JournalVersionError) as excinfo:
+            Store(path, readonly=readonly)
+        assert excinfo.value.path == str(active)
+        assert "events_by_generation" in excinfo.value.reason
+        assert "aside" in excinfo.value.fix
+    # Refused as it is: nothing is added.
     assert indexes_of(active) == set()
-    Store(path).close()
-    assert indexes_of(active) == READ_INDEXES
 
 
 # -- damage --------------------------------------------------------------------------------

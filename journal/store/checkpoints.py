@@ -24,21 +24,37 @@ __all__ = ["Checkpoints"]
 
 
 class Checkpoints:
-    """The checkpoint rows of one store's journal."""
+    """The checkpoint rows of a :class:`~sessiontemp.journal.store.Store`'s journal, one of the
+    classes the store is made of: the connection, reader and rollover are the store's."""
 
-    def __init__(self, link: Link, reader: Reader, rollover: Rollover,
-                 retention: Retention) -> None:
-        self._link = link
-        self._reader = reader
-        self._rollover = rollover
-        self._retention = retention
+    _link: Link
+    _reader: Reader
+    _rollover: Rollover
+    retention: Retention
 
-    def save(self, seq: int, format: int, state: bytes, *, keep: int,
+    def save_checkpoint(self, seq: int, format: int, state: bytes, *, keep: int,
                         spacing: int = 0, roll_over: bool = False,
                         catch_up: CatchUp | None = None) -> None:
         """Store *state*, derived from events 1 to *seq*, and keep only the newest *keep*.
 
-        See ``Store.save_checkpoint``.
+        With *spacing*, older ones are kept too: the newest of each run of
+        *spacing* sequence numbers (``seq // spacing``), for the newest
+        *keep* runs, so that frequent checkpoints still leave some far
+        enough back for a reader of the past to start near where it asks.
+        One transaction: either the new row is in and the old ones beyond
+        these are gone, or nothing changed.  Raises :class:`ValueError`
+        when there is no event *seq*; does nothing when event *seq* was
+        already retired.  When the active segment has grown past
+        ``retention.segment_bytes``, the same transaction starts a new
+        segment with this checkpoint as its first content and seals the old;
+        *roll_over* does so from ``retention.retirement_rollover_bytes`` on.
+
+        The new segment starts right after the journal's last event, and its
+        first content must be the state there (see :func:`segments.create`):
+        when events follow *seq* (appended by others since the caller
+        replayed), *catch_up* folds them onto *state*, here, under the write
+        lock, and its result is that first content.  Without *catch_up*, or
+        when it raises, the rollover waits for a later checkpoint.
         """
         with self._link.transaction("write a checkpoint to") as conn:
             row = conn.execute("SELECT digest FROM events WHERE seq = ?", (seq,)).fetchone()
@@ -77,17 +93,28 @@ class Checkpoints:
                 marks = ",".join("?" * len(doomed))
                 conn.execute(f"DELETE FROM checkpoints WHERE seq IN ({marks})",  # noqa: S608
                              doomed)
-            limit: float = self._retention.segment_bytes
+            limit: float = self.retention.segment_bytes
             if roll_over:
-                limit = min(limit, self._retention.retirement_rollover_bytes)
+                limit = min(limit, self.retention.retirement_rollover_bytes)
             if not self._link.readonly and self._link.active_size() >= limit:
                 self._rollover.roll_over(conn, (seq, bytes(row[0]), format, state), catch_up)
 
-    def listing(self, *, until: int | None = None, recent: bool = False
+    def checkpoints(self, *, until: int | None = None, recent: bool = False
                 ) -> list[tuple[int, int, bool]]:
         """``(seq, format, chained)`` of each checkpoint at or before *until*, newest first.
 
-        See ``Store.checkpoints``.
+        ``chained`` is False when the checkpoint's digest is not that of
+        event *seq* here: it was derived from another history (a journal
+        moved aside and started afresh, or rows copied between files).
+        A head emptied by retirement, without the table, has none.
+
+        *recent*: only those the active segment holds from its base on,
+        read from it alone (no other segment is opened), and none when
+        another segment holds events after the base asked for.  No older
+        segment holds a newer checkpoint than these (its events end at the
+        base), so the newest usable among them is the newest usable of all;
+        when none is usable, ask again without *recent*.  A journal that
+        never rolled over answers as without it.
         """
         if recent and not self._link.active.is_head:
             return self._recent(until)
@@ -142,7 +169,7 @@ class Checkpoints:
                 raise self._link.translate(e, "read") from e
         return [(int(seq), int(format), bool(chained)) for seq, format, chained in rows]
 
-    def state(self, seq: int) -> bytes:
+    def checkpoint_state(self, seq: int) -> bytes:
         """The state bytes of the checkpoint at *seq*; KeyError when there is none."""
         sql = "SELECT state FROM checkpoints WHERE seq = ?"
         with self._link.lock:

@@ -4,9 +4,9 @@ The seam is two calls: :meth:`GroupCommit.submit` queues an append, and
 :meth:`GroupCommit.wait` returns its records once they are durable.  The
 thread that waits first while no commit runs leads: it commits, in one
 transaction and one sync, every append queued meanwhile, each in its own
-savepoint, so that what one append's *decide* or *fold* refuses is rolled
-back alone.  An event committed alone, which nothing can refuse once
-written, is one INSERT in SQLite's autocommit (the warm path of a lease).
+savepoint, so that what one append's fold refuses is rolled back alone.  An
+event committed alone, which nothing can refuse once written, is one INSERT
+in SQLite's autocommit (the warm path of a lease).
 
 The commit holds no folded state.  An append may come with a
 :class:`Settle` (its ledger's, :mod:`journal.ledger`): the commit numbers
@@ -32,7 +32,7 @@ from . import schema
 from .digests import chain
 from .errors import RETRY
 from .link import Link
-from .reading import between
+from .reading import Reader, between
 
 __all__ = ["GroupCommit", "Keeper", "Pending", "Settle"]
 
@@ -46,7 +46,11 @@ class Settle(Protocol):
 
     def settle(self, records: list[Record]) -> None:
         """Inside the transaction, in commit order: take *records* as committed, folding
-        them again where :meth:`holds` said no; raise to refuse them (rolled back alone)."""
+        them again where :meth:`holds` said no; raise to refuse them (rolled back alone).
+
+        For an append queued with *after*, *records* starts with every record
+        committed after that event (by other processes, read under the write lock).
+        """
 
 
 class Keeper(Protocol):
@@ -87,19 +91,17 @@ class _StaleTail(Exception):
 class Pending:
     """One append waiting in the queue for a group commit, and then its outcome."""
 
-    __slots__ = ("after", "decide", "done", "durable", "error", "events", "guess", "guessed",
+    __slots__ = ("after", "done", "durable", "error", "events", "guess", "guessed",
                  "records", "rows", "settle", "time", "waiter", "waiting")
 
     def __init__(self, events: list[Event], rows: list[tuple[str, str]], time: float,
-                 decide: Callable[[list[Record]], object] | None, durable: bool,
-                 after: int | None = None) -> None:
+                 durable: bool, after: int | None = None) -> None:
         self.events = events
         self.rows = rows
         self.time = time
-        self.decide = decide
         self.durable = durable
-        # The last event *decide* has seen: the records committed between it
-        # and this append are handed to decide before the append's own.
+        # The last event the settle has seen: the records committed between
+        # it and this append are handed to it before the append's own.
         self.after = after
         self.settle: Settle | None = None
         # The records as folded ahead, on the sequence numbers guessed:
@@ -127,11 +129,13 @@ def _wake(pending: Pending) -> None:
 
 
 class GroupCommit:
-    """The queue of one store's appends, and the one place events are written."""
+    """The queue of a :class:`~sessiontemp.journal.store.Store`'s appends, and the one place
+    events are written: one of the classes the store is made of (the connection is its)."""
 
-    def __init__(self, link: Link, last_seq: Callable[[], int]) -> None:
-        self._link = link
-        self._last_seq = last_seq
+    _link: Link
+    _reader: Reader
+
+    def __init__(self) -> None:
         # Told what each transaction committed or threw away (see Keeper).
         self.keeper: Keeper | None = None
         # (seq, digest) of the last event this store committed: the next
@@ -155,12 +159,12 @@ class GroupCommit:
         # read the tail first).
         self._next_seq: int | None = None
 
-    def sleeping(self) -> int:
+    def _sleeping(self) -> int:
         """How many queued appends sleep behind a running commit."""
         with self._queued:
             return len([p for p in self._queue if p.waiting])
 
-    def forget(self) -> None:
+    def _forget_queue(self) -> None:
         """In a forked child: the parent's queue and its leader are not this process's."""
         self._queued = threading.Lock()
         self._queue = []
@@ -174,16 +178,28 @@ class GroupCommit:
         events: Sequence[Event],
         *,
         time: float,
-        decide: Callable[[list[Record]], object] | None = None,
         durable: bool = True,
         ahead: Ahead | None = None,
         after: int | None = None,
     ) -> Pending:
         """Queue *events* for the next group commit; :meth:`wait` for it to be durable.
 
-        With *ahead*, the records are numbered ahead here, under the
-        queue's lock, and handed to it: it folds them (raising queues
-        nothing) and returns the append's :class:`Settle`.  See ``Store.submit``.
+        Group commit: whoever waits first while no commit runs leads: it
+        commits, in one transaction and one sync, every append queued
+        meanwhile, each in its own savepoint, so that what one append's
+        ledger's fold refuses is rolled back alone.
+
+        *ahead* is how a :class:`journal.ledger.Ledger` threads its state
+        through the queue: ``ahead(records)`` runs here at once, on the
+        records numbered as they will most likely be, and raises (queueing
+        nothing) if it refuses them; it returns the append's
+        :class:`Settle`, which the transaction asks whether that fold holds
+        on the numbers the records got, and lets settle them (folding again
+        where they moved, and refusing this append alone: whatever it raises
+        rolls the append back and propagates, so nothing it refuses is ever
+        written).  With *after*, the last event the caller folded, the settle
+        is handed first every record committed after it (by other processes,
+        read there, under the write lock), then the append's own.
         """
         events = list(events)
         # One event is what nearly every append holds.
@@ -191,11 +207,11 @@ class GroupCommit:
         # The digest covers the time as SQLite gives it back: a float, and
         # never -0.0, which a REAL column returns as 0.0.
         time = float(time) + 0.0
-        pending = Pending(events, rows, time, decide, durable, after)
+        pending = Pending(events, rows, time, durable, after)
         with self._queued:
             if ahead is not None:
                 if self._next_seq is None:
-                    self._next_seq = self._last_seq() + 1
+                    self._next_seq = self._reader.last_seq() + 1
                 first = self._next_seq
                 guess = [Record(first, time, events[0])] if len(events) == 1 else [
                     Record(first + i, time, e) for i, e in enumerate(events)]
@@ -214,7 +230,12 @@ class GroupCommit:
     def wait(self, pending: Pending) -> list[Record]:
         """Return *pending*'s records once they are durable; raise why they are not.
 
-        See ``Store.wait``.
+        The thread that finds no commit running leads one, in its own
+        thread: with nothing else queued, the append is committed right
+        here, with no hand-off.  A thread that finds a commit running
+        sleeps until a leader either settles its append or, its own commit
+        done, wakes it to lead the next one, with everything that queued
+        while the sync ran.
         """
         return self._wait(pending, own=True)
 
@@ -341,10 +362,9 @@ class GroupCommit:
         """
         link = self._link
         tail = self._known_tail
-        if len(batch) == 1 and tail is not None and link.seal_table and link.ready:
+        if len(batch) == 1 and tail is not None and link.ready:
             p = batch[0]
-            if len(p.rows) == 1 and p.decide is None and (
-                    p.settle is None or p.settle.holds(tail[0] + 1)):
+            if len(p.rows) == 1 and (p.settle is None or p.settle.holds(tail[0] + 1)):
                 try:
                     if self._write_alone(p, tail):
                         return
@@ -361,10 +381,10 @@ class GroupCommit:
         The warm path of every lease: a transaction of its own (SQLite's
         autocommit), with the seal checked in the statement, so it writes
         nothing into a sealed file; False then, with nothing written, for
-        :meth:`_write_batch` to move on to the active segment.  Only on a
-        file known to have a ``sealed`` table, so either the INSERT sees
-        the seal or the rollover waits for it (a head retired since has no
-        events table any more, but still its seal).  Raises _StaleTail, with
+        :meth:`_write_batch` to move on to the active segment.  Every file
+        of a journal has a ``sealed`` table (see opening), so either the
+        INSERT sees the seal or the rollover waits for it (a head retired
+        since has no events table any more, but still its seal).  Raises _StaleTail, with
         nothing written, when *tail* is not the last event.
         """
         link = self._link
@@ -457,8 +477,8 @@ class GroupCommit:
                             # nothing is left that could refuse it.
                             reuse = settle is None or settle.holds(seq + 1)
                             # A savepoint only where something may yet refuse
-                            # this append alone: its decide, or its fold run again.
-                            undo = not alone and (p.decide is not None or not reuse)
+                            # this append alone: its fold run again.
+                            undo = not alone and not reuse
                             if undo:
                                 conn.execute("SAVEPOINT one_append")
                             for kind, payload in p.rows:
@@ -476,15 +496,11 @@ class GroupCommit:
                                 exact = False
                                 records = [Record(mark[0] + 1 + i, p.time, event)
                                            for i, event in enumerate(p.events)]
-                            if not reuse or p.decide is not None:
+                            if settle is not None and not reuse:
                                 try:
-                                    if p.decide is not None:
-                                        p.decide(records if p.after is None else
-                                                 [*self._between(conn, p.after, mark[0]),
-                                                  *records])
-                                    if settle is not None:
-                                        # Last: what it settles is then taken.
-                                        settle.settle(records)
+                                    settle.settle(records if p.after is None else
+                                                  [*self._between(conn, p.after, mark[0]),
+                                                   *records])
                                 except Exception as e:
                                     if alone:
                                         raise
@@ -537,7 +553,7 @@ class GroupCommit:
         records = between(conn, after, until)
         if [r.seq for r in records] != list(range(after + 1, until + 1)):
             # Only a rollover moves events out of the active segment, and
-            # only a holder of the recovery lock rolls over: a decision this
+            # only a holder of the recovery lock rolls over: a fold this
             # far behind is read again from the whole journal.
             raise JournalError(self._link.path, f"events {after + 1} to {until} followed what "
                                "an append was decided on, and could not all be read while "

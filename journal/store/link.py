@@ -67,10 +67,6 @@ class Link:
         # ones while a read streamed from them, closed when it ends.
         self.streams: dict[sqlite3.Connection, int] = {}
         self.superseded: list[sqlite3.Connection] = []
-        # Whether the connection's segment has a sealed table; if not, the
-        # schema cookie it was last looked for at.
-        self.seal_table = False
-        self._seal_schema = -1
         self.synced = True
         # The write path's statements run through one cursor (:meth:`run`):
         # conn.execute makes a cursor per call, and the connection keeps a
@@ -255,20 +251,7 @@ class Link:
     # -- segments ------------------------------------------------------------
 
     def seal(self) -> str | None:
-        """What :meth:`sealed_next` says of the connection's segment, cheaply.
-
-        The head of a journal that never rolled over has no ``sealed``
-        table; one can only appear with a change of its schema, so until
-        then a look at the schema cookie (in the header page) does.
-        """
-        if not self.seal_table:
-            (version,) = self.conn.execute("PRAGMA schema_version").fetchone()
-            if version == self._seal_schema:
-                return None
-            self._seal_schema = int(version)
-            self.seal_table = schema.has_table(self.conn, "sealed")
-            if not self.seal_table:
-                return None
+        """What :meth:`sealed_next` says of the connection's segment."""
         return self.sealed_next(self.conn)
 
     def sealed_next(self, conn: sqlite3.Connection) -> str | None:
@@ -278,7 +261,8 @@ class Link:
             # Every row read: a statement run to its end leaves no snapshot open.
             rows = (self.run(sql) if conn is self.conn else conn.execute(sql)).fetchall()
         except sqlite3.OperationalError as e:
-            # A journal from before segments, opened read-only: never sealed.
+            # A development version's head, about to be refused (see
+            # opening.prepare): never sealed.
             if "no such table" in str(e):
                 return None
             raise
@@ -440,7 +424,6 @@ class Link:
         self.synced = True
         self.active = active
         self.active_id = (st.st_dev, st.st_ino)
-        self.seal_table = True
 
     # -- transactions --------------------------------------------------------
 

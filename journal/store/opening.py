@@ -1,17 +1,15 @@
-"""Opening a journal's head: refusing what is not ours, then creating or migrating its schema.
+"""Opening a journal's head: refusing what is not ours, then creating its schema.
 
 An open checks the file before SQLite sees it (SQLite takes a short file for
 an empty database and would write its schema over it), refuses a newer or a
-foreign schema, checks the active segment for damage before anything is
-written to it, switches to WAL, and makes or completes the schema: tables
-added by later versions of this file format (checkpoints, the read indexes,
-an empty ``sealed`` table) are added once, by whichever open gets there
-first, and the events stay exactly as they are.
+foreign schema, and a journal from before its schema version was settled
+(one lacking a table or index every journal of that version has), checks the
+active segment for damage before anything is written to it, switches to WAL,
+and makes the whole schema of a new journal in one transaction.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
 import stat
@@ -30,7 +28,7 @@ from . import registry, schema
 from .errors import MOVE_ASIDE, unopenable
 from .link import Link
 
-__all__ = ["check_header", "ensure_indexes", "open_link", "prepare"]
+__all__ = ["check_header", "open_link", "prepare"]
 
 
 def check_header(link: Link) -> None:
@@ -116,10 +114,8 @@ def open_link(link: Link, member: _Opened) -> None:
             registry.opened(link.identity, member)
         try:
             link.open_active()
-            if not link.readonly and not link.active.is_head:
-                # A segment made before rollovers carried them: recovery's
-                # lookups of the few names it finds on disk read by index.
-                ensure_indexes(link)
+            if not link.active.is_head:
+                _refuse_unsettled(link, active=True)
         except BaseException:
             member.close()
             raise
@@ -168,14 +164,18 @@ def prepare(link: Link) -> None:
         if version and app_id != schema.APPLICATION_ID:
             raise JournalCorrupt(link.path, "is a SQLite database of another program",
                                  MOVE_ASIDE)
-        if link.readonly:
-            if version == 0:
-                raise JournalCorrupt(link.path, "holds no sessiontemp journal", MOVE_ASIDE)
-            return
+        if version == 0 and link.readonly:
+            raise JournalCorrupt(link.path, "holds no sessiontemp journal", MOVE_ASIDE)
         if version == 0 and tables:
             raise JournalCorrupt(link.path, "is a SQLite database of another program",
                                  MOVE_ASIDE)
+        # A sealed head is never written again (a retired one has no events
+        # left): the segment being written is checked instead (open_link).
         sealed = bool(version) and link.sealed_next(conn) is not None
+        if version and not sealed:
+            _refuse_unsettled(link, active=False)
+        if link.readonly:
+            return
         if version and not sealed:
             # Only the active segment is checked: sealed ones are never
             # written again, and the history they hold is not read here.
@@ -186,15 +186,6 @@ def prepare(link: Link) -> None:
         conn.execute("PRAGMA synchronous=FULL")
         if version == 0:
             _create_schema(link)
-        elif not sealed and not schema.has_table(conn, "checkpoints"):
-            # A journal written before checkpoints existed: the table is
-            # added, the events stay exactly as they are.
-            with link.transaction("open"):
-                schema.add_checkpoints(conn)
-        if not sealed:
-            # A sealed head is never written again (a retired one has no
-            # events left): the segment being written gets them instead.
-            ensure_indexes(link)
     except sqlite3.Error as e:
         raise link.translate(e, "open") from e
 
@@ -220,26 +211,28 @@ def _enter_wal(link: Link) -> None:
         )
 
 
-def ensure_indexes(link: Link, *, active: bool = True) -> None:
-    """Add the read indexes a journal lacks (one written before they existed).
+def _refuse_unsettled(link: Link, *, active: bool) -> None:
+    """Refuse the file being written (the head, or the *active* segment link is connected to)
+    when it lacks what its schema version has.
 
-    Checked first without a write lock, so an open that finds them pays
-    nothing; added in one transaction, once, by whichever open gets there
-    first.  The first open of a long journal builds them from all its
-    rows (about a second per million events); every append after that
-    updates them.  On an *active* file (one still appended to) an index
-    with the condition of older journals (``kind IN``, which costs every
-    append) is built again with today's (readers use either), and an
-    empty ``sealed`` table is added where there is none: with it, an
-    append alone checks the seal inside its own INSERT (see
-    :meth:`sessiontemp.journal.store.commit.GroupCommit.write_alone`).  Only speed is at
-    stake: a file that cannot take them now (a full disk) is read by a scan
-    and appended to as before, and the next open tries again.
+    Development versions of sessiontemp, before the format was released as
+    schema version 1, made journals without the checkpoints table, the read
+    indexes (or with them on a ``kind IN`` condition) or the ``sealed``
+    table; they are not migrated: the version says what a journal holds.
     """
-    if not schema.missing_indexes(link.conn, active=active):
-        return
-    with contextlib.suppress(JournalError), link.transaction("open") as conn:
-        schema.add_indexes(conn, set(schema.missing_indexes(conn, active=active)))
+    conn = link.conn
+    missing = [*(() if schema.has_table(conn, "checkpoints") else ("checkpoints",)),
+               *schema.missing_indexes(conn)]
+    if missing:
+        raise JournalVersionError(
+            # The segment's path made only here: making one interns its name.
+            link.active.path if active else link.path,
+            f"was written by a development version of sessiontemp, before its schema "
+            f"version was settled (it lacks {', '.join(sorted(missing))} as this version "
+            "makes them), and is not migrated",
+            f"Move {link.path}, its -wal and -shm files and {segments.folder(link.path)} "
+            "aside (the manager then starts a new journal), or pass another root",
+        )
 
 
 def _create_schema(link: Link) -> None:
@@ -249,7 +242,10 @@ def _create_schema(link: Link) -> None:
         _app_id, version, _tables = schema.header(conn)
         if version == 0:
             # The segment tables come with the first rollover, but for
-            # an empty `sealed`, added with the indexes (see ensure_indexes).
+            # an empty `sealed`: with it, an append alone checks the seal
+            # inside its own INSERT (see GroupCommit._write_alone).  All in
+            # this transaction: a journal of this version has them all.
             schema.create_file(conn, base=0, segment=False)
+            schema.add_indexes(conn)
             conn.execute(f"PRAGMA application_id={schema.APPLICATION_ID}")
             conn.execute(f"PRAGMA user_version={schema.SCHEMA_VERSION}")

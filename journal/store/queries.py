@@ -25,11 +25,11 @@ IDS_PER_QUERY: Final = 500
 
 
 class Queries:
-    """The named reads of one store, through its :class:`.reading.Reader`."""
+    """The named reads of a :class:`~sessiontemp.journal.store.Store`, one of the classes it
+    is made of: their path and :class:`.reading.Reader` are the store's."""
 
-    def __init__(self, path: Path, reader: Reader) -> None:
-        self._path = path
-        self._reader = reader
+    path: Path
+    _reader: Reader
 
     def extent(self) -> tuple[int | None, int | None, int]:
         """``(first seq, last seq, count)`` of the events; ``(None, None, 0)`` when empty."""
@@ -54,10 +54,7 @@ class Queries:
 
     def kind_counts(self, *, excluding: Collection[str] = ()) -> dict[str, int]:
         """How many events there are of each kind stored (known to this version or not),
-        leaving out *excluding*: grouping fewer rows is what makes it fast.
-
-        See ``Store.kind_counts``.
-        """
+        leaving out *excluding*: grouping fewer rows is what makes it fast."""
         marks = ",".join("?" * len(excluding))
         return {kind: int(n) for kind, n in self._reader.query(
             f"SELECT kind, count(*) FROM events WHERE kind NOT IN ({marks}) "  # noqa: S608
@@ -75,7 +72,11 @@ class Queries:
     ) -> Iterator[tuple[int, float, str, str]]:
         """Raw ``(seq, time, kind, payload)`` rows of the life of *generations*, in order.
 
-        See ``Store.generation_rows``.
+        Their creation, readiness, commands, removals and reappearances: every
+        record whose ``generation`` field names one of them, except leases
+        (which a finished generation no longer has).  Up to *until* when
+        given.  Read through an index, so its cost follows the rows found,
+        not the journal's length.
         """
         yield from self._by_id(0, generations, until)
 
@@ -100,9 +101,7 @@ class Queries:
         rows: list[tuple[int, float, str, str]] = []
         for chunk in chunks:
             # The expression and kind condition exactly as the index has
-            # them, so that SQLite uses it (it reads the ORs as an IN list,
-            # so an older journal's `kind IN` index serves too); every id
-            # is a parameter.
+            # them, so that SQLite uses it; every id is a parameter.
             clauses = [f"{expression} IN ({','.join('?' * len(chunk))})", schema.any_kind(kinds)]
             params: list[object] = list(chunk)
             if until is not None:
@@ -119,7 +118,9 @@ class Queries:
         """Raw ``(seq, time, kind, payload)`` rows after *after* whose payload holds one of
         *values* as a string, in order; of *kinds* only, when given.
 
-        See ``Store.rows_naming``.
+        A superset: a value may stand in any field, so callers decode each
+        row and keep those naming it where they look.  More than 50 values
+        read every row after *after*.
         """
         clauses = ["seq > ?"]
         params: list[object] = [after]
@@ -144,10 +145,7 @@ class Queries:
     ) -> Iterator[tuple[int, float, str, str]]:
         """Raw ``(seq, time, kind, payload)`` rows after seq *after*, in order, that are at
         most *until*, written in ``[since_time, until_time]``, of one of *kinds* and whose
-        payload holds every one of *naming* as a string (a superset: decode to be sure).
-
-        See ``Store.rows_where``.
-        """
+        payload holds every one of *naming* as a string (a superset: decode to be sure)."""
         clauses = ["seq > ?"]
         params: list[object] = [after]
         for clause, value in (("seq <= ?", until), ("time >= ?", since_time),
@@ -174,10 +172,10 @@ class Queries:
                    ) -> Iterator[Record]:
         """Decoded records of *kinds* up to *until*, in order.
 
-        See ``Store.records_of``.
+        Raises :class:`JournalCorrupt` for one that does not decode.
         """
         for seq, time, kind, payload in self.rows_where(until=until, kinds=kinds):
             try:
                 yield Record(seq, time, decode(seq, kind, payload))
             except RuleViolation as e:
-                raise errors.corrupt(self._path, e) from e
+                raise errors.corrupt(self.path, e) from e

@@ -77,23 +77,24 @@ class History:
 
 
 class Retirement:
-    """The kept segments of one store's journal, and their retirement."""
+    """The kept segments of a :class:`~sessiontemp.journal.store.Store`'s journal, and their
+    retirement: one of the classes the store is made of (the connection and reader are its)."""
 
-    def __init__(self, link: Link, reader: Reader, retention: Retention) -> None:
-        self._link = link
-        self._reader = reader
-        self._retention = retention
+    _link: Link
+    _reader: Reader
+    retention: Retention
 
     def rollover_due(self) -> bool:
         """Whether a retirement pass should seal the active segment at a checkpoint first.
 
-        See ``Store.rollover_due``.
+        See :attr:`Retention.retirement_rollover_bytes`; checked again by
+        :meth:`save_checkpoint` inside its transaction.
         """
         if self._link.readonly:
             return False
         with self._link.lock:
             try:
-                return self._link.active_size() >= self._retention.retirement_rollover_bytes
+                return self._link.active_size() >= self.retention.retirement_rollover_bytes
             except sqlite3.Error as e:
                 raise self._link.translate(e, "read") from e
 
@@ -226,8 +227,16 @@ class Retirement:
     def retire(self, *, now: float) -> list[Path]:
         """Delete the oldest retired segments beyond :attr:`retention`; return their paths.
 
-        See ``Store.retire``.  What SQLite left beside segments retired
-        earlier (:func:`segments.litter`) is removed first.
+        A sealed segment is retired once a later segment starts with the
+        checkpoint of its base.  Run by one
+        process at a time (recovery's lock); writers and readers of other
+        segments are not disturbed.
+        Each step is safe to crash after: the head records the retirement
+        first, then files go oldest first, so what is kept is always one
+        unbroken run of history up to the active segment.
+
+        What SQLite left beside segments retired earlier (:func:`segments.litter`) is
+        removed first.
         """
         if self._link.readonly:
             raise JournalReadOnly(self._link.path, "cannot retire history through a read-only "
@@ -306,9 +315,9 @@ class Retirement:
                 continue
             retired_bytes += segment.bytes
             too_old = segment.sealed is not None and now - segment.sealed > (
-                self._retention.history_age)
+                self.retention.history_age)
             listed = len(kept) - i + (1 if i else 0)
-            if retired_bytes > self._retention.history_bytes or too_old or listed > MAX_KEPT:
+            if retired_bytes > self.retention.history_bytes or too_old or listed > MAX_KEPT:
                 cut = i
                 break
         if cut is None:

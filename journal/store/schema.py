@@ -1,4 +1,4 @@
-"""Every table of a journal file, its triggers and indexes: made, checked and migrated here.
+"""Every table of a journal file, its triggers and indexes: made and checked here.
 
 Each journal file, the head and every segment, has the same ``events`` and
 ``checkpoints`` tables; the segment bookkeeping (``segment``, ``sealed``,
@@ -28,7 +28,6 @@ __all__ = [
     "SQLITE_MAGIC",
     "SYNCHRONOUS",
     "TABLES",
-    "add_checkpoints",
     "add_indexes",
     "add_segment_tables",
     "any_kind",
@@ -154,11 +153,6 @@ def create_file(conn: sqlite3.Connection, *, base: int, segment: bool,
             conn.execute(sql)
 
 
-def add_checkpoints(conn: sqlite3.Connection) -> None:
-    """Add the checkpoints table to a journal written before checkpoints existed."""
-    _create(conn, "checkpoints", if_not_exists=True)
-
-
 def add_segment_tables(conn: sqlite3.Connection) -> None:
     """Add the segment tables to the head, at its first rollover (an empty sealed may exist)."""
     _create(conn, *_SEGMENT_TABLES, if_not_exists=True)
@@ -191,8 +185,8 @@ def has_table(conn: sqlite3.Connection, name: str) -> bool:
     ).fetchone()[0])
 
 
-def missing_indexes(conn: sqlite3.Connection, *, active: bool) -> list[str]:
-    """The read tables and indexes the file lacks (see :func:`add_indexes`).
+def missing_indexes(conn: sqlite3.Connection) -> list[str]:
+    """The read indexes and ``sealed`` table a file being written lacks, or has otherwise.
 
     Read from ``sqlite_master`` as SQL: what makes an index usable is its
     condition, which sqlite-utils' view of indexes does not show.
@@ -200,19 +194,15 @@ def missing_indexes(conn: sqlite3.Connection, *, active: bool) -> list[str]:
     present = dict(conn.execute(
         "SELECT name, sql FROM sqlite_master WHERE type IN ('index', 'table')").fetchall())
     missing = [name for name, _, kinds in INDEXES if name not in present or (
-        active and not str(present[name]).endswith(any_kind(kinds)))]
-    if active and "sealed" not in present:
+        not str(present[name]).endswith(any_kind(kinds)))]
+    if "sealed" not in present:
         missing.append("sealed")
     return missing
 
 
-def add_indexes(conn: sqlite3.Connection, missing: set[str]) -> None:
-    """Add what :func:`missing_indexes` found missing (inside the caller's transaction)."""
-    for name, sql in index_sql():
-        if name in missing:
-            # An index of the older condition goes first.
-            conn.execute(f"DROP INDEX IF EXISTS {name}")
-            conn.execute(sql)
-    if "sealed" in missing:
-        # After the indexes: a new file's first pages stay as they were.
-        _create(conn, "sealed", if_not_exists=True)
+def add_indexes(conn: sqlite3.Connection) -> None:
+    """Add the read indexes and an empty ``sealed`` table to a new head (in its transaction)."""
+    for _name, sql in index_sql():
+        conn.execute(sql)
+    # After the indexes: a new file's first pages are laid out as they always were.
+    _create(conn, "sealed", if_not_exists=True)
