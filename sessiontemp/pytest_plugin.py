@@ -38,10 +38,8 @@ from __future__ import annotations
 
 import itertools
 import os
-import queue
 import re
 import shutil
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -109,60 +107,8 @@ def _sessiontemp_manager(request: pytest.FixtureRequest) -> Iterator[Manager]:
         manager.close()
 
 
-class _Directories:
-    """One lease's directory, a subdirectory in it for each test, removed by a thread.
-
-    Removing a directory is an update of its parent that, on a file system
-    busy with other processes' syncs, waits for the file system's own
-    journal: 1-4 ms a test on a loaded machine, almost none of it CPU.  The
-    thread waits instead of the test; whatever is queued is removed before
-    the session ends (:meth:`close`).
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._serial = itertools.count()
-        self._queue: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-
-    def make(self, name: str) -> Path:
-        path = self.path / f"{_NOT_A_NAME.sub('_', name)[:30]}-{next(self._serial)}"
-        os.mkdir(path, 0o700)
-        os.chmod(path, 0o700)  # whatever the umask
-        return path
-
-    def remove(self, path: Path) -> None:
-        if self._thread is None:
-            thread = threading.Thread(target=self._run, name="sessiontemp-pytest-removal",
-                                      daemon=True)
-            try:
-                thread.start()
-            except RuntimeError:  # no thread to be had (RLIMIT_NPROC, memory)
-                _remove(path)
-                return
-            self._thread = thread
-        self._queue.put(path)
-
-    def close(self) -> None:
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join()
-
-    def _run(self) -> None:
-        while (path := self._queue.get()) is not None:
-            _remove(path)
-
-
-def _remove(path: Path) -> None:
-    try:
-        os.rmdir(path)  # left empty: one system call
-    except OSError:
-        # What cannot be removed now goes with the process's directory.
-        shutil.rmtree(path, ignore_errors=True)
-
-
 @pytest.fixture(scope="session")
-def _sessiontemp_directories(_sessiontemp_manager: Manager) -> Iterator[_Directories]:
+def _sessiontemp_directories(_sessiontemp_manager: Manager) -> Iterator[Path]:
     """This pytest process's own leased directory, holding one subdirectory per test.
 
     Taken at the first test that asks for ``sessiontemp_path`` alone, given
@@ -174,14 +120,14 @@ def _sessiontemp_directories(_sessiontemp_manager: Manager) -> Iterator[_Directo
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     lease = _sessiontemp_manager.acquire(
         label=label(f"pytest{f' {worker}' if worker else ''}: the tests' directories"))
-    directories = _Directories(lease.path)
     try:
-        yield directories
+        yield lease.path
     finally:
-        try:
-            directories.close()
-        finally:
-            lease.release()
+        lease.release()
+
+
+# Numbers the tests' directories of this pytest process (one lease's directory).
+_serial = itertools.count()
 
 
 @pytest.fixture
@@ -227,15 +173,21 @@ def sessiontemp_path(request: pytest.FixtureRequest) -> Iterator[Path]:
         yield lease.path
         return
     # Otherwise a subdirectory of this process's leased directory: a mkdir and
-    # its removal (by a thread), no journal commit.  The lease keeps it from recovery and the
+    # its removal, no journal commit.  The lease keeps it from recovery and the
     # age sweep while pytest lives; a killed pytest's manager is found dead
     # and the directory removed, these with it, by the next recovery.
-    directories: _Directories = request.getfixturevalue("_sessiontemp_directories")
-    path = directories.make(request.node.name)
+    parent: Path = request.getfixturevalue("_sessiontemp_directories")
+    path = parent / f"{_NOT_A_NAME.sub('_', request.node.name)[:30]}-{next(_serial)}"
+    os.mkdir(path, 0o700)
+    os.chmod(path, 0o700)  # whatever the umask
     try:
         yield path
     finally:
-        directories.remove(path)
+        try:
+            os.rmdir(path)  # left empty: one system call
+        except OSError:
+            # What cannot be removed now goes with the process's directory.
+            shutil.rmtree(path, ignore_errors=True)
 
 
 _NOT_A_NAME = re.compile(r"[\W]")
