@@ -96,7 +96,13 @@ def test_tests_asking_only_for_the_path_journal_one_lease_per_pytest_process_not
     pytester.makepyfile(RECORDING + """
 @pytest.mark.parametrize("n", range(5))
 def test_writes(sessiontemp_path, n):
+    # The directories of the tests before this one are gone already, full or empty.
+    with open(os.environ["SEEN"]) as f:
+        assert not any(os.path.exists(json.loads(line)["path"]) for line in f)
     record(sessiontemp_path)
+    if n % 2:
+        (sessiontemp_path / "deep" / "er").mkdir(parents=True)
+        (sessiontemp_path / "deep" / "er" / "data").write_text("x")
 """)
     result = pytester.runpytest("--sessiontemp-root", os.fspath(root))
     result.assert_outcomes(passed=5)
