@@ -4,11 +4,14 @@ Registered through the ``pytest11`` entry point, so installing sessiontemp
 is enough.  Fixtures:
 
 * ``sessiontemp_path``: a :class:`~pathlib.Path`, the test's own private
-  0700 directory, removed after the test (kept, while it runs, by a command
-  the test started with its lease and left running, until that exits);
-* ``sessiontemp_lease``: the :class:`~sessiontemp.Lease` behind it, labelled
+  0700 directory, removed after the test.  Asked for alone (and without a
+  budget), it is a subdirectory of one leased directory of the pytest
+  process's own: a mkdir and an rmtree, no journal commit of its own;
+* ``sessiontemp_lease``: a :class:`~sessiontemp.Lease` on a generation of
+  the test's own (then ``sessiontemp_path`` is its directory), labelled
   with the test's node id, to start commands with (``lease.popen``,
-  ``pass_fds``, ``create_subprocess_exec``).
+  ``pass_fds``, ``create_subprocess_exec``): one the test started and left
+  running keeps the directory until it exits.
 
 Options: ``--sessiontemp-root DIR`` (default: the library's per-user root);
 ``--sessiontemp-max-bytes N`` and ``--sessiontemp-max-inodes N`` (N read
@@ -16,7 +19,9 @@ as ``sessiontemp run --max-bytes`` reads it: ``100K``, ``2G``), a budget
 for each test's directory: it is measured when the test ends, and one over
 the budget is an error of that test at teardown
 (:class:`~sessiontemp.OverBudget`, naming its size and largest entries),
-the test itself having run to its end, nothing stopped.
+the test itself having run to its end, nothing stopped.  A budgeted test's
+directory is a generation of its own, as with ``sessiontemp_lease``: the
+journal measures generations.
 
 Opt-in by use: nothing is opened or created until a test asks for one of
 the fixtures.  Then one manager per pytest process (per xdist worker: they
@@ -31,6 +36,10 @@ would without it, and a test that asks for one fails with
 
 from __future__ import annotations
 
+import itertools
+import os
+import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,6 +51,7 @@ from sessiontemp.arguments import size
 from sessiontemp.journal.errors import Unsupported
 
 if TYPE_CHECKING:
+    from sessiontemp import budget
     from sessiontemp.lease import Lease
     from sessiontemp.manager import Manager
 
@@ -97,6 +107,29 @@ def _sessiontemp_manager(request: pytest.FixtureRequest) -> Iterator[Manager]:
         manager.close()
 
 
+@pytest.fixture(scope="session")
+def _sessiontemp_directories(_sessiontemp_manager: Manager) -> Iterator[Path]:
+    """This pytest process's own leased directory, holding one subdirectory per test.
+
+    Taken at the first test that asks for ``sessiontemp_path`` alone, given
+    back (and removed, with whatever a test could not have removed) when
+    the session ends.
+    """
+    from sessiontemp.run import label
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    lease = _sessiontemp_manager.acquire(
+        label=label(f"pytest{f' {worker}' if worker else ''}: the tests' directories"))
+    try:
+        yield lease.path
+    finally:
+        lease.release()
+
+
+# Numbers the tests' directories of this pytest process (one lease's directory).
+_serial = itertools.count()
+
+
 @pytest.fixture
 def sessiontemp_lease(
     request: pytest.FixtureRequest, _sessiontemp_manager: Manager
@@ -113,8 +146,7 @@ def sessiontemp_lease(
     over = None
     try:
         yield lease
-        limits = budget.Limits(request.config.getoption("sessiontemp_max_bytes"),
-                               request.config.getoption("sessiontemp_max_inodes"))
+        limits = _limits(request.config)
         if limits.budgeted:
             # Measured (and journaled) while the directory is still the current one.
             usage = manager.measure()
@@ -128,6 +160,41 @@ def sessiontemp_lease(
 
 
 @pytest.fixture
-def sessiontemp_path(sessiontemp_lease: Lease) -> Path:
+def sessiontemp_path(request: pytest.FixtureRequest) -> Iterator[Path]:
     """This test's private 0700 directory, removed after the test."""
-    return sessiontemp_lease.path
+    config = request.config
+    if ("sessiontemp_lease" in request.fixturenames
+            or config.getoption("sessiontemp_max_bytes") is not None
+            or config.getoption("sessiontemp_max_inodes") is not None):
+        # A lease the test can start commands with keeps its directory while
+        # they run, and a budget is measured (and journaled) on a directory
+        # of the journal's own: both need the test's own generation.
+        lease: Lease = request.getfixturevalue("sessiontemp_lease")
+        yield lease.path
+        return
+    # Otherwise a subdirectory of this process's leased directory: a mkdir and
+    # its removal, no journal commit.  The lease keeps it from recovery and the
+    # age sweep while pytest lives; a killed pytest's manager is found dead
+    # and the directory removed, these with it, by the next recovery.
+    parent: Path = request.getfixturevalue("_sessiontemp_directories")
+    path = parent / f"{_NOT_A_NAME.sub('_', request.node.name)[:30]}-{next(_serial)}"
+    os.mkdir(path, 0o700)
+    os.chmod(path, 0o700)  # whatever the umask
+    try:
+        yield path
+    finally:
+        try:
+            os.rmdir(path)  # left empty: one system call
+        except OSError:
+            # What cannot be removed now goes with the process's directory.
+            shutil.rmtree(path, ignore_errors=True)
+
+
+_NOT_A_NAME = re.compile(r"[\W]")
+
+
+def _limits(config: pytest.Config) -> budget.Limits:
+    from sessiontemp import budget
+
+    return budget.Limits(config.getoption("sessiontemp_max_bytes"),
+                         config.getoption("sessiontemp_max_inodes"))

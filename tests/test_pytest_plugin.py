@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX
-from sessiontemp.journal.events import LeaseAcquired
+from sessiontemp.journal.events import GenerationCreated, LeaseAcquired
 from tests.commands import journaled
 
 pytest_plugins = ["pytester"]
@@ -63,8 +63,8 @@ def test_writes(sessiontemp_path, n):
     records = seen(log)
     paths = [Path(str(r["path"])) for r in records]
     assert len(set(paths)) == 3
-    assert all(p.parent.parent == root and p.parent.name.startswith(GENERATION_PREFIX)
-               for p in paths)
+    # Each inside a generation of the root: journaled, and removed by recovery if pytest dies.
+    assert all(p.relative_to(root).parts[0].startswith(GENERATION_PREFIX) for p in paths)
     assert all(r["mode"] == 0o700 for r in records)
     assert not any(p.exists() for p in paths)
     assert leftovers(root) == []
@@ -86,6 +86,31 @@ def test_starts_a_command(sessiontemp_lease, sessiontemp_path):
     (acquired,) = journaled(root, LeaseAcquired)
     assert acquired.label == "pytest test_sessiontemp_lease_is_the_lease_behind_the_path_" \
         "labelled_with_the_node_id.py::test_starts_a_command"
+    assert leftovers(root) == []
+
+
+def test_tests_asking_only_for_the_path_journal_one_lease_per_pytest_process_not_one_per_test(
+    pytester: pytest.Pytester, root: Path, log: Path
+) -> None:
+    """Each such test's directory is made and removed without a journal commit of its own."""
+    pytester.makepyfile(RECORDING + """
+@pytest.mark.parametrize("n", range(5))
+def test_writes(sessiontemp_path, n):
+    # The directories of the tests before this one are gone already, full or empty.
+    with open(os.environ["SEEN"]) as f:
+        assert not any(os.path.exists(json.loads(line)["path"]) for line in f)
+    record(sessiontemp_path)
+    if n % 2:
+        (sessiontemp_path / "deep" / "er").mkdir(parents=True)
+        (sessiontemp_path / "deep" / "er" / "data").write_text("x")
+""")
+    result = pytester.runpytest("--sessiontemp-root", os.fspath(root))
+    result.assert_outcomes(passed=5)
+    paths = {Path(str(r["path"])) for r in seen(log)}
+    assert len(paths) == 5
+    (acquired,) = journaled(root, LeaseAcquired)
+    assert acquired.label == "pytest: the tests' directories"
+    assert len(journaled(root, GenerationCreated)) == 1
     assert leftovers(root) == []
 
 
@@ -137,7 +162,7 @@ def test_writes(sessiontemp_path):
     result.assert_outcomes(passed=1)
     (record,) = seen(log)
     default = system_temp / f"sessiontemp-{os.getuid()}"
-    assert Path(str(record["path"])).parent.parent == default
+    assert Path(str(record["path"])).relative_to(default).parts[0].startswith(GENERATION_PREFIX)
     assert stat.S_IMODE(default.stat().st_mode) == 0o700
     assert leftovers(default) == []
 

@@ -15,18 +15,21 @@ script runs with, and the console script beside it: ``python3`` on PATH
 may be a shim (pyenv's is a shell script) that adds its own time.  The run
 is the goal's command as it stands, on its default root; TMPDIR points at
 the scratch directory, so that root is a fresh one there (made by the
-warm-up run), not the user's.
+warm-up run), not the user's.  Every command starts in the scratch
+directory, with no PYTHON* variable of the caller's, and every ``python -c``
+in isolated mode (``-I``): each imports the library and the standard
+modules, never a module lying in the directory the benchmark was run from.
 
 The session client is measured in the same loop: ``sessiontemp run
 --session S -- true`` and ``sessiontemp shell true`` (SESSIONTEMP_SESSION=S)
 against a session this script starts on that root (it owns it, and ends
 it before it leaves), each with its own bound (2x ``import sqlite3``).
 
-Bytecode: every command is run once first with writing bytecode allowed,
-so the figures are those of an installed package (whose modules are
-byte-compiled when installed), even where PYTHONDONTWRITEBYTECODE is set,
-which would otherwise compile every module of the library from source on
-every start (about twice the instructions here).  That cache goes where
+Bytecode: every command is run once first with writing bytecode allowed
+(the caller's PYTHONDONTWRITEBYTECODE is not passed on), so the figures are
+those of an installed package (whose modules are byte-compiled when
+installed); that variable would otherwise compile every module of the
+library from source on every start (about twice the instructions here).  That cache goes where
 Python puts it (``__pycache__`` beside the sources, ignored by git), the
 one thing this benchmark writes outside its scratch directory.
 
@@ -46,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import os
 import shutil
 import statistics
@@ -81,12 +85,13 @@ def console_script() -> list[str]:
     return [str(script)] if script.is_file() else [sys.executable, "-m", "sessiontemp"]
 
 
-def environ(tmpdir: Path, *, write_bytecode: bool = False) -> dict[str, str]:
-    env = {**os.environ, "TMPDIR": str(tmpdir), "SESSIONTEMP_SESSION": SESSION}
+def environ(tmpdir: Path) -> dict[str, str]:
+    # None of the caller's PYTHON* variables (PYTHONPATH would add modules,
+    # PYTHONDONTWRITEBYTECODE would compile the library at every start).
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTHON")},
+           "TMPDIR": str(tmpdir), "SESSIONTEMP_SESSION": SESSION}
     # The default root under TMPDIR, whatever the caller's environment names.
     env.pop("SESSIONTEMP_ROOT", None)
-    if write_bytecode:
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
 
@@ -111,10 +116,10 @@ def commands() -> dict[str, list[str]]:
         RUN: [*console_script(), "run", "--", "true"],
         RUN_SESSION: [*console_script(), "run", "--session", SESSION, "--", "true"],
         SHELL: [*console_script(), "shell", "true"],
-        SQLITE: [python, "-c", "import sqlite3"],
-        ATTRS: [python, "-c", "import attrs, sqlite3"],
-        IMPORT: [python, "-c", "import sessiontemp"],
-        BARE: [python, "-c", "pass"],
+        SQLITE: [python, "-I", "-c", "import sqlite3"],
+        ATTRS: [python, "-I", "-c", "import attrs, sqlite3"],
+        IMPORT: [python, "-I", "-c", "import sessiontemp"],
+        BARE: [python, "-I", "-c", "pass"],
     }
 
 
@@ -129,17 +134,19 @@ def timing(argvs: dict[str, list[str]], runs: int, scratch: Path
             cpu[name].append(spawn(argvs[name], env))
         return call
 
-    # Owned by this process, ended below (an end is also what its exit would cause).
-    spawn([*console_script(), "session", "start", SESSION, "--owner-pid", str(os.getpid())],
-          environ(scratch, write_bytecode=True))
-    try:
-        # Written once, as an installed package has it (see the module's docstring).
-        for argv in argvs.values():
-            spawn(argv, environ(scratch, write_bytecode=True))
-        wall = benchlib.interleave({name: variant(name) for name in argvs}, runs, warmup=1)
-    finally:
-        spawn([*console_script(), "session", "end", SESSION, "--owner-pid", str(os.getpid())],
-              env)
+    # Each command starts there (posix_spawn takes the caller's directory).
+    with contextlib.chdir(scratch):
+        # Owned by this process, ended below (an end is also what its exit would cause).
+        spawn([*console_script(), "session", "start", SESSION, "--owner-pid",
+               str(os.getpid())], env)
+        try:
+            # Bytecode written once, as an installed package has it (see the docstring).
+            for argv in argvs.values():
+                spawn(argv, env)
+            wall = benchlib.interleave({name: variant(name) for name in argvs}, runs, warmup=1)
+        finally:
+            spawn([*console_script(), "session", "end", SESSION, "--owner-pid",
+                   str(os.getpid())], env)
     for times in cpu.values():
         del times[:len(times) - runs]  # the warm-up's
     return wall, cpu
