@@ -540,7 +540,7 @@ def mount_points() -> dict[int, str]:
 
 
 @pytest.fixture
-def mount() -> Iterator[Callable[..., Path]]:
+def mount(tmp_path: Path) -> Iterator[Callable[..., Path]]:
     """Mount a tmpfs (or bind-mount *source*) at a path; unmount what is left at the end.
 
     Each is found again by its mount id: a removal renames the generation a
@@ -566,7 +566,10 @@ def mount() -> Iterator[Callable[..., Path]]:
     yield mount_at
     points = mount_points()
     for mount_id in reversed(mounted):
-        if mount_id in points:
+        # Only where it still lies under this test's directory: a mount
+        # unmounted by the test frees its id for another process's mount (a
+        # parallel test's), which must not be taken for it.
+        if mount_id in points and Path(points[mount_id]).is_relative_to(tmp_path):
             subprocess.run(["umount", "-l", points[mount_id]], check=False, capture_output=True)
 
 
