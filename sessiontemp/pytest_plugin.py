@@ -108,7 +108,8 @@ def _sessiontemp_manager(request: pytest.FixtureRequest) -> Iterator[Manager]:
 
 
 @pytest.fixture(scope="session")
-def _sessiontemp_directories(_sessiontemp_manager: Manager) -> Iterator[Path]:
+def _sessiontemp_directories(request: pytest.FixtureRequest, _sessiontemp_manager: Manager
+                             ) -> Iterator[Path]:
     """This pytest process's own leased directory, holding one subdirectory per test.
 
     Taken at the first test that asks for ``sessiontemp_path`` alone, given
@@ -117,7 +118,9 @@ def _sessiontemp_directories(_sessiontemp_manager: Manager) -> Iterator[Path]:
     """
     from sessiontemp.run import label
 
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    # xdist's worker id from this session's own config: the environment's is
+    # inherited by a pytest run inside a worker (pytester), which is none.
+    worker = getattr(request.config, "workerinput", {}).get("workerid", "")
     lease = _sessiontemp_manager.acquire(
         label=label(f"pytest{f' {worker}' if worker else ''}: the tests' directories"))
     try:
