@@ -22,7 +22,8 @@ import sys
 # Checkers take the name as True.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pathlib import Path
+    # By its module's name: the documentation reads the annotation as written.
+    import pathlib
     from typing import Final
 
 __all__ = ["HOLDER_LOCK", "HOLDER_SOCKET", "ROOT_VARIABLE", "chosen_root", "default_root",
@@ -63,14 +64,14 @@ def root_text(given: os.PathLike[str] | str | None) -> str:
     return named if named else os.path.join(_tempdir(), f"sessiontemp-{os.getuid()}")
 
 
-def chosen_root(given: os.PathLike[str] | str | None) -> Path:
+def chosen_root(given: os.PathLike[str] | str | None) -> pathlib.Path:
     """:func:`root_text` as a :class:`~pathlib.Path`."""
     from pathlib import Path
 
     return Path(root_text(given))
 
 
-def default_root() -> Path:
+def default_root() -> pathlib.Path:
     """The per-user root under the system temporary directory."""
     from pathlib import Path
 
