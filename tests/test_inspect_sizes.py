@@ -87,7 +87,8 @@ def test_explain_tells_how_a_directory_grew_and_its_peak_after_its_removal(
     assert any(s.startswith("Grown to") and human(peak) in s for s in grew)
     last = story.sentences[-1]
     assert last.kind == "now"
-    assert f"3 measurements journaled, the last {human(told[-1].bytes)}" in last.text
+    assert len(grew) <= 3
+    assert f"the last measurement {human(told[-1].bytes)}" in last.text
     assert f"its peak {human(peak)}" in last.text
     text = run_inspect("--root", root, "explain", ids["removed"]).stdout
     assert f"its peak {human(peak)}" in text

@@ -75,3 +75,13 @@ def test_retiring_history_changes_nothing_over_many_long_workloads(
         play_both(tmp_path_factory.mktemp("oracle"), steps)
 
     long_workloads()
+
+
+def test_a_live_directorys_size_is_told_the_same_after_the_history_that_measured_it_was_retired(
+        tmp_path: Path) -> None:
+    # Found by the property above: explain counted the measurements it read,
+    # and dated the peak from them, which retiring history changes.
+    three = [Step("open", 0, 0, False), Step("retain", 0, 0, False),
+             Step("acquire", 0, 0, False)] * 3
+    play_both(tmp_path, [*three, Step("churn", 0, 5, False), Step("pause", 0, 0, False),
+                         Step("measure", 0, 0, False), Step("resume", 0, 0, False)])

@@ -30,7 +30,6 @@ from sessiontemp.inspect.read import (
     Problem,
     Progress,
     as_path,
-    counted,
     generation_of,
     kept_history,
     opened,
@@ -119,8 +118,6 @@ class _Teller:
     held: set[str] = attrs.field(factory=set)  # the generation's leases before this event
     kept_for: str | None = None  # the session keeping it for a resume, if any
     told: int = -1  # the largest size a sentence has told (-1: none yet)
-    measurements: int = 0
-    peak: tuple[int, int, float] | None = None  # (bytes, inodes, time) of the peak
 
     def before(self, generation: GenerationState, kept: history.Start) -> None:
         """Tell what the state where the story starts holds of a generation created before it.
@@ -255,9 +252,6 @@ class _Teller:
     def measured(self, record: Record, size: int, inodes: int) -> None:
         """Tell the first measurement and each that grew past what was told by a quarter:
         how it grew, in a few sentences, however often it was measured."""
-        self.measurements += 1
-        if self.peak is None or size > self.peak[0]:
-            self.peak = (size, inodes, record.time)
         if self.told >= 0 and size <= self.told * 1.25 + 4096:
             return
         first = "First measured" if self.told < 0 else "Grown to"
@@ -266,18 +260,18 @@ class _Teller:
                  f"{inodes:,} inodes.")
 
     def size(self, generation: GenerationState) -> str:
-        """Its last measurement and its peak, in a sentence ("" when never measured)."""
+        """Its last measurement and its peak, in a sentence ("" when never measured).
+
+        From the state alone: an answer about the present is the same
+        whether or not the history that measured it was retired (how it
+        grew is told by the measurements' own sentences).
+        """
         if generation.measured_at is None:
             return ""
         last = (f"{human(generation.measured_bytes or 0)} in "
                 f"{generation.measured_inodes or 0:,} inodes at {when(generation.measured_at)}")
-        peak = (f"{human(generation.peak_bytes)} in {generation.peak_inodes:,} inodes"
-                + (f" at {when(self.peak[2])}" if self.peak is not None
-                   and self.peak[0] == generation.peak_bytes else ""))
-        # Replayed from a checkpoint: the measurements before it are in its state only.
-        many = (f"{counted(self.measurements, 'measurement')} journaled, the last"
-                if self.measurements else "the last measurement")
-        return f"Its size on disk: {many} {last}; its peak {peak}."
+        return (f"Its size on disk: the last measurement {last}; its peak "
+                f"{human(generation.peak_bytes)} in {generation.peak_inodes:,} inodes.")
 
     def remover(self, by: str, generation: GenerationState) -> str:
         """Who removed the generation, in words: its manager, or which recovery and why."""
