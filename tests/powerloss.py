@@ -19,35 +19,51 @@ files are given new inodes, so that no connection this process still holds
 on the old ones (SQLite keeps them past a close for its POSIX locks) shares
 their in-memory index.
 
-The directories are the worst case the write-ahead rule allows that matters
-for leaks: every directory effect the process made stays (a mkdir is only
-ever made after its creation record is synced, so one whose record was
-dropped is a directory the journal does not name).  A removal undone by
-the power loss (a directory back on disk after its removal was journaled)
-is tests/test_power_loss.py's.
+Directory operations are not fsynced, so a power loss may keep or lose each
+of them; the write-ahead rule only promises that none was made before its
+record was synced.  :func:`lose_directories` models three cases: every
+directory effect kept (a directory whose creation record was dropped is
+then one the journal does not name: a leak, and the write-ahead rule's
+breach); every generation directory's mkdir lost (none of them, nor what
+was in them, reached the disk); every rename into the trash undone.  A
+removal's rmdir undone (a directory back on disk after its removal was
+journaled, under its own inode) is tests/test_power_loss.py's.
 
 Every process is gone with the power: every manager dies (its locks with
 it), and recovery runs on what the disk kept.  :func:`judge` says what it
 must have made of it: no leak (a generation or trash directory the journal
 does not keep), no wrongful removal (an artifact whose record survived
-missing, a generation the journal keeps for a resume missing), and a
-second pass that finds nothing to do.
+missing, a generation the journal keeps for a resume missing: each one
+that was on disk before the pass; an artifact whose keep returned that the
+journal lost), and a second pass that finds nothing
+to do.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import struct
+from collections.abc import Set
 from pathlib import Path
+from typing import Literal, TypeAlias
 
 import attrs
 
 from sessiontemp import recover
-from sessiontemp.artifacts import artifact_of
+from sessiontemp.artifacts import ARTIFACTS_DIR, artifact_of
 from sessiontemp.inspect import verify
 from sessiontemp.journal import State
-from sessiontemp.root import GENERATION_PREFIX, JOURNAL_NAME, TRASH_PREFIX, generation_name
+from sessiontemp.root import (
+    GENERATION_PREFIX,
+    JOURNAL_NAME,
+    TRASH_PREFIX,
+    generation_name,
+)
 from tests.conftest import live_state
+
+Directories: TypeAlias = Literal["kept", "made lost", "renames undone"]
+DIRECTORIES: tuple[Directories, ...] = ("kept", "made lost", "renames undone")
 
 WAL_HEADER = 32
 FRAME_HEADER = 24
@@ -147,6 +163,19 @@ def lose_power(root: Path, synced: SyncedWal) -> Cut:
     return Cut(files, dropped)
 
 
+def lose_directories(root: Path, how: Directories) -> None:
+    """What a power loss undid of the directory effects under *root* (see the module)."""
+    if how == "kept":
+        return
+    for name in on_disk(root):
+        if how == "made lost":
+            shutil.rmtree(root / name)
+        elif name.startswith(TRASH_PREFIX):
+            back = generation_name(name.removeprefix(TRASH_PREFIX))
+            if not (root / back).exists():
+                os.rename(root / name, root / back)
+
+
 @attrs.define
 class PowerLoss:
     """:func:`lose_power` on *root* when :meth:`goes` is called: at the crash point."""
@@ -172,16 +201,24 @@ def on_disk(root: Path) -> set[str]:
     return {n for n in os.listdir(root) if n.startswith((GENERATION_PREFIX, TRASH_PREFIX))}
 
 
-def judge(root: Path) -> Verdict:
-    """Recover *root* after a power loss (nobody alive), and what it left wrong."""
+def judge(root: Path, promised: Set[str] = frozenset()) -> Verdict:
+    """Recover *root* after a power loss (nobody alive), and what it left wrong.
+
+    *promised*: the artifacts whose keep returned before the power went.
+    """
     problems: list[str] = []
+    before = on_disk(root)
+    kept_files = set(os.listdir(root / ARTIFACTS_DIR)) if (root / ARTIFACTS_DIR).is_dir() else set()
     recover(root)
     state: State = live_state(root)
     kept = {generation_name(g) for g in state.generations}
     found = on_disk(root)
-    wrongful = {name for name in kept - found if name.startswith(GENERATION_PREFIX)}
+    wrongful = {name for name in (kept & before) - found}
     wrongful |= {a for a, artifact in state.artifacts.items()
-                 if not artifact_of(root, artifact).path.is_file()}
+                 if (path := artifact_of(root, artifact).path).name in kept_files
+                 and not path.is_file()}
+    wrongful |= {f"artifact {a} (its keep returned, its record is lost)"
+                 for a in promised - set(state.artifacts)}
     again = recover(root)
     if again.removed:
         problems.append(f"a second recovery removed {[str(r.path) for r in again.removed]}")
