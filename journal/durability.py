@@ -1,11 +1,16 @@
 """Durability: which appends are synced before they return, in each mode.
 
-``"full"`` syncs every append but a removal's end; ``"relaxed"`` syncs only
-the events a file-system effect follows (a generation's creation before its
-mkdir, a removal's start before its rename, the manager's end before its
-lock file goes) and an artifact's record, and lets the others reach the
-disk with the next sync.  The manager asks :func:`synced` on every append:
-one dict lookup for one event.
+``"relaxed"`` syncs only the events a file-system effect follows (a
+generation's creation before its mkdir, a removal's start before its
+rename, the manager's end before its lock file goes) and an artifact's
+record, and lets the others reach the disk with the next sync.  ``"full"``
+syncs every append but three kinds: a removal's end, a measurement, and the
+records of a holder (a lease taken, a command started on it, a lease given
+back), which a power loss makes moot (see below).  An append of several
+events is synced when any of them is: a lease's release that starts its
+generation's removal is.  The manager asks :func:`synced` on every append:
+one dict lookup for one event.  A recovery pass appends through
+:meth:`Ledger.append`, which syncs every commit, in either mode.
 """
 
 from __future__ import annotations
@@ -16,10 +21,14 @@ from .errors import BadInput
 from .events import (
     KINDS,
     ArtifactKept,
+    CommandStarted,
     Event,
     GenerationCreated,
     GenerationMeasured,
+    LeaseAcquired,
+    LeaseReleased,
     ManagerClosed,
+    Reappeared,
     RemovalFinished,
     RemovalStarted,
 )
@@ -35,13 +44,30 @@ DURABILITY: Final[tuple[Durability, ...]] = ("full", "relaxed")
 # finishes as it would have (and the rmdir it records is not synced either).
 # An artifact's record is synced in both too: its caller is told the file is
 # kept, and without the record a recovery would remove it as unreferenced.
-_WRITE_AHEAD: Final = (GenerationCreated, RemovalStarted, ManagerClosed, ArtifactKept)
+# (A reappeared directory's record is a removal's start too: a recovery
+# pass's, which syncs every commit anyway.)
+_WRITE_AHEAD: Final = (GenerationCreated, RemovalStarted, Reappeared, ManagerClosed,
+                       ArtifactKept)
 # Synced in neither mode: a measurement is telemetry, and one lost
 # leaves the last one before it as the generation's size.  Not syncing it
-# also keeps a periodic measurement from costing an fsync.  A refusal for
-# space (SpaceRefused) is in neither list: in "full" it is on disk before
-# its caller is told, as every answer is; in "relaxed" no effect follows it.
-_NEVER_SYNCED: Final = (RemovalFinished, GenerationMeasured)
+# also keeps a periodic measurement from costing an fsync.
+# A holder's records are not synced either: no file-system effect follows
+# them (a lease's lock is taken before its record and dropped after its
+# release's, in memory order, which a process crash keeps: the frames are
+# in the -wal file), and what a power loss can drop of them describes a
+# process the power loss ended too, holding a lock the power loss dropped
+# too.  Recovery decides by locks and liveness: it removes a dead manager's
+# generations whatever their leases said, so a lease's record lost, or its
+# release lost, changes nothing it does.  They are the harness's hot path:
+# syncing them cost an fdatasync each, three per command.  A lease's
+# release that shares its commit with its generation's removal start, or
+# a lease that shares one with its new generation's identity, is synced
+# with them.
+# A refusal for space (SpaceRefused) is in neither list: in "full" it is
+# on disk before its caller is told, as every answer is; in "relaxed" no
+# effect follows it.
+_NEVER_SYNCED: Final = (RemovalFinished, GenerationMeasured, LeaseAcquired, CommandStarted,
+                        LeaseReleased)
 
 # Looked up by the event's class (events are final classes).
 _SYNCED: Final[dict[Durability, dict[type, bool]]] = {
