@@ -7,8 +7,8 @@ record, and lets the others reach the disk with the next sync.  ``"full"``
 syncs every append but three kinds: a removal's end, a measurement, and the
 records of a holder (a lease taken, a command started on it, a lease given
 back), which a power loss makes moot (see below).  An append of several
-events is synced when any of them is: a lease's release that starts its
-generation's removal is.  The manager asks :func:`synced` on every append:
+events is synced when any of them is: in "full", a new generation's first
+lease is, with the generation's identity.  The manager asks :func:`synced` on every append:
 one dict lookup for one event.  A recovery pass appends through
 :meth:`Ledger.append`, which syncs every commit, in either mode.
 """
@@ -51,18 +51,18 @@ _WRITE_AHEAD: Final = (GenerationCreated, RemovalStarted, Reappeared, ManagerClo
 # Synced in neither mode: a measurement is telemetry, and one lost
 # leaves the last one before it as the generation's size.  Not syncing it
 # also keeps a periodic measurement from costing an fsync.
-# A holder's records are not synced either: no file-system effect follows
-# them (a lease's lock is taken before its record and dropped after its
-# release's, in memory order, which a process crash keeps: the frames are
-# in the -wal file), and what a power loss can drop of them describes a
-# process the power loss ended too, holding a lock the power loss dropped
-# too.  Recovery decides by locks and liveness: it removes a dead manager's
-# generations whatever their leases said, so a lease's record lost, or its
-# release lost, changes nothing it does.  They are the harness's hot path:
-# syncing them cost an fdatasync each, three per command.  A lease's
-# release that shares its commit with its generation's removal start, or
-# a lease that shares one with its new generation's identity, is synced
-# with them.
+# A holder's records (a lease taken, a command started on it, a lease
+# given back) are not synced either.  No file-system effect follows them
+# (a lease's lock is dropped only once its release is committed, which a
+# process crash keeps: the frames are in the -wal file).  What a power
+# loss can drop of them describes processes the power loss ended too, and
+# locks it dropped too; recovery decides by locks and liveness and removes
+# a dead manager's generations whatever their leases said, so a lease or
+# its release lost changes nothing it does.  They are the harness's hot
+# path: synced, they cost an fdatasync each, three per command.  A release
+# that makes its generation's removal due is made durable by the removal's
+# start, synced before the rename; a lease taken with a new generation
+# shares the sync of the generation's identity (in "full").
 # A refusal for space (SpaceRefused) is in neither list: in "full" it is
 # on disk before its caller is told, as every answer is; in "relaxed" no
 # effect follows it.
