@@ -34,6 +34,7 @@ __all__ = [
     "spans",
     "stale_listing",
     "statements",
+    "synced_commits",
 ]
 
 
@@ -105,6 +106,31 @@ def record_commits(record: Callable[[int], None]) -> Callable[..., None]:
 
     commit.GroupCommit.commit_batch = recording  # type: ignore[method-assign]
     return real
+
+
+@contextlib.contextmanager
+def synced_commits(record: Callable[[Path], None]) -> Iterator[None]:
+    """Call *record* with the segment file after each synced group commit, in any store.
+
+    Called in the leading thread once the commit returned: what its -wal
+    file holds then is on the disk, and stays there across a power loss.
+    A commit that raised records nothing.
+    """
+    from .store import commit
+
+    real = commit.GroupCommit.commit_batch
+
+    def recording(self: commit.GroupCommit, batch: list[commit.Pending],
+                  own: commit.Pending) -> None:
+        real(self, batch, own)
+        if any(p.durable for p in batch):
+            record(Path(self._link.active.file))
+
+    commit.GroupCommit.commit_batch = recording  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        commit.GroupCommit.commit_batch = real  # type: ignore[method-assign]
 
 
 def spanning(store: Store) -> bool:

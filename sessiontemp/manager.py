@@ -98,14 +98,15 @@ class Manager:
     with manager:`` closes it through :meth:`close_async`.
 
     *durability* ``"full"`` (the default) makes every operation's events
-    durable before it returns; ``"relaxed"`` syncs only the events that
-    precede a file-system effect (a generation's creation before its mkdir,
-    a removal's start before its rename, the manager's end before its lock
-    file goes) and lets the others (leases, their release, owners,
-    rotations) reach the disk with the next sync: a process crash loses
-    none of them, a power loss may lose the last ones, which then describe
-    leases and owners of processes that died with it (the documentation's
-    "Commits and durability").
+    durable before it returns, but a holder's (a lease taken or given back
+    on a live generation, a command started); ``"relaxed"`` syncs only the
+    events that precede a file-system effect (a generation's creation
+    before its mkdir, a removal's start before its rename, the manager's
+    end before its lock file goes) and an artifact's record.  The others
+    reach the disk with the next sync: a process crash loses none of them,
+    a power loss may lose the last ones, which then describe leases and
+    owners of processes that died with it (the documentation's "Commits and
+    durability").
 
     *clock* gives the wall-clock time written into events and used for the
     stale sweep; *busy_timeout* bounds the wait for another process's journal
