@@ -540,15 +540,16 @@ def test_a_planted_append_past_the_ledger_is_found(tmp_path: Path) -> None:
         "journal/ledger.py": "def f(store):\n    store.submit([])\n",
         "journal/store/__init__.py": "def f(self):\n    self._commits.submit([])\n",
         "sessiontemp/__init__.py": "",
-        "sessiontemp/recovery.py": ("class P:\n    def f(self, events):\n"
+        "sessiontemp/recovery/passes.py": ("class P:\n    def f(self, events):\n"
                                     "        self.store.append(events, time=1.0)\n"
                                     "        self.removed.append(1)\n"),
-        "sessiontemp/cleanup.py": "from x import Store\nappend = Store.append\n",
+        "sessiontemp/recovery/cleanup.py": "from x import Store\nappend = Store.append\n",
         "sessiontemp/writer.py": "def f(ledger, handles):\n    ledger.submit(())\n"
                                  "    handles.store.submit(())\n",
     })
     assert sorted((m, line) for m, line, _ in tree.stray_appends()) == [
-        ("sessiontemp.cleanup", 2), ("sessiontemp.recovery", 3), ("sessiontemp.writer", 3)]
+        ("sessiontemp.recovery.cleanup", 2), ("sessiontemp.recovery.passes", 3),
+        ("sessiontemp.writer", 3)]
 
 
 @pytest.mark.parametrize("text", [
