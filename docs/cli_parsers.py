@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 
 from sessiontemp import __main__ as sessiontemp_main
-from sessiontemp import cli
-from sessiontemp.root import default_root
+from sessiontemp._kernel.root import default_root
+from sessiontemp.cli import journal_inspect as cli
 
 __all__ = ["journal_inspect", "sessiontemp"]
 

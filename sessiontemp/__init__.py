@@ -27,15 +27,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from sessiontemp._kernel.root import GENERATION_PREFIX, TRASH_PREFIX, default_root
     from sessiontemp.artifacts import Artifact
-    from sessiontemp.cleanup import (
-        recover,
-        recover_async,
-        remove_artifact,
-        remove_artifact_async,
-        remove_session,
-        remove_session_async,
-    )
     from sessiontemp.journal.errors import (
         BadInput,
         CheckpointInvalid,
@@ -63,11 +56,18 @@ if TYPE_CHECKING:
     from sessiontemp.journal.segments import DEFAULT_RETENTION, Retention
     from sessiontemp.lease import Lease
     from sessiontemp.manager import Manager
-    from sessiontemp.placement import InsideWorkdir
-    from sessiontemp.recovery import Report
-    from sessiontemp.root import GENERATION_PREFIX, TRASH_PREFIX, default_root
-    from sessiontemp.sweeps import Removed, Skipped
-    from sessiontemp.usage import Usage
+    from sessiontemp.recovery.cleanup import (
+        recover,
+        recover_async,
+        remove_artifact,
+        remove_artifact_async,
+        remove_session,
+        remove_session_async,
+    )
+    from sessiontemp.recovery.passes import Report
+    from sessiontemp.recovery.sweeps import Removed, Skipped
+    from sessiontemp.space.placement import InsideWorkdir
+    from sessiontemp.space.usage import Usage
 
 __all__ = [
     "DEFAULT_RETENTION",
@@ -116,15 +116,15 @@ __all__ = [
 # Where each public name lives.
 _WHERE: dict[str, str] = {
     "DEFAULT_RETENTION": "sessiontemp.journal.segments",
-    "GENERATION_PREFIX": "sessiontemp.root",
-    "TRASH_PREFIX": "sessiontemp.root",
+    "GENERATION_PREFIX": "sessiontemp._kernel.root",
+    "TRASH_PREFIX": "sessiontemp._kernel.root",
     "Artifact": "sessiontemp.artifacts",
     "BadInput": "sessiontemp.journal.errors",
     "CheckpointInvalid": "sessiontemp.journal.errors",
     "CommandNotStarted": "sessiontemp.journal.errors",
     "ForkedCopy": "sessiontemp.journal.errors",
     "HistoryRetired": "sessiontemp.journal.errors",
-    "InsideWorkdir": "sessiontemp.placement",
+    "InsideWorkdir": "sessiontemp.space.placement",
     "JournalBusy": "sessiontemp.journal.errors",
     "JournalCorrupt": "sessiontemp.journal.errors",
     "JournalError": "sessiontemp.journal.errors",
@@ -137,25 +137,25 @@ _WHERE: dict[str, str] = {
     "NoSuchRoot": "sessiontemp.journal.errors",
     "OverBudget": "sessiontemp.journal.errors",
     "PackageUnreadable": "sessiontemp.journal.errors",
-    "Removed": "sessiontemp.sweeps",
-    "Report": "sessiontemp.recovery",
+    "Removed": "sessiontemp.recovery.sweeps",
+    "Report": "sessiontemp.recovery.passes",
     "Retention": "sessiontemp.journal.segments",
     "RootReadOnly": "sessiontemp.journal.errors",
     "RootUnusable": "sessiontemp.journal.errors",
     "SessionOwned": "sessiontemp.journal.errors",
     "SessionTempError": "sessiontemp.journal.errors",
-    "Skipped": "sessiontemp.sweeps",
+    "Skipped": "sessiontemp.recovery.sweeps",
     "Unavailable": "sessiontemp.journal.errors",
     "UnsafeRoot": "sessiontemp.journal.errors",
-    "Usage": "sessiontemp.usage",
+    "Usage": "sessiontemp.space.usage",
     "Unsupported": "sessiontemp.journal.errors",
-    "default_root": "sessiontemp.root",
-    "recover": "sessiontemp.cleanup",
-    "remove_artifact": "sessiontemp.cleanup",
-    "remove_session": "sessiontemp.cleanup",
-    "recover_async": "sessiontemp.cleanup",
-    "remove_artifact_async": "sessiontemp.cleanup",
-    "remove_session_async": "sessiontemp.cleanup",
+    "default_root": "sessiontemp._kernel.root",
+    "recover": "sessiontemp.recovery.cleanup",
+    "remove_artifact": "sessiontemp.recovery.cleanup",
+    "remove_session": "sessiontemp.recovery.cleanup",
+    "recover_async": "sessiontemp.recovery.cleanup",
+    "remove_artifact_async": "sessiontemp.recovery.cleanup",
+    "remove_session_async": "sessiontemp.recovery.cleanup",
 }
 
 

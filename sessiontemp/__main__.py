@@ -11,10 +11,10 @@
     sessiontemp integrate claude-code [--settings FILE] [--remove] [--json]
 
 Each subcommand calls one library function (:func:`sessiontemp.run.run_command`,
-:func:`sessiontemp.client.run_in_session`, :func:`sessiontemp.holding.start`,
+:func:`sessiontemp.holder.client.run_in_session`, :func:`sessiontemp.holder.holding.start`,
 :func:`sessiontemp.recover`) and formats its result.  The root is ``--root``,
 else ``$SESSIONTEMP_ROOT``, else the per-user default
-(:func:`sessiontemp.where.chosen_root`).  Bad input (a bad
+(:func:`sessiontemp._kernel.where.chosen_root`).  Bad input (a bad
 argument, an unsafe root, a journal that cannot be used) is one line on
 stderr naming the path, the reason and the fix, and exit status 2; a run
 refused for space (too little free, or a directory left over its budget)
@@ -31,7 +31,7 @@ if __name__ == "__main__":
     _platform.exit_if_unsupported("sessiontemp")
     import sys as _sys
 
-    from sessiontemp import client as _client
+    from sessiontemp.holder import client as _client
 
     # `run --session` and `shell`, before the library's heavier modules below:
     # a harness pays this start-up on every command it runs in a session.
@@ -47,7 +47,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO
 
-from sessiontemp import budget, console
+from sessiontemp._kernel.where import chosen_root, default_root
+from sessiontemp.cli import console
 from sessiontemp.journal.errors import (
     BadInput,
     CommandNotStarted,
@@ -58,12 +59,12 @@ from sessiontemp.journal.errors import (
     SessionTempError,
 )
 from sessiontemp.run import run_command
-from sessiontemp.where import chosen_root, default_root
+from sessiontemp.space import budget
 
 if TYPE_CHECKING:
     import argparse
 
-    from sessiontemp.arguments import Parser
+    from sessiontemp.cli.arguments import Parser
 
 __all__ = ["main"]
 
@@ -151,8 +152,8 @@ def build_parser() -> Parser:
     import argparse
     from importlib import metadata
 
-    from sessiontemp.arguments import Parser, PathArgument
-    from sessiontemp.arguments import size as _size
+    from sessiontemp.cli.arguments import Parser, PathArgument
+    from sessiontemp.cli.arguments import size as _size
 
     parser = Parser(
         prefix=PROG, prog=PROG, epilog=EXAMPLES,
@@ -302,7 +303,7 @@ def cmd_run(args: argparse.Namespace | Plain, out: console.Out) -> int:
 
 
 def _run_in_session(args: argparse.Namespace | Plain, command: list[str]) -> int:
-    from sessiontemp.client import run_in_session
+    from sessiontemp.holder.client import run_in_session
 
     given = [o for o, v in (("--max-bytes", args.max_bytes), ("--max-inodes", args.max_inodes),
                             ("--min-free-bytes", args.min_free_bytes)) if v is not None]
@@ -310,7 +311,7 @@ def _run_in_session(args: argparse.Namespace | Plain, command: list[str]) -> int
         return _fail("run", f"{given[0]} applies to a run's own directory; a session's budget "
                      f"is given to `{PROG} session start`. Leave it out with --session")
     assert args.session is not None, "a run with --session"
-    from sessiontemp.client import Refused
+    from sessiontemp.holder.client import Refused
 
     try:
         return run_in_session(command, session=args.session, root=args.root)
@@ -323,7 +324,7 @@ def _run_in_session(args: argparse.Namespace | Plain, command: list[str]) -> int
 def cmd_session(args: argparse.Namespace, out: console.Out) -> int:
     import json
 
-    from sessiontemp import holding
+    from sessiontemp.holder import holding
 
     root = chosen_root(args.root)
     if args.action == "start":
@@ -369,7 +370,7 @@ def cmd_session(args: argparse.Namespace, out: console.Out) -> int:
 
 
 def cmd_shell(args: argparse.Namespace, out: console.Out) -> int:
-    from sessiontemp import client
+    from sessiontemp.holder import client
 
     # Only reached for a command line the client did not read itself.
     return client.main(["shell", args.text])
@@ -378,8 +379,8 @@ def cmd_shell(args: argparse.Namespace, out: console.Out) -> int:
 def cmd_recover(args: argparse.Namespace, out: console.Out) -> int:
     import json
 
-    from sessiontemp.cleanup import recover
-    from sessiontemp.recovery import Report
+    from sessiontemp.recovery.cleanup import recover
+    from sessiontemp.recovery.passes import Report
 
     root = chosen_root(args.root)
     no_journal = None
@@ -463,7 +464,7 @@ def _arrange(words: list[str], parser: Parser) -> list[str]:
     or, after an option no subcommand has (``--rot DIR run``), that option's
     nearest: the word is its value.
     """
-    from sessiontemp.arguments import nearest_option, not_a_subcommand
+    from sessiontemp.cli.arguments import nearest_option, not_a_subcommand
 
     known = {o for p in (parser, *parser.subcommands.values()) for o in p.options}
     i = 0

@@ -40,18 +40,18 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from sessiontemp import resources
+from sessiontemp._guards.steps import Steps
+from sessiontemp._kernel import resources
+from sessiontemp._kernel.locks import busy, try_exclusive
+from sessiontemp._kernel.root import ARTIFACTS_DIR, DIR_FLAGS, FILE_MODE, Root, os_error, path_of
 from sessiontemp.journal import ids
 from sessiontemp.journal.errors import BadInput, SessionTempError
 from sessiontemp.journal.events import ArtifactKept
 from sessiontemp.journal.reducer import ArtifactState
-from sessiontemp.locks import busy, try_exclusive
-from sessiontemp.root import ARTIFACTS_DIR, DIR_FLAGS, FILE_MODE, Root, os_error, path_of
-from sessiontemp.steps import Steps
 from sessiontemp.writepath import WritePath
 
 if TYPE_CHECKING:
-    from sessiontemp.log import BoundLogger
+    from sessiontemp._guards.log import BoundLogger
 
 __all__ = [
     "ARTIFACTS_DIR",

@@ -20,22 +20,23 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from sessiontemp import reserve, resources
+from sessiontemp._guards.steps import Steps
+from sessiontemp._kernel import resources
+from sessiontemp._kernel.liveness import lock_shared, lock_work
+from sessiontemp._kernel.locks import refusal
+from sessiontemp._kernel.root import WORK_DIR, generation_name
 from sessiontemp.handles import Handles
 from sessiontemp.journal import ids
 from sessiontemp.journal.errors import SessionTempError, Unavailable
 from sessiontemp.journal.events import GenerationCreated, GenerationReady, LeaseAcquired, Rotated
 from sessiontemp.journal.reducer import removal_due
 from sessiontemp.journal.store import Pending
-from sessiontemp.liveness import lock_shared, lock_work
-from sessiontemp.locks import refusal
-from sessiontemp.removal import Blocked, Target, remove
-from sessiontemp.root import WORK_DIR, generation_name
-from sessiontemp.steps import Steps
+from sessiontemp.recovery.removal import Blocked, Target, remove
+from sessiontemp.space import reserve
 from sessiontemp.writepath import Owner
 
 if TYPE_CHECKING:
-    from sessiontemp.log import BoundLogger
+    from sessiontemp._guards.log import BoundLogger
 
 __all__ = ["Generations", "Leased", "Made"]
 
@@ -177,7 +178,7 @@ class Generations:
 
         With *retire*, a directory gone from under its name (or replaced)
         is retired, so that the next acquire starts clean; nothing else
-        says it is gone (:mod:`sessiontemp.resources`), and nothing else
+        says it is gone (:mod:`sessiontemp._kernel.resources`), and nothing else
         retires it.
         """
         path = os.path.join(self.root, generation_name(generation))

@@ -23,16 +23,16 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from sessiontemp import resources
+from sessiontemp._kernel import resources
+from sessiontemp._kernel.liveness import LivenessLock
+from sessiontemp._kernel.root import Root
 from sessiontemp.journal.errors import ForkedCopy
 from sessiontemp.journal.store import Store
-from sessiontemp.liveness import LivenessLock
-from sessiontemp.root import Root
 from sessiontemp.sessions import SessionLock
 
 if TYPE_CHECKING:
+    from sessiontemp._guards.log import BoundLogger
     from sessiontemp.lease import Hold
-    from sessiontemp.log import BoundLogger
 
 __all__ = ["Handles", "of", "register"]
 
@@ -195,7 +195,7 @@ def of(manager: str) -> Handles:
 
 
 def _disarm_copies() -> None:
-    # Takes no lock (see sessiontemp.forks): the child has one thread, and
+    # Takes no lock (see sessiontemp._guards.forks): the child has one thread, and
     # any lock may have been held by one of the parent's at the fork.
     for handles in list(_REGISTERED.values()):
         # One copy that cannot be disarmed must not leave the others armed.

@@ -12,7 +12,7 @@ A lease reaches its manager only through :class:`LeaseOwner` (and shows
 it as an :class:`Issuer`), and the manager reaches the lease's lock only
 through its :class:`Hold`: neither calls into the other's internals, and
 this module imports neither the manager nor the leases' owner.  asyncio
-(and :mod:`sessiontemp.aio`, which imports nothing of this module) is
+(and :mod:`sessiontemp._guards.aio`, which imports nothing of this module) is
 imported only by the async methods, so a program that never awaits a
 lease never loads it.
 """
@@ -28,11 +28,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from sessiontemp import forks
+from sessiontemp._guards import forks
+from sessiontemp._kernel.spawn import not_started
 from sessiontemp.journal.errors import (
     Unavailable,
 )
-from sessiontemp.spawn import not_started
 
 if TYPE_CHECKING:
     import asyncio.subprocess
@@ -262,7 +262,7 @@ class Lease:
 
     async def track_async(self, pid: int) -> bool:
         """:meth:`track` in a worker thread: its journal commit never runs on the event loop."""
-        from sessiontemp import aio
+        from sessiontemp._guards import aio
 
         return await aio.complete(functools.partial(self.track, pid))
 
@@ -292,7 +292,7 @@ class Lease:
         :func:`sessiontemp.remove_artifact`) before the cancellation is
         raised: a cancelled caller leaves no artifact behind.
         """
-        from sessiontemp import aio
+        from sessiontemp._guards import aio
 
         # The artifact a cancelled caller never got is removed, journaled as
         # any removal is: a file nobody knows of would otherwise stay for good.
@@ -313,7 +313,7 @@ class Lease:
         A release appends to the journal and may remove the directory, so
         it never runs on the event loop; ``async with lease:`` ends with it.
         """
-        from sessiontemp import aio
+        from sessiontemp._guards import aio
 
         await aio.complete(self.release)
 
@@ -360,7 +360,7 @@ class Lease:
         # Here, not at the module's import: a program that never awaits pays nothing for asyncio.
         import asyncio
 
-        from sessiontemp import aio
+        from sessiontemp._guards import aio
 
         given: Mapping[str, str] | None = kwargs.pop("env", None)
         base = os.environ if given is None else given

@@ -18,8 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from sessiontemp import artifacts, processes, reserve
-from sessiontemp.cleanup import remove_artifact
+from sessiontemp import artifacts
+from sessiontemp._guards.shield import shielded
+from sessiontemp._guards.steps import Steps
+from sessiontemp._kernel import processes
 from sessiontemp.generations import Generations
 from sessiontemp.handles import Handles
 from sessiontemp.journal.errors import (
@@ -34,12 +36,12 @@ from sessiontemp.journal.events import CommandStarted, LeaseReleased
 from sessiontemp.journal.store import Pending
 from sessiontemp.lease import Hold, Issuer, Lease
 from sessiontemp.meter import Meter
-from sessiontemp.shield import shielded
-from sessiontemp.steps import Steps
+from sessiontemp.recovery.cleanup import remove_artifact
+from sessiontemp.space import reserve
 from sessiontemp.writepath import Owner
 
 if TYPE_CHECKING:
-    from sessiontemp.log import BoundLogger
+    from sessiontemp._guards.log import BoundLogger
 
 __all__ = ["MAX_LABEL", "Leases", "check_label"]
 

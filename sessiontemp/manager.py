@@ -15,7 +15,7 @@ the transaction, so nothing it would refuse is ever committed), apply,
 act on the file system.  Whatever fails or interrupts an operation, the
 manager's state is the journal's: an operation called from the main
 thread runs with every signal handler deferred until it has finished
-(:mod:`sessiontemp.shield`), and a failure between two steps leaves work
+(:mod:`sessiontemp._guards.shield`), and a failure between two steps leaves work
 that the next operation, or the next recovery, finishes.
 
 The manager is a facade that opens and wires the parts, each in a module
@@ -41,12 +41,19 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Unpack
 
-from sessiontemp import budget, placement, recovery, reserve, resources, sessions
-from sessiontemp.durability import DURABILITY, Durability
-from sessiontemp.durability import check as check_durability
+from sessiontemp import sessions
+from sessiontemp._guards.log import bound
+from sessiontemp._guards.shield import shielded
+from sessiontemp._guards.steps import StepHook, Steps
+from sessiontemp._kernel import resources
+from sessiontemp._kernel.liveness import LivenessLock
+from sessiontemp._kernel.locks import hold_root
+from sessiontemp._kernel.root import WORK_DIR, Root, check_root_path, default_root, generation_name
 from sessiontemp.generations import Generations
 from sessiontemp.handles import Handles, register
 from sessiontemp.journal import ids
+from sessiontemp.journal.durability import DURABILITY, Durability
+from sessiontemp.journal.durability import check as check_durability
 from sessiontemp.journal.errors import (
     JournalError,
     JournalFull,
@@ -65,15 +72,11 @@ from sessiontemp.journal.segments import DEFAULT_RETENTION, Retention
 from sessiontemp.journal.store import Pending, Store
 from sessiontemp.lease import Lease
 from sessiontemp.leasing import Leases, check_label
-from sessiontemp.liveness import LivenessLock
-from sessiontemp.locks import hold_root
-from sessiontemp.log import bound
 from sessiontemp.meter import Meter
 from sessiontemp.options import ManagerOptions
-from sessiontemp.root import WORK_DIR, Root, check_root_path, default_root, generation_name
-from sessiontemp.shield import shielded
-from sessiontemp.steps import StepHook, Steps
-from sessiontemp.usage import Usage
+from sessiontemp.recovery import passes as recovery
+from sessiontemp.space import budget, placement, reserve
+from sessiontemp.space.usage import Usage
 from sessiontemp.writer import Writer
 
 __all__ = ["DEFAULT_RESUME_WINDOW", "DEFAULT_STALE_AFTER", "DURABILITY", "Durability", "Manager"]
@@ -501,7 +504,7 @@ class Manager:
         return Unavailable(self.root, reason, fix)
 
     # -- asyncio ---------------------------------------------------------------------
-    # Each runs its blocking work in a worker thread (sessiontemp.aio, which
+    # Each runs its blocking work in a worker thread (sessiontemp._guards.aio, which
     # loads asyncio: imported by the first await, never by this module).
 
     @classmethod
@@ -516,7 +519,7 @@ class Manager:
         closed, or, when it resumed a named session, given up as a dead
         process's is, so that the session's next owner resumes it instead.
         """
-        from sessiontemp import aio
+        from sessiontemp._guards import aio
 
         return await aio.undoable(functools.partial(cls, root, **options), cls._let_go)
 
@@ -532,7 +535,7 @@ class Manager:
 
     async def retain_async(self) -> None:
         """:meth:`retain` in a worker thread; cancelled meanwhile, it still retains, then raises."""
-        from sessiontemp import aio
+        from sessiontemp._guards import aio
 
         await aio.complete(self.retain)
 
@@ -541,7 +544,7 @@ class Manager:
 
         A last release removes the generation no lease holds before it returns.
         """
-        from sessiontemp import aio
+        from sessiontemp._guards import aio
 
         await aio.complete(self.release)
 
@@ -550,19 +553,19 @@ class Manager:
 
         The retired generation, if no lease holds it, is removed before it returns.
         """
-        from sessiontemp import aio
+        from sessiontemp._guards import aio
 
         await aio.complete(self.rotate)
 
     async def measure_async(self) -> Usage:
         """:meth:`measure` in a worker thread: the walk never runs on the event loop."""
-        from sessiontemp import aio
+        from sessiontemp._guards import aio
 
         return await aio.complete(self.measure)
 
     async def close_async(self) -> None:
         """:meth:`close` in a worker thread; cancelled meanwhile, it still closes, then raises."""
-        from sessiontemp import aio
+        from sessiontemp._guards import aio
 
         await aio.complete(self.close)
 
@@ -591,6 +594,6 @@ class Manager:
         cancelled, the acquire under way still finishes and its lease is
         released before the cancellation is raised: none leaks.
         """
-        from sessiontemp import aio
+        from sessiontemp._guards import aio
 
         return await aio.acquire(functools.partial(self.acquire, label=label))

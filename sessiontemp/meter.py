@@ -1,10 +1,10 @@
 """A manager's measurements of its current directory, and the refusals they lead to.
 
-:meth:`Meter.measure` walks the current generation (:mod:`sessiontemp.usage`)
+:meth:`Meter.measure` walks the current generation (:mod:`sessiontemp.space.usage`)
 and journals ``generation.measured``; :meth:`Meter.admit` and
 :meth:`Meter.check_disk` are what acquire asks before it hands a directory
 out, and refuse with :class:`~sessiontemp.OverBudget` or
-:class:`~sessiontemp.LowDisk` (:mod:`sessiontemp.budget` words them).
+:class:`~sessiontemp.LowDisk` (:mod:`sessiontemp.space.budget` words them).
 
 **When it measures.**  A walk costs time in proportion to the tree (about a
 microsecond or two per entry in C, several in this walk), so it is never
@@ -34,7 +34,7 @@ path (tens of microseconds), and a session's size changes while its
 commands run, between them, which only something running on its own sees.
 
 **The disk.**  ``statvfs`` on every acquire (a few microseconds); the
-reserve (:mod:`sessiontemp.reserve`) is refilled when space allows.  A
+reserve (:mod:`sessiontemp.space.reserve`) is refilled when space allows.  A
 root on tmpfs is warned of once per root and process.
 
 **Refusals are journaled** (``space.refused``), so that the history says
@@ -44,7 +44,7 @@ all a full disk's.  The first refusal of a cause for a directory is
 journaled; the same one again only :data:`REFUSALS_EVERY` seconds later,
 or once an acquire was let through in between.  On a full disk the
 record borrows from the reserve, never its last half
-(:func:`sessiontemp.reserve.lend`); past that, or when the journal
+(:func:`sessiontemp.space.reserve.lend`); past that, or when the journal
 refuses the record, the refusal is still raised, and logged.
 """
 
@@ -60,19 +60,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from sessiontemp import budget, disk, reserve, usage
-from sessiontemp.budget import Limits
+from sessiontemp._guards.shield import shielded
+from sessiontemp._kernel.root import DIR_FLAGS, WORK_DIR, generation_name
 from sessiontemp.handles import Handles
 from sessiontemp.journal.errors import JournalError, RuleViolation
 from sessiontemp.journal.events import Event, GenerationMeasured, SpaceRefused, decode
 from sessiontemp.journal.store import Pending
-from sessiontemp.root import DIR_FLAGS, WORK_DIR, generation_name
-from sessiontemp.shield import shielded
-from sessiontemp.usage import Usage
+from sessiontemp.space import budget, disk, reserve, usage
+from sessiontemp.space.budget import Limits
+from sessiontemp.space.usage import Usage
 from sessiontemp.writepath import Owner
 
 if TYPE_CHECKING:
-    from sessiontemp.log import BoundLogger
+    from sessiontemp._guards.log import BoundLogger
 
 __all__ = ["REFUSALS_EVERY", "SHARE", "Meter"]
 
@@ -284,7 +284,7 @@ class Meter:
         is taken only to find and open the directory and to journal.  A
         *periodic* measurement walks in a child process; it, and one with
         *news_only*, is journaled only when it differs from the last one
-        journaled.  Never raises for the tree (see :mod:`sessiontemp.usage`);
+        journaled.  Never raises for the tree (see :mod:`sessiontemp.space.usage`);
         a journal that refuses the record is logged.
         """
         with self._mutex:

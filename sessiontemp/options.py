@@ -13,10 +13,10 @@ import os
 from collections.abc import Callable
 from typing import TypedDict
 
-from sessiontemp.durability import Durability
+from sessiontemp._guards.steps import StepHook
+from sessiontemp.journal.durability import Durability
 from sessiontemp.journal.segments import Retention
-from sessiontemp.placement import Policy
-from sessiontemp.steps import StepHook
+from sessiontemp.space.placement import Policy
 
 __all__ = ["ManagerOptions"]
 

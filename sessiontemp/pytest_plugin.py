@@ -47,13 +47,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sessiontemp import platform
-from sessiontemp.arguments import size
+from sessiontemp.cli.arguments import size
 from sessiontemp.journal.errors import Unsupported
 
 if TYPE_CHECKING:
-    from sessiontemp import budget
     from sessiontemp.lease import Lease
     from sessiontemp.manager import Manager
+    from sessiontemp.space import budget
 
 __all__ = ["pytest_addoption", "pytest_configure", "sessiontemp_lease", "sessiontemp_path"]
 
@@ -138,8 +138,8 @@ def sessiontemp_lease(
     request: pytest.FixtureRequest, _sessiontemp_manager: Manager
 ) -> Iterator[Lease]:
     """A lease on a private directory of this test's own, given back (and removed) after it."""
-    from sessiontemp import budget
     from sessiontemp.run import label
+    from sessiontemp.space import budget
 
     manager = _sessiontemp_manager
     # Rotating first makes the directory this test's alone; rotating after
@@ -197,7 +197,7 @@ _NOT_A_NAME = re.compile(r"[\W]")
 
 
 def _limits(config: pytest.Config) -> budget.Limits:
-    from sessiontemp import budget
+    from sessiontemp.space import budget
 
     return budget.Limits(config.getoption("sessiontemp_max_bytes"),
                          config.getoption("sessiontemp_max_inodes"))

@@ -4,7 +4,7 @@ The command is started with TMPDIR, TMP and TEMP on a fresh leased
 directory and the lease's lock inherited, so it keeps the directory for as
 long as it (or anything it hands the descriptor to) runs, even if this
 process is killed; the next recovery removes it once it exits.  Starting,
-waiting and forwarding signals are :mod:`sessiontemp.spawn`'s, shared with
+waiting and forwarding signals are :mod:`sessiontemp._kernel.spawn`'s, shared with
 ``sessiontemp run --session``.
 """
 
@@ -18,13 +18,13 @@ from typing import Final
 
 import attrs
 
-from sessiontemp import budget
-from sessiontemp.budget import Limits
+from sessiontemp._kernel.spawn import FORWARDED, exit_status, start_and_wait, watching
 from sessiontemp.journal.errors import BadInput, OverBudget
 from sessiontemp.lease import Lease
 from sessiontemp.manager import Manager
-from sessiontemp.spawn import FORWARDED, exit_status, start_and_wait, watching
-from sessiontemp.usage import Usage
+from sessiontemp.space import budget
+from sessiontemp.space.budget import Limits
+from sessiontemp.space.usage import Usage
 
 __all__ = ["FORWARDED", "Finished", "exit_status", "label", "run_command"]
 

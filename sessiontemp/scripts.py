@@ -15,7 +15,7 @@ __all__ = ["journal_inspect", "sessiontemp", "sessiontemp_shell"]
 def journal_inspect() -> None:
     """The ``journal-inspect`` console script."""
     platform.exit_if_unsupported("journal-inspect")
-    from sessiontemp import cli
+    from sessiontemp.cli import journal_inspect as cli
 
     cli.run()
 
@@ -29,7 +29,7 @@ def sessiontemp() -> None:
     platform.exit_if_unsupported("sessiontemp")
     import sys
 
-    from sessiontemp import client
+    from sessiontemp.holder import client
 
     if client.handles(sys.argv[1:]):
         client.entry()

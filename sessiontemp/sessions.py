@@ -37,20 +37,11 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from sessiontemp import resources
-from sessiontemp.journal import ids
-from sessiontemp.journal.errors import BadInput, SessionOwned
-from sessiontemp.journal.events import Event, ManagerOpened, SessionAdopted, SessionClaimed
-from sessiontemp.journal.reducer import (
-    GenerationState,
-    ManagerState,
-    SessionState,
-    State,
-    kept_for_resume,
-)
-from sessiontemp.liveness import lock_shared, lock_work
-from sessiontemp.locks import refusal, still_named, try_exclusive
-from sessiontemp.root import (
+from sessiontemp._guards.steps import Steps
+from sessiontemp._kernel import resources
+from sessiontemp._kernel.liveness import lock_shared, lock_work
+from sessiontemp._kernel.locks import refusal, still_named, try_exclusive
+from sessiontemp._kernel.root import (
     FILE_MODE,
     SESSIONS_DIR,
     WORK_DIR,
@@ -61,11 +52,20 @@ from sessiontemp.root import (
     path_of,
     session_lock_name,
 )
-from sessiontemp.steps import Steps
+from sessiontemp.journal import ids
+from sessiontemp.journal.errors import BadInput, SessionOwned
+from sessiontemp.journal.events import Event, ManagerOpened, SessionAdopted, SessionClaimed
+from sessiontemp.journal.reducer import (
+    GenerationState,
+    ManagerState,
+    SessionState,
+    State,
+    kept_for_resume,
+)
 from sessiontemp.writepath import WritePath
 
 if TYPE_CHECKING:
-    from sessiontemp.log import BoundLogger
+    from sessiontemp._guards.log import BoundLogger
 
 
 __all__ = [

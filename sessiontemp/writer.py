@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from sessiontemp._guards.steps import Steps
 from sessiontemp.handles import Handles
 from sessiontemp.journal.durability import Durability
 from sessiontemp.journal.errors import JournalError, RuleViolation
@@ -25,10 +26,9 @@ from sessiontemp.journal.events import Event
 from sessiontemp.journal.ledger import Ledger
 from sessiontemp.journal.reducer import EMPTY, ManagerState, State, replay
 from sessiontemp.journal.store import Pending, Store
-from sessiontemp.steps import Steps
 
 if TYPE_CHECKING:
-    from sessiontemp.log import BoundLogger
+    from sessiontemp._guards.log import BoundLogger
 
 __all__ = ["Writer"]
 

@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from sessiontemp import Lease, Manager, recover
-from sessiontemp.steps import STEP_KINDS, StepKind
+from sessiontemp._guards.steps import STEP_KINDS, StepKind
 from tests.childio import emit, report_json, serve
 
 # A command that holds its inherited descriptors until its stdin reaches end of file.

@@ -92,12 +92,12 @@ from typing import Any
 from structlog.testing import capture_logs
 
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Lease, Manager, recover
+from sessiontemp._guards.steps import Steps
+from sessiontemp._kernel.root import Root, generation_name
 from sessiontemp.handles import Handles
 from sessiontemp.journal import Retention, Store, checkpoint, replay
 from sessiontemp.journal.errors import ForkedCopy, JournalError, RuleViolation
-from sessiontemp.recovery import maintain
-from sessiontemp.root import Root, generation_name
-from sessiontemp.steps import Steps
+from sessiontemp.recovery.passes import maintain
 from tests.childio import commands, emit, report_json, serve
 
 # Long enough for a loaded machine, bounded so that a wedge still ends.
@@ -418,7 +418,7 @@ class Storm:
 
     def count(self, interrupt: BaseException) -> None:
         self.caught += 1
-        if any(frame.filename.endswith(os.path.join("sessiontemp", "shield.py"))
+        if any(frame.filename.endswith(os.path.join("sessiontemp", "_guards", "shield.py"))
                for frame in traceback.extract_tb(interrupt.__traceback__)):
             self.deferred += 1
 
@@ -470,9 +470,9 @@ def plant_interruptible_operations() -> None:
 
 def plant_sigint_only_shield() -> None:
     """A shield that knows SIGINT alone: an application's SIGTERM handler cuts operations."""
-    import sessiontemp.shield
+    import sessiontemp._guards.shield
 
-    sessiontemp.shield._SIGNALS = (int(signal.SIGINT),)  # type: ignore[misc]
+    sessiontemp._guards.shield._SIGNALS = (int(signal.SIGINT),)  # type: ignore[misc]
 
 
 def disk_agrees(manager: Manager) -> str:

@@ -32,8 +32,8 @@ from typing import Literal, TypeAlias
 
 import attrs
 
+from sessiontemp._guards.steps import StepKind
 from sessiontemp.journal.errors import JournalBusy, JournalError, JournalFull, JournalReadOnly
-from sessiontemp.steps import StepKind
 
 __all__ = [
     "STORE_FAILURES",

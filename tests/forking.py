@@ -28,9 +28,9 @@ from pathlib import Path
 import attrs
 
 from sessiontemp import Manager
+from sessiontemp._guards.steps import StepKind
+from sessiontemp._kernel.locks import flock_holders
 from sessiontemp.journal.errors import ForkedCopy
-from sessiontemp.locks import flock_holders
-from sessiontemp.steps import StepKind
 from tests.faults import Faults
 from tests.model import World
 

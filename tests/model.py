@@ -62,12 +62,8 @@ from sessiontemp import (
     remove_artifact,
     remove_session,
 )
-from sessiontemp.artifacts import ARTIFACTS_DIR
-from sessiontemp.journal import State, Store, checkpoint, replay
-from sessiontemp.journal.errors import ForkedCopy, JournalBusy, NoSuchRoot
-from sessiontemp.journal.reducer import Fold, Forgotten, kept_for_resume, removal_due
-from sessiontemp.manager import Durability
-from sessiontemp.root import (
+from sessiontemp._guards.steps import StepHook, StepKind
+from sessiontemp._kernel.root import (
     GENERATION_PREFIX,
     JOURNAL_NAME,
     TRASH_PREFIX,
@@ -75,7 +71,11 @@ from sessiontemp.root import (
     generation_name,
     trash_name,
 )
-from sessiontemp.steps import StepHook, StepKind
+from sessiontemp.artifacts import ARTIFACTS_DIR
+from sessiontemp.journal import State, Store, checkpoint, replay
+from sessiontemp.journal.errors import ForkedCopy, JournalBusy, NoSuchRoot
+from sessiontemp.journal.reducer import Fold, Forgotten, kept_for_resume, removal_due
+from sessiontemp.manager import Durability
 from tests.faults import Action, Faults
 from tests.neighbour import MANAGER_STEPS, Move, Neighbour, stepping_in
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
-from sessiontemp.steps import StepKind
+from sessiontemp._guards.steps import StepKind
 from tests.faults import Action
 from tests.test_faults import Child
 

@@ -52,7 +52,7 @@ from sessiontemp import (
     remove_artifact,
     remove_session,
 )
-from sessiontemp.steps import StepKind
+from sessiontemp._guards.steps import StepKind
 from tests.childio import commands, emit, report_json
 
 RETENTIONS = {"off": DEFAULT_RETENTION, "eager": Retention(0, 0, 0)}

@@ -51,15 +51,15 @@ from typing import Literal, TypeAlias
 import attrs
 
 from sessiontemp import recover
-from sessiontemp.artifacts import ARTIFACTS_DIR, artifact_of
-from sessiontemp.inspect import verify
-from sessiontemp.journal import State
-from sessiontemp.root import (
+from sessiontemp._kernel.root import (
     GENERATION_PREFIX,
     JOURNAL_NAME,
     TRASH_PREFIX,
     generation_name,
 )
+from sessiontemp.artifacts import ARTIFACTS_DIR, artifact_of
+from sessiontemp.inspect import verify
+from sessiontemp.journal import State
 from tests.conftest import live_state
 
 Directories: TypeAlias = Literal["kept", "made lost", "renames undone"]

@@ -46,7 +46,7 @@ import sqlite_utils.plugins
 from structlog.testing import capture_logs
 
 from sessiontemp import Lease, Manager, recover
-from sessiontemp.steps import StepKind
+from sessiontemp._guards.steps import StepKind
 from tests.childio import emit, report_json
 
 sqlite_utils.plugins.ensure_plugins_loaded()

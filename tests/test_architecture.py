@@ -1,11 +1,11 @@
-"""The library's shape, read from its source with ``ast``: no import circle, modules of one
-concept, journal/ below sessiontemp/, SQL only in the store, events folded only by the
-reducer, the Ledger and the one read model.
+"""The library's shape, read from its source with ``ast``: no import circle, packages in
+layers, modules of one concept, journal/ below sessiontemp/, SQL only in the store, events
+folded only by the reducer, the Ledger and the one read model.
 
 Each rule is checked over ``journal/`` and ``sessiontemp/`` as they stand on disk, and each
 failure names the modules and what to do.  The same checks run first on small planted trees
-(a circle, a long module, an upward import, stray SQL), so a check that could never fail is
-itself a failure.
+(a circle, a long module, a module of two concepts, a package importing one above it, an
+upward import, stray SQL), so a check that could never fail is itself a failure.
 
 What counts as an import: every ``import`` and ``from ... import`` of a module of the two
 packages, at any depth: an import inside a function still makes the module depend on the
@@ -28,8 +28,28 @@ REPO = Path(__file__).resolve().parent.parent
 # installed inside sessiontemp (the top-level name ``journal`` belongs to another project
 # on PyPI), so its modules are named as they are imported.
 PACKAGES = {"journal": "sessiontemp.journal", "sessiontemp": "sessiontemp"}
-# A module longer than this holds several concepts: make it a package behind its facade.
-MAX_LINES = 600
+# One module, one concept, checked two ways: its docstring's first paragraph names the
+# concept in one sentence (a summary of two sentences names two things), and it stays below
+# this many lines (past it, a concept has parts: give them modules of their own in a
+# package named after the concept).
+MAX_LINES = 1000
+# The layers of sessiontemp/, lowest first: each of its sub-packages and top-level modules
+# (a unit) imports only units of the layers below its own, never one beside or above it.
+# A module of a package counts as its package; the package's facade (__init__) as the unit
+# itself.  journal/ is the core: the next layer up may use it, it uses none.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("journal", "_guards"),
+    ("_kernel", "platform", "writepath"),
+    ("space", "artifacts", "sessions"),
+    ("recovery", "lease", "options"),
+    ("handles", "inspect"),
+    ("generations", "meter", "writer", "cli"),
+    ("leasing",),
+    ("manager",),
+    ("run", "holder", "integrations"),
+    ("__init__", "__main__", "pytest_plugin"),
+    ("scripts",),
+)
 # Where SQL may be written: the store package (which also holds the inspector's named
 # reads, as Store methods) and nowhere else.
 SQL_HOMES = ("sessiontemp.journal.store",)
@@ -154,6 +174,43 @@ class Tree:
     def long_modules(self, limit: int = MAX_LINES) -> list[tuple[str, int]]:
         counted = ((m, len(p.read_text().splitlines())) for m, p in self.files.items())
         return [(m, n) for m, n in counted if n > limit]
+
+    def unnamed_concepts(self) -> list[tuple[str, str]]:
+        """Each module whose docstring does not name one concept: ``(module, why)``.
+
+        The docstring's first paragraph is its summary: one sentence, ended by a period (or
+        by ``::`` before an example), with no second sentence after it.
+        """
+        found = []
+        for module in self.files:
+            text = ast.get_docstring(self.parsed(module))
+            summary = " ".join((text or "").split("\n\n")[0].split())
+            if not summary:
+                found.append((module, "it has no docstring"))
+            elif not summary.endswith((".", "::")):
+                found.append((module, f"its summary {summary[:60]!r} is not one sentence"))
+            elif _SECOND_SENTENCE.search(summary[:-1]):
+                found.append((module, f"its summary {summary[:60]!r}... is two sentences"))
+        return found
+
+    def layer_breaches(self, layers: tuple[tuple[str, ...], ...] = LAYERS,
+                       top: str = "sessiontemp") -> list[tuple[Import, str]]:
+        """Each import of a unit beside or above the importer's own layer, and why; and
+        each unit no layer names (as an Import of itself, line 0)."""
+        level = {unit: i for i, units in enumerate(layers) for unit in units}
+        found = []
+        for module in self.files:
+            unit = _unit(module, top)
+            if unit not in level:
+                found.append((Import(module, module, 0), f"{unit} is in no layer"))
+        for imp in self.imports():
+            source, target = _unit(imp.source, top), _unit(imp.target, top)
+            if source == target or source not in level or target not in level:
+                continue
+            if level[target] >= level[source]:
+                where = "beside" if level[target] == level[source] else "above"
+                found.append((imp, f"{target} is {where} {source}"))
+        return found
 
     def upward_imports(self, lower: str = "sessiontemp.journal",
                        upper: str = "sessiontemp") -> list[Import]:
@@ -285,6 +342,16 @@ def _makes_fold(node: ast.AST, fold_types: set[str], modules: set[str]) -> bool:
         and isinstance(func.value, ast.Name) and func.value.id in modules)
 
 
+# A sentence's end inside a summary: a full stop, then a word that starts a sentence.
+_SECOND_SENTENCE = re.compile(r"[.!?] +[A-Z`]")
+
+
+def _unit(module: str, top: str) -> str:
+    """The unit of sessiontemp/ a module belongs to: its sub-package or top-level module."""
+    parts = module.split(".")
+    return "__init__" if module == top else parts[1]
+
+
 def _within(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
@@ -391,11 +458,27 @@ def test_no_module_of_the_library_imports_itself_through_others() -> None:
     assert not circles, "\n".join(circle.describe() for circle in circles)
 
 
-def test_every_module_of_the_library_holds_at_most_600_lines() -> None:
+def test_every_module_of_the_library_names_its_one_concept_in_its_docstring() -> None:
+    unnamed = LIBRARY.unnamed_concepts()
+    assert not unnamed, "\n".join(
+        f"{module}: {why}. A module holds one concept: say which in the docstring's first "
+        "sentence; if it takes two, split the module" for module, why in unnamed)
+
+
+def test_every_module_of_the_library_stays_below_the_size_of_one_concept() -> None:
     long = LIBRARY.long_modules()
     assert not long, "\n".join(
-        f"{module} has {lines} lines (at most {MAX_LINES}): it holds several concepts; make "
-        "it a package of one module per concept behind the same facade" for module, lines in long)
+        f"{module} has {lines} lines (at most {MAX_LINES}): a concept this large has parts; "
+        "make it a package named after the concept, one module per part" for module, lines in long)
+
+
+def test_each_package_and_module_of_sessiontemp_imports_only_the_layers_below_it() -> None:
+    breaches = LIBRARY.layer_breaches()
+    assert not breaches, "\n".join(
+        f"{imp.source} (line {imp.line}) imports {imp.target}: {why}. Each unit of "
+        "sessiontemp/ (a sub-package or a top-level module) imports only the layers below "
+        "it (LAYERS in this file, drawn in docs/architecture.md): move what both need down, "
+        "or pass it in; a new unit takes its place in LAYERS" for imp, why in breaches)
 
 
 def test_journal_never_imports_sessiontemp() -> None:
@@ -507,6 +590,38 @@ def test_a_planted_long_module_an_upward_import_and_stray_sql_are_found(tmp_path
     assert [(m, line) for m, line, _ in tree.stray_sql()] == [("sessiontemp.manager", 3)]
 
 
+def test_a_planted_module_of_two_concepts_and_one_of_none_are_found(tmp_path: Path) -> None:
+    tree = plant(tmp_path, {
+        "sessiontemp/__init__.py": '"""The library: one concept, over\ntwo lines."""\n',
+        "sessiontemp/a.py": '"""Sizes. And the walk.\n\nMore words. Here."""\n',
+        "sessiontemp/b.py": "x = 1\n",
+        "sessiontemp/c.py": '"""Sizes as people write them: ``500M``, ``2G``\n\nDetail."""\n',
+        "sessiontemp/d.py": '"""The console scripts: write ``sessiontemp run``::\n\n  x\n"""\n',
+    })
+    assert [(m, why.split(" ")[-1]) for m, why in tree.unnamed_concepts()] == [
+        ("sessiontemp.a", "sentences"), ("sessiontemp.b", "docstring"),
+        ("sessiontemp.c", "sentence")]
+
+
+def test_a_planted_import_beside_or_above_a_layer_is_found(tmp_path: Path) -> None:
+    tree = plant(tmp_path, {
+        "sessiontemp/__init__.py": "from sessiontemp.low import a\n",
+        "sessiontemp/low/__init__.py": "",
+        "sessiontemp/low/a.py": "from sessiontemp.low import b\n",
+        "sessiontemp/low/b.py": "def f() -> None:\n    from sessiontemp import mid\n",
+        "sessiontemp/mid.py": "from sessiontemp import side\nfrom sessiontemp.low import a\n",
+        "sessiontemp/side.py": "",
+        "sessiontemp/stray.py": "",
+    })
+    layers = (("low",), ("mid", "side"), ("__init__",))
+    assert sorted((imp.source, imp.target, imp.line, why)
+                  for imp, why in tree.layer_breaches(layers)) == [
+        ("sessiontemp.low.b", "sessiontemp.mid", 2, "mid is above low"),
+        ("sessiontemp.mid", "sessiontemp.side", 1, "side is beside mid"),
+        ("sessiontemp.stray", "sessiontemp.stray", 0, "stray is in no layer"),
+    ]
+
+
 def test_a_planted_fold_is_found_however_it_reaches_the_reducer(tmp_path: Path) -> None:
     tree = plant(tmp_path, {
         "journal/__init__.py": "",
@@ -540,15 +655,16 @@ def test_a_planted_append_past_the_ledger_is_found(tmp_path: Path) -> None:
         "journal/ledger.py": "def f(store):\n    store.submit([])\n",
         "journal/store/__init__.py": "def f(self):\n    self._commits.submit([])\n",
         "sessiontemp/__init__.py": "",
-        "sessiontemp/recovery.py": ("class P:\n    def f(self, events):\n"
+        "sessiontemp/recovery/passes.py": ("class P:\n    def f(self, events):\n"
                                     "        self.store.append(events, time=1.0)\n"
                                     "        self.removed.append(1)\n"),
-        "sessiontemp/cleanup.py": "from x import Store\nappend = Store.append\n",
+        "sessiontemp/recovery/cleanup.py": "from x import Store\nappend = Store.append\n",
         "sessiontemp/writer.py": "def f(ledger, handles):\n    ledger.submit(())\n"
                                  "    handles.store.submit(())\n",
     })
     assert sorted((m, line) for m, line, _ in tree.stray_appends()) == [
-        ("sessiontemp.cleanup", 2), ("sessiontemp.recovery", 3), ("sessiontemp.writer", 3)]
+        ("sessiontemp.recovery.cleanup", 2), ("sessiontemp.recovery.passes", 3),
+        ("sessiontemp.writer", 3)]
 
 
 @pytest.mark.parametrize("text", [

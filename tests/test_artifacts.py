@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 
 from sessiontemp import Manager, recover, remove_artifact
+from sessiontemp._guards.steps import StepKind, Steps
+from sessiontemp._kernel.root import DIR_FLAGS, JOURNAL_NAME, Root
 from sessiontemp.artifacts import (
     ARTIFACTS_DIR,
     MAX_BYTES,
@@ -38,8 +40,6 @@ from sessiontemp.artifacts import (
 from sessiontemp.inspect import fsck
 from sessiontemp.journal import ids
 from sessiontemp.journal.errors import BadInput, UnsafeRoot
-from sessiontemp.root import DIR_FLAGS, JOURNAL_NAME, Root
-from sessiontemp.steps import StepKind, Steps
 from tests import zygote
 
 

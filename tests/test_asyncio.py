@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from sessiontemp import Manager, Unavailable
+from sessiontemp._guards.steps import StepKind
 from sessiontemp.journal.events import CommandStarted, LeaseAcquired
-from sessiontemp.steps import StepKind
 from tests.commands import SH, WRITER, assert_still_writing, journaled, wait_until, writer_env
 from tests.faults import Gate
 
@@ -285,7 +285,7 @@ from sessiontemp import Manager
 # Every module the program uses is loaded while it is root: the checkout may lie
 # where nobody cannot read (a clone in a 0700 temporary directory), and the
 # library loads its asyncio half only when an async method is first awaited.
-import sessiontemp.aio
+import sessiontemp._guards.aio
 sqlite_utils.plugins.ensure_plugins_loaded()
 os.setgroups([]); os.setgid(65534); os.setuid(65534)
 manager = Manager(sys.argv[1])

@@ -40,6 +40,7 @@ from structlog.testing import capture_logs
 
 import sessiontemp
 from sessiontemp import Manager, SessionOwned
+from sessiontemp._guards.steps import StepKind
 from sessiontemp.artifacts import ARTIFACTS_DIR
 from sessiontemp.journal.events import (
     ArtifactKept,
@@ -53,7 +54,6 @@ from sessiontemp.journal.events import (
     SessionAdopted,
 )
 from sessiontemp.options import ManagerOptions
-from sessiontemp.steps import StepKind
 from tests.commands import journaled
 from tests.conftest import live_state
 from tests.faults import Gate, store_error
@@ -580,16 +580,16 @@ def test_no_module_but_aio_imports_asyncio_when_it_is_imported() -> None:
         for source in sorted((REPOSITORY / package).rglob("*.py")):
             names = set(module_level_imports(ast.parse(source.read_text())))
             wanted = {n for n in names if n == "asyncio" or n.startswith("asyncio.")
-                      or n == "sessiontemp.aio"}
+                      or n == "sessiontemp._guards.aio"}
             if wanted:
                 found[str(source.relative_to(REPOSITORY))] = sorted(wanted)
-    assert found == {"sessiontemp/aio.py": ["asyncio"]}
+    assert found == {"sessiontemp/_guards/aio.py": ["asyncio"]}
 
 
 def test_importing_the_manager_and_the_lease_does_not_load_the_asyncio_module() -> None:
     done = subprocess.run(
         [sys.executable, "-c", "import sys, sessiontemp.manager, sessiontemp.lease; "
-         "print('sessiontemp.aio' in sys.modules)"],
+         "print('sessiontemp._guards.aio' in sys.modules)"],
         capture_output=True, text=True, timeout=60, check=True, cwd=REPOSITORY)
     assert done.stdout.strip() == "False"
 
@@ -604,7 +604,7 @@ import sqlite_utils.plugins
 import structlog
 from sessiontemp import Manager
 # Everything loaded while still root: nobody cannot read root's interpreter.
-import sessiontemp.aio, sessiontemp.artifacts
+import sessiontemp._guards.aio, sessiontemp.artifacts
 sqlite_utils.plugins.ensure_plugins_loaded()
 os.setgroups([]); os.setgid(65534); os.setuid(65534)
 resource.setrlimit(resource.RLIMIT_NPROC, (1, resource.getrlimit(resource.RLIMIT_NPROC)[1]))
@@ -659,7 +659,7 @@ ONCE_ONLY: Final = """
 import asyncio, concurrent.futures.thread, json, os, resource, sys
 import sqlite_utils.plugins
 from sessiontemp import Manager
-import sessiontemp.aio
+import sessiontemp._guards.aio
 sqlite_utils.plugins.ensure_plugins_loaded()
 os.setgroups([]); os.setgid(65534); os.setuid(65534)
 manager = Manager(sys.argv[1])

@@ -34,9 +34,9 @@ from sessiontemp import (
     Unavailable,
     recover,
 )
+from sessiontemp._kernel.root import GENERATION_PREFIX, RESERVE
 from sessiontemp.journal.errors import JournalError
 from sessiontemp.journal.store import Store, chain
-from sessiontemp.root import GENERATION_PREFIX, RESERVE
 from tests.test_root import assert_explains
 
 JOURNAL = "journal.sqlite3"

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from sessiontemp._kernel.root import WORK_DIR
 from sessiontemp.journal.events import GenerationMeasured, SpaceRefused
-from sessiontemp.root import WORK_DIR
-from sessiontemp.usage import human
+from sessiontemp.space.usage import human
 from tests.commands import journaled
 from tests.test_run import launcher, sessiontemp
 

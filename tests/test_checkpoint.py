@@ -30,6 +30,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sessiontemp import Manager, inspect
+from sessiontemp._kernel.root import GENERATION_PREFIX
 from sessiontemp.journal import (
     EMPTY,
     CheckpointInvalid,
@@ -50,7 +51,6 @@ from sessiontemp.journal.events import (
     Rotated,
 )
 from sessiontemp.journal.reducer import Forgotten
-from sessiontemp.root import GENERATION_PREFIX
 from tests.strategies import (
     Lifecycle,
     generation_states,

@@ -25,7 +25,7 @@ from xml.etree import ElementTree
 import pytest
 
 from sessiontemp import Manager
-from sessiontemp.cli import SUBCOMMANDS
+from sessiontemp.cli.journal_inspect import SUBCOMMANDS
 from sessiontemp.journal import Store, checkpoint, replay
 from sessiontemp.journal.events import LeaseReleased
 from tests import zygote

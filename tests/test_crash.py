@@ -38,8 +38,8 @@ import pytest
 
 import sessiontemp
 from sessiontemp import GENERATION_PREFIX, TRASH_PREFIX, Lease, Manager, Report
+from sessiontemp._kernel.root import JOURNAL_NAME, generation_name
 from sessiontemp.journal import State, Store
-from sessiontemp.root import JOURNAL_NAME, generation_name
 from tests import zygote
 from tests.childio import CutShort, JsonLines
 from tests.conftest import journal_state

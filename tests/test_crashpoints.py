@@ -59,17 +59,17 @@ import attrs
 import pytest
 
 from sessiontemp import Manager, handles
-from sessiontemp.durability import synced
+from sessiontemp._guards.steps import StepKind
+from sessiontemp._kernel.liveness import lock_shared, lock_work
+from sessiontemp._kernel.root import JOURNAL_NAME, generation_name, new_generation_id
 from sessiontemp.generations import Generations, Made
 from sessiontemp.inspect import fsck, verify
 from sessiontemp.journal import ledger
+from sessiontemp.journal.durability import synced
 from sessiontemp.journal.errors import SessionTempError
 from sessiontemp.journal.events import ArtifactKept, Event, GenerationCreated, GenerationReady
 from sessiontemp.journal.testing import synced_commits
-from sessiontemp.liveness import lock_shared, lock_work
 from sessiontemp.manager import DURABILITY, Durability
-from sessiontemp.root import JOURNAL_NAME, generation_name, new_generation_id
-from sessiontemp.steps import StepKind
 from tests.faults import Faults, Injected, raising
 from tests.model import SCRATCH, Model, Op, World
 from tests.neighbour import Neighbour, deleted_descriptors, stepping_in

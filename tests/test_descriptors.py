@@ -40,9 +40,9 @@ import attrs
 import pytest
 
 from sessiontemp import Manager
+from sessiontemp._guards.steps import StepKind
+from sessiontemp._kernel.resources import GONE, SHORTAGES
 from sessiontemp.journal.errors import SessionTempError
-from sessiontemp.resources import GONE, SHORTAGES
-from sessiontemp.steps import StepKind
 from tests.faults import Faults
 from tests.model import Op, World
 from tests.test_crashpoints import (

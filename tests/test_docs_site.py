@@ -33,10 +33,10 @@ import pytest
 
 import sessiontemp
 from sessiontemp import __main__ as sessiontemp_main
-from sessiontemp import cli
+from sessiontemp.cli import journal_inspect as cli
 from sessiontemp.inspect.timeline import COLOURS
 from sessiontemp.journal.events import KINDS
-from sessiontemp.removal import Outcome
+from sessiontemp.recovery.removal import Outcome
 from tests.test_cli import conforms
 from tests.test_timeline import browser, png_pixels
 

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from sessiontemp import BadInput, Manager, cli, recover, remove_artifact, remove_session
+from sessiontemp import BadInput, Manager, recover, remove_artifact, remove_session
 from sessiontemp import __main__ as sessiontemp_main
-from sessiontemp.arguments import Parser, PathArgument
+from sessiontemp.cli import journal_inspect as cli
+from sessiontemp.cli.arguments import Parser, PathArgument
 from sessiontemp.inspect import locate
 from tests import zygote
 from tests.test_root import fingerprint
@@ -90,7 +91,7 @@ def used_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_script(script: str, words: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     """*script* with *words*, in a process of its own (forked from one that imported it)."""
     entry = SCRIPTS[script][1]
-    return zygote.shared("sessiontemp.cli", "sessiontemp.__main__").run(
+    return zygote.shared("sessiontemp.cli.journal_inspect", "sessiontemp.__main__").run(
         [script, *words], entry=entry, cwd=cwd)
 
 

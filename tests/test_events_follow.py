@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from sessiontemp import Manager
+from sessiontemp._kernel.root import JOURNAL_NAME
 from sessiontemp.journal import Store
-from sessiontemp.root import JOURNAL_NAME
 from tests.commands import kill_session
 from tests.test_cli import assert_documented
 from tests.zygote import JOURNAL_INSPECT

@@ -46,9 +46,9 @@ from sessiontemp import (
     Unavailable,
     recover,
 )
+from sessiontemp._kernel.root import RESERVE, generation_name
 from sessiontemp.journal import Record, replay
 from sessiontemp.journal.errors import JournalError, JournalFull
-from sessiontemp.root import RESERVE, generation_name
 from sessiontemp.writer import Writer
 from tests import zygote
 from tests.childio import CutShort, JsonLines

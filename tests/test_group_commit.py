@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from sessiontemp import Manager, handles, recover
+from sessiontemp._kernel.root import JOURNAL_NAME
 from sessiontemp.journal import ids, testing
 from sessiontemp.journal.errors import JournalError, RuleViolation
 from sessiontemp.journal.events import LeaseAcquired, LeaseReleased, ManagerOpened, Record, Retained
@@ -32,7 +33,6 @@ from sessiontemp.journal.ledger import Ledger
 from sessiontemp.journal.reducer import EMPTY, State, replay
 from sessiontemp.journal.store import Settle, Store
 from sessiontemp.manager import DURABILITY, Durability
-from sessiontemp.root import JOURNAL_NAME
 from tests.conftest import assert_replay_matches
 
 CHILD = Path(__file__).with_name("batchchild.py")

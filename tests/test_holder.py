@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sessiontemp import where
+from sessiontemp._kernel import where
 from tests.holding import (
     INSPECT,
     Served,
@@ -238,7 +238,7 @@ sessiontemp()
 """
 HEAVY = ("attr", "attrs", "sqlite3", "_sqlite3", "sqlite_utils", "structlog", "typing",
          "sessiontemp.journal.store", "sessiontemp.journal.events", "sessiontemp.journal.reducer",
-         "sessiontemp.manager", "sessiontemp.root")
+         "sessiontemp.manager", "sessiontemp._kernel.root")
 
 
 @pytest.mark.parametrize("words", [["run", "--session", "s", "--", "true"], ["shell", "true"]],
@@ -252,7 +252,7 @@ def test_the_session_client_imports_neither_attrs_nor_sqlite3_nor_the_journals_s
                                "SESSIONTEMP_SESSION": "s"})
     assert done.returncode == 0, done.stderr
     modules = set(json.loads(done.stderr.splitlines()[-1]))
-    assert "sessiontemp.client" in modules
+    assert "sessiontemp.holder.client" in modules
     assert sorted(modules & set(HEAVY)) == []
 
 
@@ -356,7 +356,7 @@ def test_a_relative_root_names_the_same_directory_for_the_holder_and_its_clients
 
 @as_root
 def test_the_holder_refuses_a_peer_of_another_uid_with_the_reason(nobodys_place: Path) -> None:
-    from sessiontemp.holder import Holder
+    from sessiontemp.holder.serve import Holder
 
     root = nobodys_place / "root"
     read, write = os.pipe()

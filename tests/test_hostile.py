@@ -27,11 +27,11 @@ from pathlib import Path
 import pytest
 
 from sessiontemp import Manager, Unavailable, handles, recover
-from sessiontemp import root as root_module
+from sessiontemp._guards.steps import Steps
+from sessiontemp._kernel import root as root_module
+from sessiontemp._kernel.root import GENERATION_PREFIX, TRASH_PREFIX, Root
 from sessiontemp.journal.errors import UnsafeRoot
-from sessiontemp.recovery import run as run_recovery
-from sessiontemp.root import GENERATION_PREFIX, TRASH_PREFIX, Root
-from sessiontemp.steps import Steps
+from sessiontemp.recovery.passes import run as run_recovery
 from tests.conftest import journal_state
 from tests.nobody import NOBODY, as_root, nobodys_place, run_as_nobody
 from tests.test_root import fingerprint

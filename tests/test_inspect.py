@@ -13,11 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sessiontemp import Manager, inspect
+from sessiontemp._kernel.root import WORK_DIR
 from sessiontemp.journal import checkpoint, rules
 from sessiontemp.journal.events import Record
 from sessiontemp.journal.reducer import Forgotten, GenerationState, ManagerState, State, replay
 from sessiontemp.journal.store import Store
-from sessiontemp.root import WORK_DIR
 from tests.strategies import ids, legal_records, scaled, times
 
 _SETTINGS = scaled(0.25)

@@ -18,7 +18,7 @@ import pytest
 from sessiontemp import Manager, inspect
 from sessiontemp.journal.events import GenerationMeasured
 from sessiontemp.journal.store import Store
-from sessiontemp.usage import human
+from sessiontemp.space.usage import human
 from tests.test_cli import assert_documented, inspect_json
 from tests.test_cli import inspect as run_inspect
 from tests.test_timeline import LEGEND_NAMES, SVG, classes, drawn_kinds, legend_of, marks, parse

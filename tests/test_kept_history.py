@@ -28,7 +28,7 @@ from sessiontemp import HistoryRetired, Lease, Manager, recover
 from sessiontemp.inspect import EventFilter, events, explain, state_at, summary
 from sessiontemp.inspect.read import when
 from sessiontemp.journal import Retention
-from sessiontemp.usage import human
+from sessiontemp.space.usage import human
 from tests import zygote
 
 JOURNAL = "journal.sqlite3"

@@ -19,8 +19,8 @@ from types import FrameType
 import pytest
 
 from sessiontemp import Manager, recover
+from sessiontemp._kernel.root import GENERATION_PREFIX
 from sessiontemp.journal import JournalVersionError, State, Store, checkpoint, replay, testing
-from sessiontemp.root import GENERATION_PREFIX
 
 
 def size(state: State) -> int:

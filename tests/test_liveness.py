@@ -11,7 +11,7 @@ an unreaped zombie) its directory goes: by the manager's next operation, or
 by a recovery once the manager has closed or died.
 
 The tests marked "without ..." take one signal away (monkeypatching
-:mod:`sessiontemp.processes`) and show that the same scenario then loses
+:mod:`sessiontemp._kernel.processes`) and show that the same scenario then loses
 the directory under the running command: each signal is needed.
 """
 
@@ -34,11 +34,12 @@ import attrs
 import pytest
 from structlog.testing import capture_logs
 
-from sessiontemp import Manager, liveness, locks, processes, recover
+from sessiontemp import Manager, recover
+from sessiontemp._kernel import liveness, locks, processes
+from sessiontemp._kernel.liveness import is_locked
+from sessiontemp._kernel.root import DIR_FLAGS
 from sessiontemp.journal import Store
 from sessiontemp.journal.events import CommandStarted
-from sessiontemp.liveness import is_locked
-from sessiontemp.root import DIR_FLAGS
 from tests.conftest import journal_state, locked_by_another
 from tests.model import simulate_kill
 
@@ -488,7 +489,7 @@ def test_without_putting_it_back_a_manager_whose_lock_file_was_deleted_would_loo
     manager: Manager, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The test above can fail: skip the check and the file stays gone."""
-    from sessiontemp.liveness import LivenessLock
+    from sessiontemp._kernel.liveness import LivenessLock
 
     monkeypatch.setattr(LivenessLock, "check", lambda self: False)
     lock_file(manager).unlink()

@@ -75,11 +75,11 @@ from hypothesis.stateful import (
 )
 
 from sessiontemp import Manager
+from sessiontemp._kernel.root import JOURNAL_NAME, generation_name
 from sessiontemp.generations import Generations
 from sessiontemp.journal import Event, Record, replay
 from sessiontemp.journal.errors import RuleViolation
 from sessiontemp.manager import Durability
-from sessiontemp.root import JOURNAL_NAME, generation_name
 from sessiontemp.writer import Writer
 from tests.faults import Injected, StoreFailure, interrupting, store_error
 from tests.forking import ClosesUnderTheMutex, ForkingHook

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from sessiontemp.journal.events import GenerationMeasured
-from sessiontemp.usage import child_command
+from sessiontemp.space.usage import child_command
 from tests.commands import journaled, wait_until
 
 MIB = 1 << 20
@@ -80,7 +80,8 @@ def test_modules_planted_in_the_working_directory_and_on_pythonpath_under_every_
 ) -> None:
     names = imported_by_the_child(tmp_path)
     # The child's own imports are there to be planted: the walk, the JSON, attrs.
-    assert {"json", "sessiontemp.usage", "sessiontemp.walk", "attrs", "os"} <= set(names)
+    assert {"json", "sessiontemp.space.usage", "sessiontemp._kernel.walk", "attrs",
+            "os"} <= set(names)
     markers, shared, path = tmp_path / "markers", tmp_path / "shared", tmp_path / "pythonpath"
     for made in (markers, shared, path):
         made.mkdir()

@@ -34,12 +34,12 @@ from pathlib import Path
 import pytest
 
 from sessiontemp import Lease, Manager, Unavailable, handles
+from sessiontemp._guards.steps import Steps
+from sessiontemp._kernel.root import Root
 from sessiontemp.inspect import fsck, verify
 from sessiontemp.journal import Retention, Store, testing
 from sessiontemp.journal.errors import JournalBusy, JournalError, RuleViolation
-from sessiontemp.recovery import maintain
-from sessiontemp.root import Root
-from sessiontemp.steps import Steps
+from sessiontemp.recovery.passes import maintain
 from tests.conftest import live_state, own_view
 from tests.faults import Faults, Injected, raising
 from tests.neighbour import Neighbour, deleted_descriptors, holding_the_journal

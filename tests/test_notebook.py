@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from sessiontemp import GENERATION_PREFIX, Manager, recover
+from sessiontemp._kernel.root import WORK_DIR
 from sessiontemp.integrations.notebook import session_name
 from sessiontemp.journal.events import CommandStarted, LeaseAcquired
-from sessiontemp.root import WORK_DIR
 from tests.commands import journaled, wait_until
 
 pytest.importorskip("ipykernel")

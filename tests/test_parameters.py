@@ -72,7 +72,7 @@ def test_without_the_check_a_nan_age_would_open_the_root(
     root: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The tests above can fail: with the check gone, NaN goes through and the root is made."""
-    from sessiontemp import recovery
+    from sessiontemp.recovery import passes as recovery
 
     monkeypatch.setattr(recovery, "check_stale_after", lambda stale_after: None)
     Manager(root, stale_after=math.nan).close()

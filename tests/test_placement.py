@@ -13,7 +13,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from sessiontemp.journal.errors import UnsafeRoot
-from sessiontemp.placement import InsideWorkdir, check, inside, resolve
+from sessiontemp.space.placement import InsideWorkdir, check, inside, resolve
 
 
 @pytest.fixture

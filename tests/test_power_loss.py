@@ -21,12 +21,12 @@ import pytest
 from structlog.testing import capture_logs
 
 from sessiontemp import Manager, recover
+from sessiontemp._guards.steps import Steps
 from sessiontemp.journal import ids
 from sessiontemp.journal.events import Reappeared, RecoveryStarted, RemovalFinished, RemovalStarted
 from sessiontemp.journal.history import pasts
 from sessiontemp.journal.reducer import REAPPEARED as REAPPEARED_STATE
 from sessiontemp.journal.store import Store
-from sessiontemp.steps import Steps
 from tests.conftest import live_state
 from tests.model import simulate_kill
 
@@ -161,7 +161,7 @@ def test_without_the_identity_check_a_replacing_directory_would_be_removed(
     left: Left, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The identity test above can fail: forget the journaled identity and the impostor goes."""
-    from sessiontemp import removal
+    from sessiontemp.recovery import removal
 
     seize = removal.seize
 
@@ -183,7 +183,7 @@ def test_without_waiting_for_its_manager_a_live_managers_reappeared_generation_w
     left: Left, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The live-manager test above can fail: treat every generation as orphaned."""
-    from sessiontemp import recovery
+    from sessiontemp.recovery import passes as recovery
 
     monkeypatch.setattr(recovery._Pass, "owner_done", lambda self, manager: True)
     journal_removed(left.manager.root, left.generation)

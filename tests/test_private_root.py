@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from sessiontemp import Manager, UnsafeRoot, recover
-from sessiontemp.root import GENERATION_PREFIX, TRASH_PREFIX
+from sessiontemp._kernel.root import GENERATION_PREFIX, TRASH_PREFIX
 from tests.nobody import as_root, run_as_nobody
 from tests.test_root import SCRIPT, assert_explains, fingerprint
 

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from sessiontemp import Manager, inspect
-from sessiontemp.locks import PROBE_PATIENCE
+from sessiontemp._kernel.locks import PROBE_PATIENCE
 from tests import zygote
 from tests.conftest import journal_state
 

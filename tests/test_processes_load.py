@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from sessiontemp import recover
+from sessiontemp._kernel.root import JOURNAL_NAME
 from sessiontemp.journal.store import Store
 from sessiontemp.manager import DURABILITY, Durability
-from sessiontemp.root import JOURNAL_NAME
 
 CHILD = Path(__file__).with_name("loadchild.py")
 PROCESSES = 4

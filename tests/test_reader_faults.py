@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from sessiontemp import Manager
+from sessiontemp._kernel.root import JOURNAL_NAME
 from sessiontemp.inspect import EventRow, events, verify
-from sessiontemp.root import JOURNAL_NAME
 from tests.faultchild import segment_files
 from tests.neighbour import Neighbour
 from tests.zygote import JOURNAL_INSPECT

@@ -37,10 +37,10 @@ from typing import Any, Literal, TypeAlias
 import pytest
 
 from sessiontemp import Manager
+from sessiontemp._kernel.root import JOURNAL_NAME
 from sessiontemp.inspect import events, explain, fsck, state_at, summary, timeline, verify
 from sessiontemp.journal.errors import SessionTempError
 from sessiontemp.journal.testing import statements
-from sessiontemp.root import JOURNAL_NAME
 from tests import zygote
 from tests.neighbour import Neighbour
 

@@ -35,11 +35,11 @@ from pathlib import Path
 import pytest
 
 from sessiontemp import Manager, recover
+from sessiontemp._kernel.root import JOURNAL_NAME
 from sessiontemp.inspect import events, fsck, state_at, summary, timeline, verify
 from sessiontemp.journal import Store
 from sessiontemp.journal.errors import SessionTempError
 from sessiontemp.journal.segments import Retention
-from sessiontemp.root import JOURNAL_NAME
 from tests import zygote
 from tests.faultchild import segment_files
 from tests.neighbour import Neighbour
@@ -343,7 +343,7 @@ def inspect_verify(root: Path) -> int:
 
 VERIFYING = textwrap.dedent("""
     import sys, time
-    from sessiontemp.cli import main
+    from sessiontemp.cli.journal_inspect import main
     end = time.monotonic() + float(sys.argv[2])
     while time.monotonic() < end:
         main(["--root", sys.argv[1], "verify"], out=open("/dev/null", "w"))
@@ -359,7 +359,7 @@ def test_readers_in_a_loop_in_other_processes_while_every_sealed_segment_is_reti
         manager.retain()
     quiet = os.open(os.devnull, os.O_WRONLY)
     try:
-        readers = [zygote.shared("sessiontemp.cli").start(
+        readers = [zygote.shared("sessiontemp.cli.journal_inspect").start(
             None, [str(root), str(seconds)], script=VERIFYING, stderr=quiet) for _ in range(2)]
     finally:
         os.close(quiet)

@@ -30,9 +30,9 @@ import pytest
 
 import sessiontemp
 from sessiontemp import Report
+from sessiontemp._guards.steps import StepKind
 from sessiontemp.inspect import verify
 from sessiontemp.journal import Retention, Store
-from sessiontemp.steps import StepKind
 from tests.conftest import live_state
 from tests.test_crash import TIMEOUT, Child, Lab
 

@@ -44,9 +44,9 @@ from pathlib import Path
 import pytest
 
 from sessiontemp import Manager
+from sessiontemp._guards.steps import StepKind
+from sessiontemp._kernel.root import JOURNAL_NAME
 from sessiontemp.journal.errors import JournalError, SessionTempError
-from sessiontemp.root import JOURNAL_NAME
-from sessiontemp.steps import StepKind
 from tests.faults import STORE_FAILURES, Faults, StoreFailure, raising, store_error
 from tests.model import SCRATCH, Op, World
 from tests.neighbour import MOVES, Move, Neighbour, stepping_in

@@ -39,10 +39,11 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from sessiontemp import Manager, nodes, processes, recover
+from sessiontemp import Manager, recover
+from sessiontemp._kernel import nodes, processes
+from sessiontemp._kernel.root import GENERATION_PREFIX, TRASH_PREFIX
 from sessiontemp.inspect import state_at
 from sessiontemp.journal.segments import Retention
-from sessiontemp.root import GENERATION_PREFIX, TRASH_PREFIX
 from tests.conftest import journal_state
 from tests.nobody import NOBODY, as_root
 from tests.test_hostile import generations_on_disk, outcomes

@@ -35,12 +35,12 @@ from sessiontemp import (
     SessionTempError,
     Unavailable,
     UnsafeRoot,
-    cli,
     default_root,
     recover,
     remove_artifact,
     remove_session,
 )
+from sessiontemp.cli import journal_inspect as cli
 from sessiontemp.inspect import fsck
 from sessiontemp.journal.errors import NoSuchRoot, RootReadOnly
 from tests import zygote

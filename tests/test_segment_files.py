@@ -165,8 +165,9 @@ def opens(root: Path, call: str) -> list[str]:
 
 def inspects(root: Path, *words: str) -> subprocess.CompletedProcess[str]:
     """``journal-inspect --root ROOT WORDS...`` in a process of its own."""
-    return zygote.shared("sessiontemp.cli").run(
-        [str(zygote.JOURNAL_INSPECT), "--root", str(root), *words], entry="sessiontemp.cli:run",
+    return zygote.shared("sessiontemp.cli.journal_inspect").run(
+        [str(zygote.JOURNAL_INSPECT), "--root", str(root), *words],
+        entry="sessiontemp.cli.journal_inspect:run",
         timeout=TIMEOUT)
 
 

@@ -29,6 +29,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sessiontemp import Manager, handles, recover
+from sessiontemp._guards.steps import Steps
 from sessiontemp.journal import (
     EMPTY,
     JournalCorrupt,
@@ -50,8 +51,7 @@ from sessiontemp.journal.events import (
     Rotated,
 )
 from sessiontemp.journal.segments import ROLL_FLOOR, Segment, directory, size_of
-from sessiontemp.recovery import maintain
-from sessiontemp.steps import Steps
+from sessiontemp.recovery.passes import maintain
 from tests import zygote
 from tests.strategies import legal_records, manager_id, scaled, session_histories
 

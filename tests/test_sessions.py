@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 
+from sessiontemp._kernel.root import Root
 from sessiontemp.journal import Record, RuleViolation, checkpoint, replay
 from sessiontemp.journal.errors import SessionOwned, SessionTempError, UnsafeRoot
 from sessiontemp.journal.events import (
@@ -39,7 +40,6 @@ from sessiontemp.journal.events import (
     SessionDiscarded,
 )
 from sessiontemp.journal.reducer import Fold, Forgotten, State, kept_for_resume
-from sessiontemp.root import Root
 from sessiontemp.sessions import (
     SESSIONS_DIR,
     Resumable,
@@ -85,7 +85,7 @@ def test_every_name_the_journal_accepts_is_a_valid_name(name: str) -> None:
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from sessiontemp.root import Root
+    from sessiontemp._kernel.root import Root
     from sessiontemp.sessions import SessionLock
     root = Root.open(sys.argv[1])
     lock = SessionLock.take(root, sys.argv[2])

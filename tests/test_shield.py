@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from sessiontemp.shield import shielded
+from sessiontemp._guards.shield import shielded
 
 Handler = Callable[[int, FrameType | None], Any] | int | None
 
@@ -47,7 +47,7 @@ def handlers() -> Iterator[None]:
 
 def through_the_shield(error: BaseException) -> bool:
     """Whether *error* was raised by the shield, once the operation had finished."""
-    return any(frame.filename.endswith(os.path.join("sessiontemp", "shield.py"))
+    return any(frame.filename.endswith(os.path.join("sessiontemp", "_guards", "shield.py"))
                for frame in traceback.extract_tb(error.__traceback__))
 
 
@@ -326,7 +326,7 @@ def test_a_subinterpreter_runs_operations_as_they_are() -> None:
         # Only the main interpreter runs Python-level handlers, and only it may set them.
         interpreters.run_string(interpreter, (
             "import os\n"
-            "from sessiontemp.shield import shielded\n"
+            "from sessiontemp._guards.shield import shielded\n"
             f"os.write({w}, shielded(lambda: b'ran'))\n"
         ))
         assert os.read(r, 16) == b"ran"

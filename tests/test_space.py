@@ -23,6 +23,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from sessiontemp import LowDisk, Manager, OverBudget, Unavailable, Usage, recover
+from sessiontemp._kernel.root import RESERVE, generation_name
 from sessiontemp.journal import Record, RuleViolation, State, Store, checkpoint, replay
 from sessiontemp.journal.events import (
     Event,
@@ -36,9 +37,8 @@ from sessiontemp.journal.events import (
     Rotated,
     SpaceRefused,
 )
-from sessiontemp.reserve import RESERVE_BYTES
-from sessiontemp.root import RESERVE, generation_name
-from sessiontemp.usage import measure_tree
+from sessiontemp.space.reserve import RESERVE_BYTES
+from sessiontemp.space.usage import measure_tree
 from tests.commands import journaled
 from tests.conftest import live_state
 from tests.nobody import as_root, nobodys_place, run_as_nobody
@@ -418,7 +418,7 @@ def test_a_chmod_000_subdirectory_is_counted_as_the_entry_it_is_and_named_as_unr
 ) -> None:
     done = run_as_nobody(f"""
         import json, os, pathlib
-        from sessiontemp.usage import measure_tree
+        from sessiontemp.space.usage import measure_tree
         top = pathlib.Path({str(nobodys_place)!r}) / "tree"
         (top / "closed" / "deep").mkdir(parents=True)
         (top / "closed" / "deep" / "f").write_bytes(b"c" * 100_000)

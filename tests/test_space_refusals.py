@@ -26,6 +26,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from sessiontemp import LowDisk, Manager, OverBudget, Unavailable, recover
+from sessiontemp._kernel.root import JOURNAL_NAME, RESERVE
 from sessiontemp.inspect import explain, fsck, summary, timeline, verify
 from sessiontemp.inspect.json import moment
 from sessiontemp.inspect.read import when
@@ -40,8 +41,7 @@ from sessiontemp.journal.events import (
     SpaceRefused,
 )
 from sessiontemp.meter import REFUSALS_EVERY
-from sessiontemp.reserve import RESERVE_BYTES
-from sessiontemp.root import JOURNAL_NAME, RESERVE
+from sessiontemp.space.reserve import RESERVE_BYTES
 from tests.commands import journaled
 from tests.conftest import live_state, own_view
 from tests.faults import STORE_FAILURES, Faults, StoreFailure, interrupting, raising, store_error

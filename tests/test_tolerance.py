@@ -37,6 +37,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from sessiontemp import Manager, Report, recover
+from sessiontemp._kernel.root import generation_name
 from sessiontemp.journal import State, Store, events, ids, replay
 from sessiontemp.journal.events import (
     GenerationCreated,
@@ -47,7 +48,6 @@ from sessiontemp.journal.events import (
     Rotated,
 )
 from sessiontemp.journal.store import chain
-from sessiontemp.root import generation_name
 from tests.conftest import journal_state
 from tests.model import simulate_kill
 from tests.zygote import journal_inspect

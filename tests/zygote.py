@@ -303,5 +303,5 @@ JOURNAL_INSPECT = Path(sys.executable).with_name("journal-inspect")
 
 def journal_inspect(*args: str | Path) -> subprocess.CompletedProcess[str]:
     """``journal-inspect *args``, the console script's function in a process of its own."""
-    return shared("sessiontemp.cli").run([str(JOURNAL_INSPECT), *map(str, args)],
-                                         entry="sessiontemp.cli:run")
+    return shared("sessiontemp.cli.journal_inspect").run([str(JOURNAL_INSPECT), *map(str, args)],
+                                         entry="sessiontemp.cli.journal_inspect:run")

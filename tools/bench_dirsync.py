@@ -26,7 +26,7 @@ from pathlib import Path
 import benchlib
 
 from sessiontemp import Manager
-from sessiontemp.root import DIR_FLAGS
+from sessiontemp._kernel.root import DIR_FLAGS
 
 
 def cycle(root_fd: int, name: str, *, sync: bool) -> None:

@@ -12,7 +12,7 @@ compared with.  Issue 22's goals, each printed beside its bound:
 - goal 1, relaxed durability: the CPU the calling thread spends on a cycle
   (``time.thread_time``, over 10 cycles in a row) against two bare commits
   with ``synchronous=NORMAL`` (no sync, 10 pairs in a row), from the main thread (where every
-  operation runs with signal handlers deferred, ``sessiontemp/shield.py``)
+  operation runs with signal handlers deferred, ``sessiontemp/_guards/shield.py``)
   and from another thread; at most 1.5x, and the main thread within 10 %
   of the other;
 - goal 3, full durability: a cycle's wall time against two bare commits

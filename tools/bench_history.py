@@ -47,10 +47,10 @@ from typing import Any
 import benchlib
 
 from sessiontemp import Lease, Manager, handles, recover
+from sessiontemp._kernel.root import JOURNAL_NAME
 from sessiontemp.journal import testing
 from sessiontemp.journal.events import Event
 from sessiontemp.journal.store import Store
-from sessiontemp.root import JOURNAL_NAME
 
 BATCH = 20_000
 LIVE = 5

@@ -8,7 +8,7 @@ to a fresh directory under the system temporary directory (the disk matters:
 every journal append is an fdatasync).
 
 Two overheads of fault tolerance are measured beside them: the shield
-around a main-thread operation (``sessiontemp/shield.py``: signal handlers
+around a main-thread operation (``sessiontemp/_guards/shield.py``: signal handlers
 deferred while it runs), as a warm acquire + release from the main thread
 against the same from another thread (where it runs as it is), alternating
 round by round; and the
@@ -33,8 +33,9 @@ from pathlib import Path
 
 import benchlib
 
-from sessiontemp import Manager, processes
-from sessiontemp.shield import shielded
+from sessiontemp import Manager
+from sessiontemp._guards.shield import shielded
+from sessiontemp._kernel import processes
 
 
 def median_us(rounds: int, operation: Callable[[], object]) -> float:

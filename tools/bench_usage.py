@@ -4,7 +4,7 @@
     python tools/bench_usage.py --quick
 
 For each size, a tree of that many empty files (a thousand to a directory)
-is made once, then measured by ``sessiontemp.usage.measure_tree`` and by
+is made once, then measured by ``sessiontemp.space.usage.measure_tree`` and by
 ``du -s`` (the C baseline), interleaved round by round; the medians are
 per tree and per file.
 
@@ -40,7 +40,7 @@ from benchlib import arguments, environment, scratch, table
 
 from sessiontemp import Manager
 from sessiontemp.meter import SHARE
-from sessiontemp.usage import measure_tree
+from sessiontemp.space.usage import measure_tree
 
 PER_DIRECTORY = 1000
 
@@ -110,7 +110,7 @@ def busy(root: Path, tree: Path, every: float, window: float) -> tuple[float, fl
         threads = [t for t in threading.enumerate()
                    if t.name.startswith("sessiontemp-measure") and t.native_id is not None]
         spent = sum(cpu_seconds(t.native_id) for t in threads if t.native_id is not None)
-        # The walks run in child processes (sessiontemp.usage.measure_elsewhere).
+        # The walks run in child processes (sessiontemp.space.usage.measure_elsewhere).
         done = resource.getrusage(resource.RUSAGE_CHILDREN)
         spent += (done.ru_utime - children.ru_utime) + (done.ru_stime - children.ru_stime)
         walks = journaled[0] - before

@@ -134,7 +134,7 @@ class Worker:
     """One long-lived thread that runs what it is handed and times it there.
 
     A Manager operation called from the main thread runs with its signal
-    handlers deferred (``sessiontemp/shield.py``); from any other thread it
+    handlers deferred (``sessiontemp/_guards/shield.py``); from any other thread it
     runs as it is.  Handing work to this thread measures that plain path.
     """
 

@@ -12,7 +12,7 @@ grouped by where the code lives.  The profiler roughly doubles the cost of
 Python code (not of the fsync), so read its figures as shares.  The time in
 ``sqlite3`` calls includes the commits' fdatasync.  Last, N cycles from the
 main thread under the profiler too: the Python calls a cycle makes there
-and inline, whose difference is the shield's (``sessiontemp/shield.py``).
+and inline, whose difference is the shield's (``sessiontemp/_guards/shield.py``).
 """
 
 from __future__ import annotations

@@ -105,12 +105,12 @@ from sessiontemp import (
     remove_artifact,
     remove_session,
 )
+from sessiontemp._guards.steps import Steps
+from sessiontemp._kernel.liveness import RecoveryLock
+from sessiontemp._kernel.root import JOURNAL_NAME, Root
 from sessiontemp.inspect import fsck
 from sessiontemp.journal import Retention, Store, checkpoint, replay
-from sessiontemp.liveness import RecoveryLock
-from sessiontemp.recovery import maintain
-from sessiontemp.root import JOURNAL_NAME, Root
-from sessiontemp.steps import Steps
+from sessiontemp.recovery.passes import maintain
 
 # A command that holds its lease's directory and watches its marker file.
 CHILD = """

@@ -4,7 +4,7 @@ Every function here opens the journal read-only (falling back to immutable
 reading for a copy on a read-only medium), never writes to it (except
 ``fsck(repair=True)``, which runs a recovery pass), never takes a lock that
 a manager waits for, and returns plain data: the ``journal-inspect``
-console script (``sessiontemp.cli``) only formats it.  :func:`as_json`
+console script (``sessiontemp.cli.journal_inspect``) only formats it.  :func:`as_json`
 gives the one stable JSON form of each result, documented with the JSON
 reference of the documentation ("JSON output") and versioned by its
 ``"schema"`` field.

@@ -19,6 +19,16 @@ from pathlib import Path
 import attrs
 
 from sessiontemp import artifacts
+from sessiontemp._kernel.processes import running
+from sessiontemp._kernel.root import (
+    GENERATION_PREFIX,
+    JOURNAL_NAME,
+    MANAGERS_DIR,
+    TRASH_PREFIX,
+    check_layout,
+    generation_id_of,
+    lock_file_name,
+)
 from sessiontemp.inspect.read import (
     ROOT_FILES,
     Problem,
@@ -40,16 +50,6 @@ from sessiontemp.journal.reducer import (
     kept_for_resume,
 )
 from sessiontemp.journal.segments import litter
-from sessiontemp.processes import running
-from sessiontemp.root import (
-    GENERATION_PREFIX,
-    JOURNAL_NAME,
-    MANAGERS_DIR,
-    TRASH_PREFIX,
-    check_layout,
-    generation_id_of,
-    lock_file_name,
-)
 
 __all__ = ["Finding", "FsckReport", "RepairReport", "fsck"]
 
@@ -129,7 +129,7 @@ def fsck(root: os.PathLike[str] | str, *, repair: bool = False,
     if not repair:
         findings, held = _fsck(base, progress)
         return FsckReport(base, findings, held=held)
-    from sessiontemp.cleanup import recover
+    from sessiontemp.recovery.cleanup import recover
 
     before, _ = _fsck(base, progress)
     report = recover(base, busy_timeout=10.0)

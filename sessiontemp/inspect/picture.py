@@ -26,7 +26,7 @@ import attrs
 from sessiontemp.inspect.measure import fit, text_width, wrap
 from sessiontemp.inspect.read import counted
 from sessiontemp.inspect.scale import Scale, duration
-from sessiontemp.usage import human
+from sessiontemp.space.usage import human
 
 __all__ = ["COLOURS", "Ending", "Generation", "Lane", "Lease", "Manager", "Mark", "Picture",
            "clock", "xml_attribute", "xml_text"]

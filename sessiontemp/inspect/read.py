@@ -19,11 +19,8 @@ from typing import Final, Literal, TypeAlias
 
 import attrs
 
-from sessiontemp.journal.errors import BadInput, JournalCorrupt, JournalError
-from sessiontemp.journal.history import PROGRESS_EVERY, Problem, Start
-from sessiontemp.journal.store import Store
-from sessiontemp.locks import flock_holders
-from sessiontemp.root import (
+from sessiontemp._kernel.locks import flock_holders
+from sessiontemp._kernel.root import (
     ENTRIES,
     GENERATION_PREFIX,
     JOURNAL_NAME,
@@ -36,6 +33,9 @@ from sessiontemp.root import (
     generation_id_of,
     lock_file_name,
 )
+from sessiontemp.journal.errors import BadInput, JournalCorrupt, JournalError
+from sessiontemp.journal.history import PROGRESS_EVERY, Problem, Start
+from sessiontemp.journal.store import Store
 
 __all__ = [
     "PROGRESS_EVERY",

@@ -3,7 +3,7 @@
 The sizes are the managers' own measurements, as the journal keeps them
 (``generation.measured``: the last one and the peak of each generation);
 with *measure*, each directory is walked now instead, by the same read-only
-walk a manager measures with (:func:`sessiontemp.usage.measure_tree`: by
+walk a manager measures with (:func:`sessiontemp.space.usage.measure_tree`: by
 descriptors, never following a symlink nor leaving the directory's mount).
 Either way nothing is written: not the journal (a measurement taken here is
 reported, never journaled, so an inspector needs no write access and never
@@ -28,7 +28,7 @@ from typing import Final
 
 import attrs
 
-from sessiontemp import disk
+from sessiontemp._kernel.root import GENERATION_PREFIX, WORK_DIR, os_error
 from sessiontemp.inspect.read import (
     Liveness,
     Problem,
@@ -43,8 +43,8 @@ from sessiontemp.journal.errors import BadInput, RuleViolation
 from sessiontemp.journal.events import LeaseAcquired, SpaceRefused, decode
 from sessiontemp.journal.reducer import GenerationState, State
 from sessiontemp.journal.store import Store
-from sessiontemp.root import GENERATION_PREFIX, WORK_DIR, os_error
-from sessiontemp.usage import measure_tree
+from sessiontemp.space import disk
+from sessiontemp.space.usage import measure_tree
 
 __all__ = ["LABELS", "DirectoryUsage", "SpaceReport", "usage"]
 

@@ -25,7 +25,7 @@ from typing import Final
 
 import attrs
 
-from sessiontemp.budget import described
+from sessiontemp._kernel.root import GENERATION_PREFIX
 from sessiontemp.inspect.read import (
     Problem,
     Progress,
@@ -69,8 +69,8 @@ from sessiontemp.journal.reducer import (
     resumed,
 )
 from sessiontemp.journal.store import Store
-from sessiontemp.root import GENERATION_PREFIX
-from sessiontemp.usage import human
+from sessiontemp.space.budget import described
+from sessiontemp.space.usage import human
 
 __all__ = ["Sentence", "Story", "explain"]
 

@@ -19,6 +19,7 @@ from typing import Final
 
 import attrs
 
+from sessiontemp._kernel.root import GENERATION_PREFIX, generation_id_of
 from sessiontemp.inspect.read import (
     Liveness,
     Problem,
@@ -32,7 +33,6 @@ from sessiontemp.journal import checkpoint, history
 from sessiontemp.journal.events import KINDS
 from sessiontemp.journal.reducer import State
 from sessiontemp.journal.store import History
-from sessiontemp.root import GENERATION_PREFIX, generation_id_of
 
 __all__ = ["ManagerInfo", "Summary", "summary"]
 

@@ -38,7 +38,6 @@ from typing import Final
 
 import attrs
 
-from sessiontemp.budget import described
 from sessiontemp.inspect.picture import (
     COLOURS,
     GROUP_PX,
@@ -74,7 +73,8 @@ from sessiontemp.journal.events import (
     SpaceRefused,
 )
 from sessiontemp.journal.reducer import Fold, State
-from sessiontemp.usage import human
+from sessiontemp.space.budget import described
+from sessiontemp.space.usage import human
 
 __all__ = ["COLOURS", "IDLE", "Ending", "Timeline", "timeline"]
 

@@ -31,8 +31,8 @@ import stat
 from collections.abc import Callable
 from typing import Final
 
-from sessiontemp.disk import space_of
-from sessiontemp.root import FILE_MODE, RESERVE
+from sessiontemp._kernel.root import FILE_MODE, RESERVE
+from sessiontemp.space.disk import space_of
 
 __all__ = ["LOAN_BYTES", "LOW", "RESERVE_BYTES", "lend", "make_room", "refill"]
 

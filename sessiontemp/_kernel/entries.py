@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from sessiontemp._kernel.where import default_root
 from sessiontemp.journal.errors import (
     BadInput,
     RootReadOnly,
@@ -27,7 +28,6 @@ from sessiontemp.journal.errors import (
     SessionTempError,
     UnsafeRoot,
 )
-from sessiontemp.where import default_root
 
 __all__ = ["REMOVE", "check_entry", "check_owned_private", "check_path",
            "empty_path", "os_error", "own_root", "path_of", "set_mode", "without_others"]

@@ -25,19 +25,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from sessiontemp import console, inspect
-from sessiontemp.arguments import (
+from sessiontemp import inspect
+from sessiontemp._kernel.root import default_root, empty_path
+from sessiontemp.cli import console
+from sessiontemp.cli.arguments import (
     Parser,
     PathArgument,
     nearest,
     nearest_option,
     not_a_subcommand,
 )
-from sessiontemp.console import shown
+from sessiontemp.cli.console import shown
 from sessiontemp.inspect.read import counted
 from sessiontemp.journal.errors import BadInput, HistoryRetired, SessionTempError
-from sessiontemp.root import default_root, empty_path
-from sessiontemp.usage import human
+from sessiontemp.space.usage import human
 
 __all__ = ["main"]
 

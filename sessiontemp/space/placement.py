@@ -19,9 +19,9 @@ import warnings
 from pathlib import Path
 from typing import Final, Literal, TypeAlias
 
-from sessiontemp.entries import check_path
+from sessiontemp._guards.log import logger
+from sessiontemp._kernel.entries import check_path
 from sessiontemp.journal.errors import BadInput, UnsafeRoot
-from sessiontemp.log import logger
 
 __all__ = ["InsideWorkdir", "Policy", "check", "inside", "resolve"]
 

@@ -2,16 +2,16 @@
 
 Every command a harness runs in a session starts a process of this, so it
 is small: it imports the standard library's ``_socket``, json and signals,
-the library's error classes, :mod:`sessiontemp.spawn`,
-:mod:`sessiontemp.where` and :mod:`sessiontemp.console`, and none of the
+the library's error classes, :mod:`sessiontemp._kernel.spawn`,
+:mod:`sessiontemp._kernel.where` and :mod:`sessiontemp.cli.console`, and none of the
 journal's other modules, its store, SQLite, attrs, nor even typing, pathlib,
 tempfile or the socket module (each of those cost more than this module's
 own work; ``tools/bench_startup.py`` measures the whole start).
 
-It asks the holder (:mod:`sessiontemp.holder`) serving the root for a
+It asks the holder (:mod:`sessiontemp.holder.serve`) serving the root for a
 lease on the session's current directory, receives the lease's locks as
 descriptors (``SCM_RIGHTS``), and starts the command exactly as ``sessiontemp
-run`` does (:func:`sessiontemp.spawn.start_and_wait`) with those descriptors
+run`` does (:func:`sessiontemp._kernel.spawn.start_and_wait`) with those descriptors
 inherited: the directory is held by the kernel for as long as the command
 (or anything it hands the descriptors to) runs, whatever becomes of this
 process or of the holder.  The connection stays open while the command
@@ -36,13 +36,13 @@ import os
 import stat
 import sys
 
+from sessiontemp._kernel.where import HOLDER_LOCK, HOLDER_SOCKET, root_text
 from sessiontemp.journal.errors import (
     CommandNotStarted,
     SessionTempError,
     Unavailable,
     UnsafeRoot,
 )
-from sessiontemp.where import HOLDER_LOCK, HOLDER_SOCKET, root_text
 
 # Checkers take the name as True.
 TYPE_CHECKING = False
@@ -211,13 +211,13 @@ def run_in_session(command: Sequence[str], *, session: str,
     As :func:`sessiontemp.run.run_command` runs a command, under a lease of
     the session taken from its holder; the directory stays when the command
     exits.  Raises :class:`NoSession` when no holder serves *root* (``--root``
-    rule: :func:`sessiontemp.where.chosen_root`) or it has no live session
+    rule: :func:`sessiontemp._kernel.where.chosen_root`) or it has no live session
     of that name (nothing is started then), :class:`UnsafeRoot` for a root
     or socket that is not trusted, the holder's refusal
     (:class:`Unavailable`: a sealed session, a directory over its budget),
     and :class:`CommandNotStarted`.
     """
-    from sessiontemp.spawn import start_and_wait, watching
+    from sessiontemp._kernel.spawn import start_and_wait, watching
 
     where = root_text(root)
     with watching() as mask:
@@ -370,7 +370,7 @@ def main(words: Sequence[str]) -> int:
 
 
 def _fail(where: str, message: str, status: int = 2) -> int:
-    from sessiontemp import console
+    from sessiontemp.cli import console
 
     console.say(f"{_PROG} {where}: {console.shown(message)}\n")
     return status
@@ -378,7 +378,7 @@ def _fail(where: str, message: str, status: int = 2) -> int:
 
 def entry() -> None:
     """Run the process's own command line (one :func:`handles` accepts) and exit."""
-    from sessiontemp import console
+    from sessiontemp.cli import console
 
     console.prepare()
     console.exit_with(lambda: main(sys.argv[1:]))

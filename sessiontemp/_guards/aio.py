@@ -36,7 +36,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol, TypeVar, cast
 
-from sessiontemp.log import logger
+from sessiontemp._guards.log import logger
 
 __all__ = ["Releasable", "acquire", "complete", "undoable"]
 

@@ -5,7 +5,7 @@ kernel releases it when the last descriptor sharing its open file
 description closes, so a crash can never leave a lock that lies, and a
 child handed the descriptor (``pass_fds``) keeps the lock alive for as long
 as it runs.  What the locks mean (a manager alive, a generation in use,
-one recovery pass at a time) is :mod:`sessiontemp.liveness`'s and the
+one recovery pass at a time) is :mod:`sessiontemp._kernel.liveness`'s and the
 session lock's (:mod:`sessiontemp.sessions`); this module only calls
 the kernel, and reads its lock table (``/proc/locks``) for messages.
 
@@ -24,7 +24,7 @@ import os
 from time import monotonic, sleep
 from typing import Final
 
-from sessiontemp import resources
+from sessiontemp._kernel import resources
 from sessiontemp.journal.errors import Unavailable
 
 __all__ = [

@@ -18,15 +18,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from sessiontemp import sizes
-from sessiontemp.entries import empty_path
+from sessiontemp._kernel.entries import empty_path
 from sessiontemp.journal.errors import BadInput
+from sessiontemp.space import sizes
 
 __all__ = ["Parser", "PathArgument", "nearest", "nearest_option", "not_a_subcommand", "size"]
 
 
 def size(text: str) -> int:
-    """An option's size (:func:`sessiontemp.sizes.parse`: ``500M``, ``100K``, ``4096``).
+    """An option's size (:func:`sessiontemp.space.sizes.parse`: ``500M``, ``100K``, ``4096``).
 
     For ``type=`` of every option that takes a size, in both console
     scripts and the pytest plugin.  The error is argparse's own kind, so

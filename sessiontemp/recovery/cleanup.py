@@ -3,12 +3,12 @@
 :func:`recover`, :func:`remove_artifact` and :func:`remove_session` are what
 a program (or ``sessiontemp recover``, or ``journal-inspect fsck --repair``)
 calls on a root no manager of its own has open.  Each is one recovery pass
-(:mod:`sessiontemp.recovery`) asked to do a little more: nothing, remove an
+(:mod:`sessiontemp.recovery.passes`) asked to do a little more: nothing, remove an
 artifact, or discard what a named session left.  They share one sequence,
 :func:`_pass_over`: open the root without creating it, check its journal,
 open a store, run the pass, close all of it.
 
-This module sits above :mod:`sessiontemp.recovery`,
+This module sits above :mod:`sessiontemp.recovery.passes`,
 :mod:`sessiontemp.artifacts` and :mod:`sessiontemp.sessions`, which never
 import it: the pass uses the artifact store and the session lock, and the
 calls that start a pass use the pass.
@@ -22,16 +22,18 @@ import os
 import time
 from collections.abc import Callable, Sequence
 
-from sessiontemp import recovery, reserve, resources
+from sessiontemp._guards.steps import StepHook, Steps
+from sessiontemp._kernel import resources
+from sessiontemp._kernel.root import Root
 from sessiontemp.artifacts import ON_REQUEST, Artifact, id_of
 from sessiontemp.journal import ids
 from sessiontemp.journal.errors import BadInput
 from sessiontemp.journal.segments import DEFAULT_RETENTION, Retention
 from sessiontemp.journal.store import Store
-from sessiontemp.recovery import DEFAULT_STALE_AFTER, Report, check_stale_after
-from sessiontemp.root import Root
+from sessiontemp.recovery import passes as recovery
+from sessiontemp.recovery.passes import DEFAULT_STALE_AFTER, Report, check_stale_after
 from sessiontemp.sessions import Claim, SessionLock, check_name
-from sessiontemp.steps import StepHook, Steps
+from sessiontemp.space import reserve
 
 __all__ = ["recover", "recover_async", "remove_artifact", "remove_artifact_async",
            "remove_session", "remove_session_async"]
@@ -131,7 +133,7 @@ def remove_session(
 
 # -- asyncio -------------------------------------------------------------------------
 # Each pass fsyncs commits, renames and removes whole trees: in a worker
-# thread (sessiontemp.aio, imported by the first await only), and seen
+# thread (sessiontemp._guards.aio, imported by the first await only), and seen
 # through to the end when the awaiting task is cancelled, as every async
 # form of the library is.
 
@@ -146,7 +148,7 @@ async def recover_async(
     progress: Callable[[int, int], None] | None = None,
 ) -> Report:
     """:func:`recover` in a worker thread; cancelled meanwhile, the pass still ends, then raises."""
-    from sessiontemp import aio
+    from sessiontemp._guards import aio
 
     return await aio.complete(functools.partial(
         recover, root, stale_after=stale_after, clock=clock, busy_timeout=busy_timeout,
@@ -162,7 +164,7 @@ async def remove_artifact_async(
     step_hook: StepHook | None = None,
 ) -> bool:
     """:func:`remove_artifact` in a worker thread; cancelled meanwhile, it ends, then raises."""
-    from sessiontemp import aio
+    from sessiontemp._guards import aio
 
     return await aio.complete(functools.partial(
         remove_artifact, root, artifact, clock=clock, busy_timeout=busy_timeout,
@@ -178,7 +180,7 @@ async def remove_session_async(
     step_hook: StepHook | None = None,
 ) -> Report:
     """:func:`remove_session` in a worker thread; cancelled meanwhile, it ends, then raises."""
-    from sessiontemp import aio
+    from sessiontemp._guards import aio
 
     return await aio.complete(functools.partial(
         remove_session, root, name, clock=clock, busy_timeout=busy_timeout,

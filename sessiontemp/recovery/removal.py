@@ -7,7 +7,7 @@ journaling through the callable it is given:
 1. :func:`seize` finds the entry under its generation or trash name and takes
    an exclusive lock on it.  The lock fails while any lease or command still
    holds its shared lock, and then nothing is touched; so does a recorded
-   command that still runs (:mod:`sessiontemp.processes`), and a file system
+   command that still runs (:mod:`sessiontemp._kernel.processes`), and a file system
    mounted on the generation itself.
 2. The start of the removal is journaled.
 3. :func:`finish` renames it to its trash name (claiming it: a crash from
@@ -15,7 +15,7 @@ journaling through the callable it is given:
    empties and removes it through directory descriptors.
 4. The end is journaled, unless something had to stay.
 
-The emptying is a :mod:`sessiontemp.walk`: nothing is resolved by path,
+The emptying is a :mod:`sessiontemp._kernel.walk`: nothing is resolved by path,
 a symlink planted inside is unlinked, never followed, a hard link is
 unlinked, never truncated, and the walk never leaves the generation's file
 system.  On the way the remover makes its own way through modes its owner
@@ -40,13 +40,13 @@ from typing import Final, Literal, TypeAlias
 
 import attrs
 
-from sessiontemp import nodes, processes, walk
+from sessiontemp._guards.steps import Steps
+from sessiontemp._kernel import nodes, processes, walk
+from sessiontemp._kernel.locks import try_exclusive, try_shared
+from sessiontemp._kernel.nodes import Node
+from sessiontemp._kernel.root import generation_name, trash_name
 from sessiontemp.journal.events import Event, RemovalFinished, RemovalStarted
 from sessiontemp.journal.reducer import GenerationState
-from sessiontemp.locks import try_exclusive, try_shared
-from sessiontemp.nodes import Node
-from sessiontemp.root import generation_name, trash_name
-from sessiontemp.steps import Steps
 
 __all__ = ["Blocked", "Found", "Outcome", "Result", "Target", "blocked", "finish", "remove",
            "seize"]

@@ -11,7 +11,7 @@ its working directory, started isolated with ``-I``), it takes
 serves), replaces whatever socket a dead holder left, binds
 ``ROOT/holder.sock`` through the root's descriptor (any root length: an
 ``AF_UNIX`` path holds 107 bytes), says it is ready, and serves
-(:class:`sessiontemp.holder.Holder`).
+(:class:`sessiontemp.holder.serve.Holder`).
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ import subprocess
 from pathlib import Path
 from typing import Any, Final
 
-from sessiontemp import budget
 from sessiontemp import sessions as _sessions
-from sessiontemp.client import LOCK_NAME, SOCKET_NAME, NoSession, connect
-from sessiontemp.holder import Holder
+from sessiontemp._kernel.processes import python_child
+from sessiontemp._kernel.root import DIR_FLAGS, FILE_MODE, Root, check_owned_private
+from sessiontemp._kernel.where import chosen_root
+from sessiontemp.holder.client import LOCK_NAME, SOCKET_NAME, NoSession, connect
+from sessiontemp.holder.serve import Holder
 from sessiontemp.journal.errors import Unavailable
-from sessiontemp.processes import python_child
-from sessiontemp.root import DIR_FLAGS, FILE_MODE, Root, check_owned_private
-from sessiontemp.where import chosen_root
+from sessiontemp.space import budget
 
 __all__ = ["NoSession", "launch", "main", "request", "start"]
 
@@ -87,8 +87,8 @@ def main(argv: list[str]) -> None:
         os.close(root_fd)
 
 
-# The holder's process (sessiontemp.processes.python_child says how it is started).
-_CHILD: Final = "from sessiontemp.holding import main\nmain(sys.argv[2:])\n"
+# The holder's process (sessiontemp._kernel.processes.python_child says how it is started).
+_CHILD: Final = "from sessiontemp.holder.holding import main\nmain(sys.argv[2:])\n"
 
 
 def launch(root: Path) -> None:
@@ -124,7 +124,7 @@ def request(root: os.PathLike[str] | str | None, message: dict[str, Any], *,
             session: str) -> dict[str, Any]:
     """Send *message* to the holder of *root* (``--root`` rule); its reply.
 
-    Raises :class:`~sessiontemp.client.NoSession` when no holder serves the
+    Raises :class:`~sessiontemp.holder.client.NoSession` when no holder serves the
     root, and the holder's refusal as :class:`Unavailable`.
     """
     where = chosen_root(root)

@@ -2,7 +2,7 @@
 
 ``max_bytes`` and ``max_inodes`` bound what the session's current
 directory may hold; ``min_free_bytes`` what its root's file system keeps
-free (None: :func:`sessiontemp.disk.default_min_free`); ``measure_every``
+free (None: :func:`sessiontemp.space.disk.default_min_free`); ``measure_every``
 how often, at most, the directory is measured.  A budget fails closed:
 once a measurement finds the directory over it, the next acquire is
 refused with :class:`~sessiontemp.OverBudget`.  A command that is running
@@ -26,10 +26,10 @@ from typing import Final
 
 import attrs
 
-from sessiontemp import disk, sizes
 from sessiontemp.journal.errors import BadInput, JournalFull, LowDisk, OverBudget
 from sessiontemp.journal.reducer import GenerationState
-from sessiontemp.usage import Usage, human
+from sessiontemp.space import disk, sizes
+from sessiontemp.space.usage import Usage, human
 
 __all__ = ["DEFAULT_MEASURE_EVERY", "PYTEST", "PYTHON", "RUN", "Limits", "Surface",
            "check_limits", "described", "low_disk", "over", "over_budget", "over_generation"]

@@ -1,7 +1,7 @@
 """Walking a directory tree through descriptors, never out of it.
 
 The rules every walk of a generation keeps, whatever it does at each entry
-(:mod:`sessiontemp.removal` unlinks and removes; a walk that measures would
+(:mod:`sessiontemp.recovery.removal` unlinks and removes; a walk that measures would
 only look):
 
 - Nothing is resolved by path.  Each directory is opened relative to its
@@ -9,7 +9,7 @@ only look):
   followed, and a non-directory (a FIFO would block its opener, a device
   node could do worse) is never opened, only handed to the visitor by name.
 - The walk never leaves the mount it starts on.  Each directory opened is
-  compared with the top (device and mount id, :mod:`sessiontemp.nodes`)
+  compared with the top (device and mount id, :mod:`sessiontemp._kernel.nodes`)
   before anything is done in it, as ``rm --one-file-system`` and
   systemd-tmpfiles do: a tmpfs mounted inside, or a bind mount of a
   directory elsewhere (whose device may be the top's own), is reported and
@@ -37,9 +37,9 @@ from typing import Final, Literal, Protocol, TypeAlias
 
 import attrs
 
-from sessiontemp import nodes
-from sessiontemp.nodes import Node
-from sessiontemp.root import DIR_FLAGS
+from sessiontemp._kernel import nodes
+from sessiontemp._kernel.nodes import Node
+from sessiontemp._kernel.root import DIR_FLAGS
 
 __all__ = ["MAX_HELD", "Obstacle", "ObstacleKind", "Visitor", "reopen", "walk"]
 

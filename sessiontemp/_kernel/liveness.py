@@ -1,6 +1,6 @@
 """Liveness from the kernel: the lock files and directory locks that say who is still alive.
 
-Each is a ``flock`` taken through :mod:`sessiontemp.locks`, released by the
+Each is a ``flock`` taken through :mod:`sessiontemp._kernel.locks`, released by the
 kernel when its holder dies, so a crash can never leave a lock that lies:
 
 * a manager's liveness lock, an exclusive lock on ``ROOT/managers/<id>.lock``
@@ -14,13 +14,13 @@ kernel when its holder dies, so a crash can never leave a lock that lies:
   generation's lock is the one that says it is in use (a remover takes it
   exclusively); the work directory's only keeps age cleaners out;
 * a shared lock on the root directory, held by every live manager
-  (:func:`sessiontemp.locks.hold_root`), and on each of the root's own
-  directories, held by every open root (:class:`sessiontemp.root.Root`);
+  (:func:`sessiontemp._kernel.locks.hold_root`), and on each of the root's own
+  directories, held by every open root (:class:`sessiontemp._kernel.root.Root`);
 * the exclusive ``ROOT/recovery.lock`` of the one recovery pass running
   (:class:`RecoveryLock`).
 
 Every file and directory here is opened relative to a descriptor the root
-holds, never by path (see :mod:`sessiontemp.locks` for why ``filelock``,
+holds, never by path (see :mod:`sessiontemp._kernel.locks` for why ``filelock``,
 which locks by path, is not used).
 
 systemd-tmpfiles probes every subdirectory it would age-clean with
@@ -30,7 +30,7 @@ any manager lives, the directories' locks keep the lock files, artifacts
 and segments safe from a line on the root itself, and a generation's lock
 keeps the generation safe while any command uses it.  It never probes the
 directory its line names nor a plain file: the root's plain files carry the
-sticky bit instead (:data:`sessiontemp.root.FILE_MODE`), and a command's
+sticky bit instead (:data:`sessiontemp._kernel.root.FILE_MODE`), and a command's
 files are one level below the generation, in its locked work directory, so
 that a line naming the generation (or a glob over the root) meets a lock
 before any of them.
@@ -48,9 +48,9 @@ import stat
 from time import monotonic, sleep
 from typing import Final
 
-from sessiontemp import locks
-from sessiontemp.locks import PROBE_PATIENCE, still_named
-from sessiontemp.root import (
+from sessiontemp._kernel import locks
+from sessiontemp._kernel.locks import PROBE_PATIENCE, still_named
+from sessiontemp._kernel.root import (
     DIR_FLAGS,
     FILE_MODE,
     WORK_DIR,

@@ -32,7 +32,7 @@ __all__ = ["GONE", "SHORTAGES", "fix", "gone", "shortage", "translated", "unavai
 GONE: Final = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP})
 # What says the process could not do it now, whatever it was done to.  EAGAIN
 # is EWOULDBLOCK on Linux: from a non-blocking flock it means "held", which
-# the lock's own caller reads first (see sessiontemp.locks.lock_shared).
+# the lock's own caller reads first (see sessiontemp._kernel.locks.lock_shared).
 SHORTAGES: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS,
                               errno.EINTR, errno.EAGAIN})
 

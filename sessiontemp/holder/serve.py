@@ -3,13 +3,13 @@
 A harness that is no Python process (Node, Rust, Go, a shell script) drives
 a session from the command line: ``sessiontemp session start NAME`` makes
 the calling process an owner, ``sessiontemp run --session NAME -- CMD``
-(:mod:`sessiontemp.client`) runs each command under a lease of it, ``session
+(:mod:`sessiontemp.holder.client`) runs each command under a lease of it, ``session
 rotate`` and ``session end`` do what :meth:`Manager.rotate` and
 :meth:`Manager.release` do.  Something must hold each session's
 :class:`~sessiontemp.Manager` between those commands: this process.
 
 - **One per root.**  The first ``session start`` on a root starts it
-  (:mod:`sessiontemp.holding`: the process, daemonized, and its launch);
+  (:mod:`sessiontemp.holder.holding`: the process, daemonized, and its launch);
   it serves every session of that root on one socket,
   ``ROOT/holder.sock``, inside the 0700 root, and ends once its sessions are
   sealed and their last leases are gone.  One process per root rather than
@@ -54,9 +54,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from sessiontemp import budget
 from sessiontemp import sessions as _sessions
-from sessiontemp.client import MESSAGE_BYTES
+from sessiontemp._guards.log import bound
+from sessiontemp.holder.client import MESSAGE_BYTES
 from sessiontemp.journal.errors import (
     BadInput,
     LowDisk,
@@ -64,8 +64,8 @@ from sessiontemp.journal.errors import (
     Unavailable,
 )
 from sessiontemp.lease import Lease
-from sessiontemp.log import bound
 from sessiontemp.manager import DEFAULT_RESUME_WINDOW, Manager
+from sessiontemp.space import budget
 
 __all__ = ["IDLE", "SPACE_STATUS", "Holder", "Session"]
 

@@ -24,7 +24,7 @@ Layout::
     ROOT/sessiontemp-trash-<id>/    a generation being removed
     ROOT/sessions/<name>.lock       a named session's owner lock
     ROOT/artifacts/<id>-<label>     a durable artifact
-    ROOT/holder.sock                the session holder's socket (sessiontemp.holder)
+    ROOT/holder.sock                the session holder's socket (sessiontemp.holder.serve)
     ROOT/holder.lock                held by the live session holder
 
 Every entry of the layout but the generations is checked on open (never a
@@ -55,8 +55,8 @@ from typing import Final
 
 import attrs
 
-from sessiontemp import resources
-from sessiontemp.entries import (
+from sessiontemp._kernel import resources
+from sessiontemp._kernel.entries import (
     check_entry,
     check_owned_private,
     check_path,
@@ -66,10 +66,10 @@ from sessiontemp.entries import (
     set_mode,
     without_others,
 )
+from sessiontemp._kernel.locks import hold_shared
+from sessiontemp._kernel.where import HOLDER_LOCK, HOLDER_SOCKET, default_root
 from sessiontemp.journal import ids
 from sessiontemp.journal.errors import NoSuchRoot, SessionTempError, UnsafeRoot
-from sessiontemp.locks import hold_shared
-from sessiontemp.where import HOLDER_LOCK, HOLDER_SOCKET, default_root
 
 __all__ = [
     "ARTIFACTS_DIR",
@@ -121,7 +121,7 @@ RECOVERY_LOCK: Final = "recovery.lock"
 # never probes the directory its line names, only those it descends into).
 WORK_DIR: Final = "tmp"
 # Blocks kept allocated for the journal to record removals on a full disk
-# (sessiontemp.reserve).
+# (sessiontemp.space.reserve).
 RESERVE: Final = "space.reserve"
 # The root's own directories and plain files, as the library makes them.
 DIRECTORIES: Final = (MANAGERS_DIR, SESSIONS_DIR, ARTIFACTS_DIR, SEGMENTS_DIR)
@@ -167,7 +167,8 @@ def manager_of_lock_file(name: str) -> str | None:
     """The manager a name in ``ROOT/managers`` belongs to, None if the library never gives it.
 
     ``<id>.lock``, or ``.<id>.lock.<hex>``: the spare a lock file is made
-    under before it is renamed into place (``LivenessLock.check`` in :mod:`sessiontemp.liveness`).
+    under before it is renamed into place (``LivenessLock.check`` in
+    :mod:`sessiontemp._kernel.liveness`).
     """
     if name.startswith("."):
         stem, dot, tag = name[1:].rpartition(".")

@@ -1,11 +1,11 @@
 """Sweeps: what a recovery pass finds on disk and removes, and how it reports each.
 
-The pass (:mod:`sessiontemp.recovery`) replays the journal and decides which
+The pass (:mod:`sessiontemp.recovery.passes`) replays the journal and decides which
 generations are orphans; the functions here act on the root for it:
 
 * :func:`remove_orphan` removes a generation of a closed or dead manager
   (or finishes a removal that was started) through the one removal routine
-  (:mod:`sessiontemp.removal`), unless a record the rules refuse names it;
+  (:mod:`sessiontemp.recovery.removal`), unless a record the rules refuse names it;
 * :func:`sweep_unknown` removes entries of generation or trash name that the
   journal does not know (a lost journal's leftovers, a directory a power loss
   brought back), each once its mtime is older than the pass's *stale_after*
@@ -32,16 +32,11 @@ from typing import Protocol
 
 import attrs
 
-from sessiontemp.journal.errors import JournalError, RuleViolation
-from sessiontemp.journal.events import Event, Reappeared, RemovalStarted
-from sessiontemp.journal.history import Past, pasts
-from sessiontemp.journal.reducer import GenerationState, State, held_by
-from sessiontemp.journal.store import Store
-from sessiontemp.liveness import take_liveness
-from sessiontemp.locks import try_exclusive
-from sessiontemp.log import BoundLogger
-from sessiontemp.removal import Target, remove
-from sessiontemp.root import (
+from sessiontemp._guards.log import BoundLogger
+from sessiontemp._guards.steps import Steps
+from sessiontemp._kernel.liveness import take_liveness
+from sessiontemp._kernel.locks import try_exclusive
+from sessiontemp._kernel.root import (
     MANAGERS_DIR,
     TRASH_PREFIX,
     Root,
@@ -51,7 +46,12 @@ from sessiontemp.root import (
     manager_of_lock_file,
     trash_name,
 )
-from sessiontemp.steps import Steps
+from sessiontemp.journal.errors import JournalError, RuleViolation
+from sessiontemp.journal.events import Event, Reappeared, RemovalStarted
+from sessiontemp.journal.history import Past, pasts
+from sessiontemp.journal.reducer import GenerationState, State, held_by
+from sessiontemp.journal.store import Store
+from sessiontemp.recovery.removal import Target, remove
 
 __all__ = ["Pass", "Removed", "Skipped", "remove_orphan", "remove_target", "sweep_lock_files",
            "sweep_unknown"]

@@ -31,7 +31,7 @@ __all__ = ["HOLDER_LOCK", "HOLDER_SOCKET", "ROOT_VARIABLE", "chosen_root", "defa
 
 # The environment variable naming the root when --root is not given.
 ROOT_VARIABLE: Final = "SESSIONTEMP_ROOT"
-# The session holder's entries in the root (sessiontemp.holder): its socket,
+# The session holder's entries in the root (sessiontemp.holder.serve): its socket,
 # and the lock it holds for its whole life (a socket without it is a dead
 # holder's).  Named here, where the client finds them without importing the
 # root's module.

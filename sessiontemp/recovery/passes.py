@@ -2,8 +2,8 @@
 
 This module is the pass: it replays, decides and journals.  What it finds
 on disk and removes (orphaned generations, trash, strays, lock files) is
-done by :mod:`sessiontemp.sweeps` on its behalf, and the public calls that
-run a pass on a root are in :mod:`sessiontemp.cleanup`.
+done by :mod:`sessiontemp.recovery.sweeps` on its behalf, and the public calls that
+run a pass on a root are in :mod:`sessiontemp.recovery.cleanup`.
 
 A pass runs on every Manager open and from :func:`sessiontemp.recover`, one at a time
 per root (``ROOT/recovery.lock``).  It replays the journal, from the
@@ -37,7 +37,7 @@ asks), and it is then removed as any other.
 Each removal is journaled; one entry that cannot be handled is logged,
 reported as skipped and does not stop the pass.  A removal that has to
 leave something (a mount point, another user's subtree, an immutable file:
-:mod:`sessiontemp.removal`) removes the rest, reports each such entry by its
+:mod:`sessiontemp.recovery.removal`) removes the rest, reports each such entry by its
 own path with the fix, and stays due for the next pass.
 
 The journal is replayed tolerantly: a record the lifecycle rules refuse (a
@@ -67,7 +67,17 @@ from typing import Final
 
 import attrs
 
-from sessiontemp import artifacts, reserve, sessions
+from sessiontemp import artifacts, sessions
+from sessiontemp._guards.log import logger
+from sessiontemp._guards.steps import Steps
+from sessiontemp._kernel.liveness import RecoveryLock, take_liveness
+from sessiontemp._kernel.root import (
+    ARTIFACTS_DIR,
+    Root,
+    generation_name,
+    lock_file_name,
+    os_error,
+)
 from sessiontemp.journal import checkpoint, ids
 from sessiontemp.journal.errors import BadInput, JournalError, RuleViolation, SessionTempError
 from sessiontemp.journal.events import (
@@ -87,17 +97,14 @@ from sessiontemp.journal.reducer import (
     replay,
 )
 from sessiontemp.journal.store import Store
-from sessiontemp.liveness import RecoveryLock, take_liveness
-from sessiontemp.log import logger
-from sessiontemp.root import (
-    ARTIFACTS_DIR,
-    Root,
-    generation_name,
-    lock_file_name,
-    os_error,
+from sessiontemp.recovery.sweeps import (
+    Removed,
+    Skipped,
+    remove_orphan,
+    sweep_lock_files,
+    sweep_unknown,
 )
-from sessiontemp.steps import Steps
-from sessiontemp.sweeps import Removed, Skipped, remove_orphan, sweep_lock_files, sweep_unknown
+from sessiontemp.space import reserve
 
 __all__ = ["DEFAULT_STALE_AFTER", "Removed", "Report", "Skipped", "check_stale_after",
            "maintain", "run"]

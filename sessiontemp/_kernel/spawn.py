@@ -1,7 +1,7 @@
 """Starting one command and waiting for it as ``sessiontemp run`` does, whoever leased it.
 
 Shared by the plain run (:mod:`sessiontemp.run`, a lease of its own
-manager) and the session client (:mod:`sessiontemp.client`, a lease handed
+manager) and the session client (:mod:`sessiontemp.holder.client`, a lease handed
 over by the session holder as a descriptor), so that a command behaves the
 same under both: TMPDIR, TMP and TEMP on the directory, the lease's lock
 inherited, the forwarded signals, the exit status a shell reports.  It
@@ -119,7 +119,7 @@ def not_started(program: object, error: OSError,
         return BadInput(cwd, f"cannot be the command's working directory ({error.strerror})",
                         "Pass an existing directory as cwd (lease.path, for one)")
     # Only on this failure path: the client's start-up does not pay for it.
-    from sessiontemp import resources
+    from sessiontemp._kernel import resources
 
     shown = os.fsdecode(program) if isinstance(program, str | bytes | os.PathLike) else \
         repr(program)
@@ -393,7 +393,8 @@ def _let_finish(sender: int) -> None:
 
 
 def _state(pid: int) -> str | None:
-    """:func:`sessiontemp.processes.state`, read here: its imports would cost the client's start."""
+    """:func:`sessiontemp._kernel.processes.state`, read here: its imports would cost the
+    client's start."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()

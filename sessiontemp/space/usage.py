@@ -1,6 +1,6 @@
 """How much a directory holds on disk: bytes allocated and inodes, by a read-only walk.
 
-The measurement is a :mod:`sessiontemp.walk` with a visitor that only
+The measurement is a :mod:`sessiontemp._kernel.walk` with a visitor that only
 looks, so it keeps every rule a removal keeps: nothing is resolved by path,
 a symlink is never followed (it is counted as the small file it is), and
 nothing on another mount (a tmpfs or bind mount inside the directory) is
@@ -40,10 +40,10 @@ from typing import Final
 
 import attrs
 
-from sessiontemp import nodes, walk
-from sessiontemp.nodes import Node
-from sessiontemp.processes import python_child
-from sessiontemp.root import DIR_FLAGS
+from sessiontemp._kernel import nodes, walk
+from sessiontemp._kernel.nodes import Node
+from sessiontemp._kernel.processes import python_child
+from sessiontemp._kernel.root import DIR_FLAGS
 
 __all__ = ["LARGEST", "Usage", "child_command", "measure_at", "measure_elsewhere", "measure_tree"]
 
@@ -163,10 +163,10 @@ def _measure(fd: int, path: Path, counter: _Counter) -> Usage:
 
 
 # The child a walk runs in, at a low CPU priority (sessiontemp.meter says
-# why 10); sessiontemp.processes.python_child says how it is started.
+# why 10); sessiontemp._kernel.processes.python_child says how it is started.
 _CHILD: Final = (
     "os.nice(10)\n"
-    "from sessiontemp.usage import _answer\n"
+    "from sessiontemp.space.usage import _answer\n"
     "_answer(int(sys.argv[2]), sys.argv[3])\n"
 )
 

@@ -33,7 +33,7 @@ import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
-from sessiontemp.forks import Mutex
+from sessiontemp._guards.forks import Mutex
 
 if TYPE_CHECKING:
     import logging

@@ -1,0 +1,1 @@
+"""The console scripts' parts: ``journal-inspect``, their command lines, and what they print."""
