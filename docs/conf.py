@@ -86,8 +86,8 @@ nitpick_ignore_regex += [
 ]
 
 # A lease is made only by Manager.acquire: its constructor takes the
-# manager's internal side of it (the LeaseOwner and Issuer protocols and the lock's Hold),
+# manager's internal side of it (its Leases, the Issuer protocol and the lock's Hold),
 # which has no page of its own.
 nitpick_ignore_regex += [
-    (r"py:class", r"(sessiontemp\.lease\.)?(LeaseOwner|Hold|Issuer)"),
+    (r"py:class", r"(sessiontemp\.lease\.)?(Leases|Issuer)|(sessiontemp\.handles\.)?Hold"),
 ]

@@ -4,10 +4,11 @@ Not lifecycle state (that is the reducer's, over the journal) but what the
 kernel gives the process: the root's descriptors (one of them carrying the
 root's shared lock), the liveness lock, the manager's own shared locks on
 each generation it keeps alive and on its work directory, the leases' lock
-descriptors (their holds, by lease id), the journal's SQLite connection.  :meth:`Handles.close_all`
-lets go of all of them the way the kernel does when a process dies, which
-serves an orderly close, a manager that can no longer write its journal, a
-forked child's copies, and the tests' simulated kill alike.
+descriptors (each lease's :class:`Hold`, by lease id), the journal's SQLite
+connection.  :meth:`Handles.close_all` lets go of all of them the way the
+kernel does when a process dies, which serves an orderly close, a manager
+that can no longer write its journal, a forked child's copies, and the
+tests' simulated kill alike.
 
 Every manager's handles are registered here by its id (:func:`register`):
 a forked child disarms the copies of them all, and the test suite and the
@@ -19,10 +20,12 @@ from __future__ import annotations
 import contextlib
 import os
 import weakref
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final, TypeVar
 
 import attrs
 
+from sessiontemp._guards import forks
 from sessiontemp._kernel import resources
 from sessiontemp._kernel.liveness import LivenessLock
 from sessiontemp._kernel.root import Root
@@ -32,9 +35,96 @@ from sessiontemp.sessions import SessionLock
 
 if TYPE_CHECKING:
     from sessiontemp._guards.log import BoundLogger
-    from sessiontemp.lease import Hold
 
-__all__ = ["Handles", "of", "register"]
+__all__ = ["Handles", "Hold", "of", "register"]
+
+T = TypeVar("T")
+
+
+class Hold:
+    """A lease's lock descriptors: the shared flocks that keep its directory alive.
+
+    The first is the leased directory's own (the generation's work
+    directory, which age cleaners probe), the second the generation's (the
+    one a remover must win); both are passed to commands.  Its mutex is a
+    :class:`forks.Mutex`: a forked child dropping its copies must not wait
+    for a lock that a thread of its parent held at the fork (one starting a
+    command with popen, say).  Whoever holds the manager's mutex takes it
+    first and this one second, the one order every path takes, so a
+    release racing a close cannot deadlock.
+    """
+
+    __slots__ = ("_fds", "_mutex")
+
+    def __init__(self, *fds: int) -> None:
+        self._fds: tuple[int, ...] | None = fds
+        self._mutex = forks.Mutex()
+
+    @property
+    def fd(self) -> int | None:
+        """The leased directory's descriptor, None once dropped (read without the mutex)."""
+        fds = self._fds
+        return None if fds is None else fds[0]
+
+    @property
+    def fds(self) -> tuple[int, ...] | None:
+        """Every descriptor, None once dropped (read without the mutex: a snapshot)."""
+        return self._fds
+
+    def dup(self) -> tuple[int, ...] | None:
+        """Duplicates of the descriptors (the same locks), or None once dropped."""
+        with self._mutex:
+            if self._fds is None:
+                return None
+            copies: list[int] = []
+            try:
+                for fd in self._fds:
+                    copies.append(os.dup(fd))
+            except BaseException:
+                for fd in copies:
+                    os.close(fd)
+                raise
+            return tuple(copies)
+
+    def run(self, start: Callable[[tuple[int, ...]], T]) -> T | None:
+        """Call *start* with the descriptors, which no drop closes meanwhile; None once dropped."""
+        with self._mutex:
+            if self._fds is None:
+                return None
+            return start(self._fds)
+
+    def drop(self) -> bool:
+        """Close the descriptors; False if they were already closed."""
+        with self._mutex:
+            fds, self._fds = self._fds, None
+            if fds is None:
+                return False
+            _close_all(fds)
+            return True
+
+    def drop_copy(self) -> None:
+        """In a forked child: close this process's copies of the descriptors.
+
+        The parent may have been closing its own at the fork, so a copy
+        may be closed already.
+        """
+        with self._mutex:
+            fds, self._fds = self._fds, None
+        for fd in fds or ():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _close_all(fds: tuple[int, ...]) -> None:
+    """Close every one of *fds*, even when closing one fails; the first failure is raised."""
+    failed: OSError | None = None
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError as e:
+            failed = failed or e
+    if failed is not None:
+        raise failed
 
 
 @attrs.define

@@ -1,20 +1,24 @@
-"""A running command's claim on its generation directory.
+"""A lease: one command's claim on its generation directory, and the manager's leases.
 
-A lease holds shared locks on its directory (the generation's work
+A :class:`Lease` holds shared locks on its directory (the generation's work
 directory, ``ROOT/sessiontemp-gen-<id>/tmp``) and on the generation through
-descriptors of its own (a :class:`Hold`).  :meth:`Lease.popen` passes them
-to the child, so the locks (and with them the directory) outlive the lease,
-and even the manager, for as long as the command runs.  It also journals the child's pid
-and start time (:meth:`Lease.track`), the second liveness signal, for a
-command that closes the descriptors it inherited.
+descriptors of its own (a :class:`~sessiontemp.handles.Hold`).  :meth:`Lease.popen`
+passes them to the child, so the locks (and with them the directory) outlive
+the lease, and even the manager, for as long as the command runs.  It also
+journals the child's pid and start time (:meth:`Lease.track`), the second
+liveness signal, for a command that closes the descriptors it inherited.
 
-A lease reaches its manager only through :class:`LeaseOwner` (and shows
-it as an :class:`Issuer`), and the manager reaches the lease's lock only
-through its :class:`Hold`: neither calls into the other's internals, and
-this module imports neither the manager nor the leases' owner.  asyncio
-(and :mod:`sessiontemp._guards.aio`, which imports nothing of this module) is
-imported only by the async methods, so a program that never awaits a
-lease never loads it.
+:class:`Leases` is the owner of every lease its manager hands out: a lease's
+release, the commands tracked on it and the files kept from it come there,
+never into the manager's internals.  Each runs under the manager's mutex and
+through its write path (an :class:`~sessiontemp.writepath.Owner`); a lease's
+append on a live generation is waited for outside the mutex, so that other
+threads' appends join its commit.  A lease shows its manager as an
+:class:`Issuer`, and reaches its lock only through its hold, which the
+manager's handles list, so that a close or a fork lets go of it with the rest.
+asyncio (and :mod:`sessiontemp._guards.aio`, which imports nothing of this
+module) is imported only by the async methods, so a program that never awaits
+a lease never loads it.
 """
 
 from __future__ import annotations
@@ -23,28 +27,44 @@ import contextlib
 import functools
 import os
 import subprocess
+import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from sessiontemp._guards import forks
+from sessiontemp import artifacts
+from sessiontemp._guards.shield import shielded
+from sessiontemp._guards.steps import Steps
+from sessiontemp._kernel import processes
 from sessiontemp._kernel.spawn import not_started
+from sessiontemp.artifacts import Artifact
+from sessiontemp.generations import Generations
+from sessiontemp.handles import Handles, Hold
 from sessiontemp.journal.errors import (
+    BadInput,
+    JournalError,
+    RuleViolation,
+    SessionTempError,
     Unavailable,
+    UnsafeRoot,
 )
+from sessiontemp.journal.events import CommandStarted, LeaseReleased
+from sessiontemp.journal.store import Pending
+from sessiontemp.meter import Meter
+from sessiontemp.recovery.cleanup import remove_artifact
+from sessiontemp.space import reserve
+from sessiontemp.writepath import Owner
 
 if TYPE_CHECKING:
     import asyncio.subprocess
 
-    from sessiontemp.artifacts import Artifact
+    from sessiontemp._guards.log import BoundLogger
 
-__all__ = ["Hold", "Issuer", "Lease", "LeaseOwner"]
+__all__ = ["MAX_LABEL", "Issuer", "Lease", "Leases", "check_label"]
 
 _TEMP_VARIABLES = ("TMPDIR", "TMP", "TEMP")
-
-T = TypeVar("T")
-
 
 class Issuer(Protocol):
     """The manager that handed out a lease, as the lease shows it (:attr:`Lease.manager`)."""
@@ -58,108 +78,6 @@ class Issuer(Protocol):
         """The root the manager works in."""
 
 
-class LeaseOwner(Protocol):
-    """What a lease asks of the manager that handed it out."""
-
-    def release_lease(self, lease: Lease) -> None:
-        """Journal *lease*'s release, then drop its lock (never raises for a failed clean-up)."""
-
-    def track(self, lease: Lease, pid: int) -> bool:
-        """Journal that *pid* was started on *lease*; False when it cannot be recorded."""
-
-    def keep(self, lease: Lease, path: os.PathLike[str] | str, label: str) -> Artifact:
-        """Copy *path* out of *lease*'s directory into the artifact store, and journal it."""
-
-    def discard(self, artifact: Artifact) -> None:
-        """Remove *artifact*, kept for a caller cancelled before it got it; a failure is logged."""
-
-
-class Hold:
-    """A lease's lock descriptors: the shared flocks that keep its directory alive.
-
-    The first is the leased directory's own (the generation's work
-    directory, which age cleaners probe), the second the generation's (the
-    one a remover must win); both are passed to commands.  Its mutex is a
-    :class:`forks.Mutex`: a forked child dropping its copies must not wait
-    for a lock that a thread of its parent held at the fork (one starting a
-    command with popen, say).  Whoever holds the manager's mutex takes it
-    first and this one second, the one order every path takes, so a
-    release racing a close cannot deadlock.
-    """
-
-    __slots__ = ("_fds", "_mutex")
-
-    def __init__(self, *fds: int) -> None:
-        self._fds: tuple[int, ...] | None = fds
-        self._mutex = forks.Mutex()
-
-    @property
-    def fd(self) -> int | None:
-        """The leased directory's descriptor, None once dropped (read without the mutex)."""
-        fds = self._fds
-        return None if fds is None else fds[0]
-
-    @property
-    def fds(self) -> tuple[int, ...] | None:
-        """Every descriptor, None once dropped (read without the mutex: a snapshot)."""
-        return self._fds
-
-    def dup(self) -> tuple[int, ...] | None:
-        """Duplicates of the descriptors (the same locks), or None once dropped."""
-        with self._mutex:
-            if self._fds is None:
-                return None
-            copies: list[int] = []
-            try:
-                for fd in self._fds:
-                    copies.append(os.dup(fd))
-            except BaseException:
-                for fd in copies:
-                    os.close(fd)
-                raise
-            return tuple(copies)
-
-    def run(self, start: Callable[[tuple[int, ...]], T]) -> T | None:
-        """Call *start* with the descriptors, which no drop closes meanwhile; None once dropped."""
-        with self._mutex:
-            if self._fds is None:
-                return None
-            return start(self._fds)
-
-    def drop(self) -> bool:
-        """Close the descriptors; False if they were already closed."""
-        with self._mutex:
-            fds, self._fds = self._fds, None
-            if fds is None:
-                return False
-            _close_all(fds)
-            return True
-
-    def drop_copy(self) -> None:
-        """In a forked child: close this process's copies of the descriptors.
-
-        The parent may have been closing its own at the fork, so a copy
-        may be closed already.
-        """
-        with self._mutex:
-            fds, self._fds = self._fds, None
-        for fd in fds or ():
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-
-def _close_all(fds: tuple[int, ...]) -> None:
-    """Close every one of *fds*, even when closing one fails; the first failure is raised."""
-    failed: OSError | None = None
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError as e:
-            failed = failed or e
-    if failed is not None:
-        raise failed
-
-
 class Lease:
     """One command's hold on a generation; release it when the command has exited.
 
@@ -167,11 +85,11 @@ class Lease:
     """
 
     def __init__(
-        self, manager: Issuer, owner: LeaseOwner, generation: str, lease: str, path: str,
+        self, manager: Issuer, owner: Leases, generation: str, lease: str, path: str,
         hold: Hold, *, label: str = "",
     ) -> None:
         self.manager = manager
-        self._owner = owner
+        self._leases = owner
         self.generation = generation
         self.id = lease
         # A string until asked for as a Path: pathlib interns every component
@@ -258,7 +176,7 @@ class Lease:
         the journal refused the write (logged); the lock still protects a
         child that kept the descriptor.
         """
-        return self._owner.track(self, pid)
+        return self._leases.track(self, pid)
 
     async def track_async(self, pid: int) -> bool:
         """:meth:`track` in a worker thread: its journal commit never runs on the event loop."""
@@ -282,7 +200,7 @@ class Lease:
         exist (naming its whole path); with
         :class:`Unavailable` once the lease is released.
         """
-        return self._owner.keep(self, path, label)
+        return self._leases.keep(self, path, label)
 
     async def keep_async(self, path: os.PathLike[str] | str, label: str) -> Artifact:
         """:meth:`keep` in a worker thread: the copy, its fsyncs and its record run off the loop.
@@ -296,7 +214,7 @@ class Lease:
 
         # The artifact a cancelled caller never got is removed, journaled as
         # any removal is: a file nobody knows of would otherwise stay for good.
-        return await aio.undoable(functools.partial(self.keep, path, label), self._owner.discard)
+        return await aio.undoable(functools.partial(self.keep, path, label), self._leases.discard)
 
     def release(self) -> None:
         """Give the lease back; later calls do nothing.
@@ -305,7 +223,7 @@ class Lease:
         next recovery.
         """
         if self._hold.fd is not None:
-            self._owner.release_lease(self)
+            self._leases.release_lease(self)
 
     async def release_async(self) -> None:
         """:meth:`release` in a worker thread; cancelled meanwhile, it still releases, then raises.
@@ -404,3 +322,241 @@ class Lease:
         # Seen through to the end even when the task is cancelled, so the
         # lease is given back before the cancellation goes on.
         await self.release_async()
+
+
+# The longest label the journal's schema accepts (its events decode no longer text).
+MAX_LABEL: Final = 4096
+
+
+def check_label(label: object) -> str:
+    """*label* if it may label a lease; :class:`BadInput` (a ValueError) otherwise."""
+    if not isinstance(label, str):
+        raise BadInput(f"lease label {label!r}", f"is of type {type(label).__name__}, not a "
+                       "str", "Pass text saying what the lease is for")
+    if len(label) > MAX_LABEL:
+        raise BadInput("the lease label", f"holds at most {MAX_LABEL} characters, not "
+                       f"{len(label)}", "Shorten it")
+    return label
+
+
+class Leases:
+    """The leases of *manager*: handed out on its current generation, each owned from here."""
+
+    def __init__(self, manager: Issuer, owner: Owner, handles: Handles,
+                 generations: Generations, mutex: threading.RLock, steps: Steps,
+                 log: BoundLogger, *, clock: Callable[[], float], meter: Meter) -> None:
+        # Weakly: each lease holds its manager, and a manager dropped
+        # unclosed must be finalized at once, not by the cycle collector.
+        self._manager = weakref.ref(manager)
+        self.id = manager.id
+        self._owner = owner
+        self._handles = handles
+        self._generations = generations
+        self._mutex = mutex
+        self._steps = steps
+        self._log = log
+        self._clock = clock
+        self._meter = meter
+
+    @property
+    def root(self) -> Path:
+        return self._handles.root.path
+
+    def _unavailable(self, reason: str, fix: str) -> Unavailable:
+        return Unavailable(self.root, reason, fix)
+
+    def _broken(self) -> bool:
+        """Whether the journal broke: what was appended last may or may not be committed."""
+        store = self._handles.store
+        return store is not None and store.broken is not None
+
+    def acquire(self, label: str) -> Lease:
+        """Hand out a lease on the current generation (see :meth:`Manager.acquire`)."""
+        # Before the mutex: a budget's check may walk the directory.
+        self._meter.admit()
+        lease, pending = self._acquire_locked(label)
+        self._meter.leased()
+        if pending is None:
+            return lease
+        # A lease on a live generation: waited for without the mutex, so
+        # that other threads' appends join its commit.
+        try:
+            self._owner.wait(pending)
+        except (JournalError, RuleViolation) as e:
+            with self._mutex:
+                self._forget_hold(lease)
+            raise self._unavailable(f"the journal could not record the lease: {e}",
+                                    "No directory was handed out; retry once fixed") from e
+        return lease
+
+    def _acquire_locked(self, label: str) -> tuple[Lease, Pending | None]:
+        with self._mutex:
+            me = self._owner.me
+            if self._handles.closed or me.ended is not None:
+                raise self._unavailable(f"manager {self.id} is closed", "Open a new Manager")
+            if me.sealed:
+                raise self._unavailable(f"manager {self.id} is sealed: its last owner released "
+                                        "it", "Open a new Manager for a new session")
+            if me.owners == 0:
+                raise self._unavailable(f"manager {self.id} has no owner", "Call retain() first")
+            try:
+                # The lease hands out a path through the root's name: it must
+                # still name the directory the generation is made in.
+                self._handles.root.check_identity()
+            except UnsafeRoot as e:
+                raise self._unavailable(str(e), "Open a new Manager on a safe root") from e
+            try:
+                self._handles.keep_alive(self.id, self._log)
+                # Work a failure left (a directory half made, a removal due)
+                # is finished before anything new begins.
+                unfinished = self._generations.settle()
+                # After the settle, whose removals may have freed space;
+                # before anything of the lease is written.
+                self._meter.check_disk()
+                return self._lease(label, unfinished)
+            except (JournalError, RuleViolation) as e:
+                raise self._unavailable(f"the journal could not record the lease: {e}",
+                                        "No directory was handed out; retry once fixed") from e
+
+    def _lease(self, label: str, unfinished: Exception | None) -> tuple[Lease, Pending | None]:
+        """Hand out a lease; its append is left to wait for when no generation was made."""
+        leased = self._generations.lease(label, unfinished)
+        hold = Hold(leased.work, leased.fd)
+        manager = self._manager()
+        assert manager is not None, "its caller holds it"
+        lease = Lease(manager, self, leased.generation, leased.lease, leased.path, hold,
+                      label=label)
+        self._handles.leases[leased.lease] = hold
+        self._log.debug("lease.acquired", generation=leased.generation, lease=leased.lease,
+                        seq=self._owner.state.seq)
+        return lease, leased.pending
+
+    def _forget_hold(self, lease: Lease) -> None:
+        """Drop *lease*'s lock, then forget it: in this order, for a fork between the two.
+
+        A child forked after the drop finds the copy closed; one forked before
+        it finds the hold still listed, and its disarm closes the copy.  The
+        other order would leave, in a child forked between them, a copy no
+        disarm can see, still held after the child's ``release()``.
+        """
+        hold = self._handles.leases.get(lease.id)
+        if hold is not None:
+            hold.drop()
+            self._handles.leases.pop(lease.id, None)
+
+    def release_lease(self, lease: Lease) -> None:
+        """Journal *lease*'s release, then drop its lock and settle what it made due."""
+        hold = self._handles.leases.get(lease.id)
+        if self._handles.forked:
+            if hold is not None:
+                hold.drop_copy()
+            return
+
+        def failed(e: JournalError) -> None:
+            # Keep the lock: without a journaled release the directory
+            # must stay; a later release() tries again, and the next
+            # recovery after this manager ends sees the lease as void.
+            self._log.error("lease.release_failed", lease=lease.id, reason=str(e))
+
+        def released() -> None:
+            self._forget_hold(lease)
+            if self._handles.closed:
+                return
+            self._log.debug("lease.released", generation=lease.generation, lease=lease.id,
+                            seq=self._owner.state.seq)
+            self._generations.settle()
+
+        def operation() -> None:
+            with self._mutex:
+                if not self.holds(lease):
+                    if hold is not None:
+                        hold.drop()
+                    return
+                if self._owner.state.generations[lease.generation].retired:
+                    # Its removal follows, and must not need free space.
+                    reserve.make_room(self._handles.root.fd)
+                try:
+                    pending = self._owner.append(
+                        LeaseReleased(self.id, lease.generation, lease.id), wait=False)
+                    if self._owner.state.generations[lease.generation].retired:
+                        # Its removal may follow: everything under the mutex.
+                        self._owner.wait(pending)
+                        released()
+                        return
+                except JournalError as e:
+                    failed(e)
+                    return
+            # A release from a live generation: waited for without the
+            # mutex, so that other threads' appends join its commit; the
+            # lock goes only once the release is durable.
+            try:
+                self._owner.wait(pending)
+            except JournalError as e:
+                failed(e)
+                return
+            with self._mutex:
+                released()
+
+        shielded(operation)
+
+    def keep(self, lease: Lease, path: os.PathLike[str] | str, label: str) -> Artifact:
+        """Copy *path* from *lease*'s directory into the artifact store, and journal it."""
+        artifacts.check_label(label)
+        parts = artifacts.source_parts(lease.path, path)
+        self._handles.refuse_forked(self.id)
+
+        def operation() -> Artifact:
+            with self._mutex:
+                hold = self._handles.leases.get(lease.id)
+                fd = None if hold is None else hold.fd
+                if not self.holds(lease) or fd is None:
+                    raise Unavailable(lease.path, f"lease {lease.id} was already released",
+                                      "Keep files while the lease is held")
+                return artifacts.keep(
+                    self._owner, self._handles.root, fd, parts, label, manager=self.id,
+                    lease=lease.id, directory=lease.path, source=path, steps=self._steps,
+                    broken=self._broken, log=self._log)
+
+        return shielded(operation)
+
+    def discard(self, artifact: Artifact) -> None:
+        """Remove *artifact*, kept for a caller cancelled before it got it; a failure is logged."""
+        try:
+            remove_artifact(self.root, artifact, clock=self._clock, step_hook=self._steps.hook)
+        except (OSError, SessionTempError) as e:
+            # Recorded and durable, so nothing is lost: it stays in the store
+            # (journal-inspect lists it) until removed by hand.
+            self._log.warning("asyncio.not_undone", artifact=artifact.id,
+                              path=str(artifact.path), reason=f"the artifact kept for a "
+                              f"cancelled caller could not be removed: {e}")
+
+    def track(self, lease: Lease, pid: int) -> bool:
+        """Journal that *pid* was started on *lease*; False when it cannot be recorded."""
+        if self._handles.forked:
+            return False
+        started = processes.start_time(pid)
+        if started is None:
+            return False
+
+        def operation() -> bool:
+            with self._mutex:
+                if not self.holds(lease):
+                    return False
+                try:
+                    self._owner.append(
+                        CommandStarted(self.id, lease.generation, lease.id, pid, started))
+                except JournalError as e:
+                    # The lock the command inherited still protects it.
+                    self._log.warning("command.untracked", lease=lease.id, pid=pid,
+                                      reason=str(e))
+                    return False
+                return True
+
+        return shielded(operation)
+
+    def holds(self, lease: Lease) -> bool:
+        """Whether the journal still has *lease* held by this open manager."""
+        generation = self._owner.state.generations.get(lease.generation)
+        return (generation is not None and lease.id in generation.leases
+                and not self._owner.closed)
+

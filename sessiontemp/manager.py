@@ -21,7 +21,7 @@ that the next operation, or the next recovery, finishes.
 The manager is a facade that opens and wires the parts, each in a module
 of its own: the write path and the state it folds
 (:mod:`sessiontemp.writer`), its generations (:mod:`sessiontemp.generations`),
-its leases (:mod:`sessiontemp.leasing`), a named session's claim
+its leases (:mod:`sessiontemp.lease`), a named session's claim
 (:mod:`sessiontemp.sessions`), a kept file (:mod:`sessiontemp.artifacts`)
 and what it holds open (:mod:`sessiontemp.handles`).  They append through
 the writer as a :class:`~sessiontemp.writepath.Owner` and never import
@@ -70,8 +70,7 @@ from sessiontemp.journal.events import (
 from sessiontemp.journal.reducer import Fold, State
 from sessiontemp.journal.segments import DEFAULT_RETENTION, Retention
 from sessiontemp.journal.store import Pending, Store
-from sessiontemp.lease import Lease
-from sessiontemp.leasing import Leases, check_label
+from sessiontemp.lease import Lease, Leases, check_label
 from sessiontemp.meter import Meter
 from sessiontemp.options import ManagerOptions
 from sessiontemp.recovery import passes as recovery

@@ -458,14 +458,14 @@ class Storm:
 
 def plant_interruptible_operations() -> None:
     """The old behaviour: operations run in the main thread, where an interrupt cuts them."""
-    import sessiontemp.leasing
+    import sessiontemp.lease
     import sessiontemp.manager
 
     def inline(operation: Any, undo: Any = None) -> Any:
         return operation()
 
     sessiontemp.manager.shielded = inline  # type: ignore[attr-defined]
-    sessiontemp.leasing.shielded = inline  # type: ignore[attr-defined]
+    sessiontemp.lease.shielded = inline  # type: ignore[attr-defined]
 
 
 def plant_sigint_only_shield() -> None:

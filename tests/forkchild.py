@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Any
 
 from sessiontemp import Lease, Manager, recover, remove_artifact
+from sessiontemp.handles import Hold
 from sessiontemp.journal.errors import ForkedCopy, SessionTempError
-from sessiontemp.lease import Hold
 from tests.childio import emit
 from tests.faultchild import agrees_with_journal, disk_agrees
 from tests.forking import fork, in_thread
