@@ -426,14 +426,14 @@ def remove_unreferenced(root: Root, name: str,
 # -- keeping: a lease's file copied in and journaled --------------------------------------
 
 
-def keep(writes: WritePath, root: Root, source_dir_fd: int, parts: tuple[str, ...],
+def keep(writer: WritePath, root: Root, source_dir_fd: int, parts: tuple[str, ...],
          label: str, *, manager: str, lease: str, directory: Path,
          source: os.PathLike[str] | str, steps: Steps, broken: Callable[[], bool],
          log: BoundLogger) -> Artifact:
     """Copy the file at *parts* below *source_dir_fd* into the store, and journal it.
 
     The copy is written, fsynced and locked first; its record is appended
-    through *writes* (synced in either durability, so that the caller is
+    through *writer* (synced in either durability, so that the caller is
     told the file is kept only once a recovery can know it).  When the
     append fails the copy is unlinked, unless the journal is *broken*: its
     record may then have been committed, so the file stays, and a recovery
@@ -445,7 +445,7 @@ def keep(writes: WritePath, root: Root, source_dir_fd: int, parts: tuple[str, ..
     with resources.translated(directory, f"{source} could not be kept"):
         copy = copy_in(root, source_dir_fd, parts, artifact, label, steps=steps)
     try:
-        writes.append(ArtifactKept(manager, artifact, label, copy.sha256, copy.size))
+        writer.append(ArtifactKept(manager, artifact, label, copy.sha256, copy.size))
     except BaseException:
         if broken():
             copy.done()
@@ -453,6 +453,6 @@ def keep(writes: WritePath, root: Root, source_dir_fd: int, parts: tuple[str, ..
             copy.discard()
         raise
     copy.done()
-    kept = artifact_of(root.path, writes.state.artifacts[artifact])
-    log.info("artifact.kept", lease=lease, path=str(kept.path), seq=writes.state.seq)
+    kept = artifact_of(root.path, writer.state.artifacts[artifact])
+    log.info("artifact.kept", lease=lease, path=str(kept.path), seq=writer.state.seq)
     return kept

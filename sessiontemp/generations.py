@@ -7,10 +7,10 @@ on it is journaled, and removed once the state says its removal is due
 finishes whatever work a failure left, on every operation, so nothing
 half done outlives the next one.
 
-The manager stays the owner of the state and of the write path: a
-:class:`Generations` reads the state and appends through the manager's
-:class:`~sessiontemp.writepath.Owner` (a Protocol), and holds its locks in the manager's
-:class:`~sessiontemp.handles.Handles`.
+The state and the write path stay the manager's: a :class:`Generations`
+reads the state and appends through the manager's writer (a
+:class:`~sessiontemp.writepath.WritePath`), and holds its locks in the
+manager's :class:`~sessiontemp.handles.Handles`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from sessiontemp.journal.reducer import removal_due
 from sessiontemp.journal.store import Pending
 from sessiontemp.recovery.removal import Blocked, Target, remove
 from sessiontemp.space import reserve
-from sessiontemp.writepath import Owner
+from sessiontemp.writepath import WritePath
 
 if TYPE_CHECKING:
     from sessiontemp._guards.log import BoundLogger
@@ -62,10 +62,10 @@ class Leased(NamedTuple):
 class Generations:
     """The generations of manager *manager*: made, settled and removed on the file system."""
 
-    def __init__(self, manager: str, journal: Owner, handles: Handles, steps: Steps,
+    def __init__(self, manager: str, writer: WritePath, handles: Handles, steps: Steps,
                  log: BoundLogger) -> None:
         self.manager = manager
-        self.journal = journal
+        self.writer = writer
         self.handles = handles
         self.steps = steps
         self._log = log
@@ -90,8 +90,8 @@ class Generations:
         *unfinished* says why a half-made current generation could not be
         cleared just now.
         """
-        current = self.journal.me.current
-        if current is not None and not self.journal.state.generations[current].ready:
+        current = self.writer.me.current
+        if current is not None and not self.writer.state.generations[current].ready:
             # *unfinished* says why clearing it failed just now (a full disk,
             # a busy journal): the caller's fix depends on it.
             why = "" if unfinished is None else f": {unfinished}"
@@ -138,7 +138,7 @@ class Generations:
             raise
         try:
             ready = [] if made is None else [made[3]]
-            pending = self.journal.append(
+            pending = self.writer.append(
                 *ready, LeaseAcquired(self.manager, generation, lease, label),
                 wait=made is not None)
         except BaseException as e:
@@ -154,7 +154,7 @@ class Generations:
             # the interpreter's table of interned names would grow with the
             # generations' names.
             self._log.info("generation.created", generation=generation,
-                           path=os.path.join(self.root, name), seq=self.journal.state.seq - 1)
+                           path=os.path.join(self.root, name), seq=self.writer.state.seq - 1)
         return Leased(generation, lease, named[2], fd, work,
                       None if made is not None else pending)
 
@@ -169,7 +169,7 @@ class Generations:
     def _check_identity(self, generation: str, fd: int) -> None:
         """Refuse (ENOENT) a directory under *generation*'s name that is not the one made."""
         st = os.fstat(fd)
-        known = self.journal.state.generations[generation]
+        known = self.writer.state.generations[generation]
         if (st.st_dev, st.st_ino) != (known.device, known.inode):
             raise FileNotFoundError(errno.ENOENT, "it was replaced by another directory")
 
@@ -184,7 +184,7 @@ class Generations:
         path = os.path.join(self.root, generation_name(generation))
         if not (retire and resources.gone(error)):
             return refusal(self.root, path, error)
-        self.journal.append(Rotated(self.manager))
+        self.writer.append(Rotated(self.manager))
         self.settle()
         self._log.warning("generation.vanished", generation=generation, reason=str(error))
         return self._unavailable(f"{path} is gone ({error.strerror})",
@@ -197,7 +197,7 @@ class Generations:
         """
         generation = ids.new_generation()
         name = generation_name(generation)
-        self.journal.append(GenerationCreated(self.manager, generation))
+        self.writer.append(GenerationCreated(self.manager, generation))
         root_fd = self.handles.root.fd
         fd = work = -1
         try:
@@ -244,8 +244,8 @@ class Generations:
         next settle, or recovery, tries again.  Returns why the current
         generation could not be cleared, if it could not.
         """
-        state = self.journal.state
-        me = self.journal.me
+        state = self.writer.state
+        me = self.writer.me
         on = me.current
         if on is not None and len(me.generations) == 1 and me.ended is None:
             live = state.generations[on]
@@ -263,8 +263,8 @@ class Generations:
         ].ready:
             unfinished = self.abandon(me.current, "its creation did not finish")
         try:
-            for generation in sorted(self.journal.me.generations):
-                current = self.journal.state.generations[generation]
+            for generation in sorted(self.writer.me.generations):
+                current = self.writer.state.generations[generation]
                 if removal_due(current) or current.removal == "started":
                     try:
                         self.remove(generation, "retired and no lease left")
@@ -284,7 +284,7 @@ class Generations:
         """
         if self.handles.store is None:
             return
-        committed = self.journal.durable.generations
+        committed = self.writer.durable.generations
         for generation in list(self.handles.generations):
             known = committed.get(generation)
             if known is None or known.retired:
@@ -293,7 +293,7 @@ class Generations:
 
     def remove(self, generation: str, reason: str) -> None:
         """Remove *generation* (journaled start, rename, walk, journaled end); warn what it left."""
-        target = Target.known(self.journal.state.generations[generation], by=self.manager,
+        target = Target.known(self.writer.state.generations[generation], by=self.manager,
                               reason=reason, root=str(self.root))
         # The manager's own lock becomes the removal's exclusive lock
         # (removal.seize): the generation keeps it until the removal's
@@ -307,10 +307,10 @@ class Generations:
         reserve.make_room(self.handles.root.fd)
         try:
             result = remove(self.handles.root.fd, target,
-                            journal=lambda events: self.journal.append(*events),
+                            journal=lambda events: self.writer.append(*events),
                             steps=self.steps, held=held)
         finally:
-            now = self.journal.state.generations.get(generation)
+            now = self.writer.state.generations.get(generation)
             kept = now is not None and now.removal is None
             if held is not None and kept:
                 # The removal's start was not journaled: the lock is still
@@ -331,13 +331,13 @@ class Generations:
             for entry in result.blocked:
                 (self._log.debug if entry in said else self._log.warning)(
                     "generation.blocked", generation=generation, path=entry.path,
-                    seq=self.journal.state.seq, reason=entry.reason, fix=entry.fix)
+                    seq=self.writer.state.seq, reason=entry.reason, fix=entry.fix)
             self._blocked[generation] = frozenset(result.blocked)
             return
         self._blocked.pop(generation, None)
         log = self._log.info if result.outcome in ("removed", "absent") else self._log.warning
         log(f"generation.{result.outcome}", generation=generation,
-            path=os.path.join(self.root, generation_name(generation)), seq=self.journal.state.seq,
+            path=os.path.join(self.root, generation_name(generation)), seq=self.writer.state.seq,
             reason=result.detail or reason)
 
 

@@ -8,10 +8,10 @@ the lease, and even the manager, for as long as the command runs.  It also
 journals the child's pid and start time (:meth:`Lease.track`), the second
 liveness signal, for a command that closes the descriptors it inherited.
 
-:class:`Leases` is the owner of every lease its manager hands out: a lease's
+:class:`Leases` hands out a manager's leases and answers for them: a lease's
 release, the commands tracked on it and the files kept from it come there,
 never into the manager's internals.  Each runs under the manager's mutex and
-through its write path (an :class:`~sessiontemp.writepath.Owner`); a lease's
+through its writer (a :class:`~sessiontemp.writepath.WritePath`); a lease's
 append on a live generation is waited for outside the mutex, so that other
 threads' appends join its commit.  A lease shows its manager as an
 :class:`Issuer`, and reaches its lock only through its hold, which the
@@ -55,7 +55,7 @@ from sessiontemp.journal.store import Pending
 from sessiontemp.meter import Meter
 from sessiontemp.recovery.cleanup import remove_artifact
 from sessiontemp.space import reserve
-from sessiontemp.writepath import Owner
+from sessiontemp.writepath import WritePath
 
 if TYPE_CHECKING:
     import asyncio.subprocess
@@ -340,16 +340,16 @@ def check_label(label: object) -> str:
 
 
 class Leases:
-    """The leases of *manager*: handed out on its current generation, each owned from here."""
+    """The leases of *manager*: handed out on its current generation, each answered for here."""
 
-    def __init__(self, manager: Issuer, owner: Owner, handles: Handles,
+    def __init__(self, manager: Issuer, writer: WritePath, handles: Handles,
                  generations: Generations, mutex: threading.RLock, steps: Steps,
                  log: BoundLogger, *, clock: Callable[[], float], meter: Meter) -> None:
         # Weakly: each lease holds its manager, and a manager dropped
         # unclosed must be finalized at once, not by the cycle collector.
         self._manager = weakref.ref(manager)
         self.id = manager.id
-        self._owner = owner
+        self._writer = writer
         self._handles = handles
         self._generations = generations
         self._mutex = mutex
@@ -381,7 +381,7 @@ class Leases:
         # A lease on a live generation: waited for without the mutex, so
         # that other threads' appends join its commit.
         try:
-            self._owner.wait(pending)
+            self._writer.wait(pending)
         except (JournalError, RuleViolation) as e:
             with self._mutex:
                 self._forget_hold(lease)
@@ -391,7 +391,7 @@ class Leases:
 
     def _acquire_locked(self, label: str) -> tuple[Lease, Pending | None]:
         with self._mutex:
-            me = self._owner.me
+            me = self._writer.me
             if self._handles.closed or me.ended is not None:
                 raise self._unavailable(f"manager {self.id} is closed", "Open a new Manager")
             if me.sealed:
@@ -428,7 +428,7 @@ class Leases:
                       label=label)
         self._handles.leases[leased.lease] = hold
         self._log.debug("lease.acquired", generation=leased.generation, lease=leased.lease,
-                        seq=self._owner.state.seq)
+                        seq=self._writer.state.seq)
         return lease, leased.pending
 
     def _forget_hold(self, lease: Lease) -> None:
@@ -463,7 +463,7 @@ class Leases:
             if self._handles.closed:
                 return
             self._log.debug("lease.released", generation=lease.generation, lease=lease.id,
-                            seq=self._owner.state.seq)
+                            seq=self._writer.state.seq)
             self._generations.settle()
 
         def operation() -> None:
@@ -472,15 +472,15 @@ class Leases:
                     if hold is not None:
                         hold.drop()
                     return
-                if self._owner.state.generations[lease.generation].retired:
+                if self._writer.state.generations[lease.generation].retired:
                     # Its removal follows, and must not need free space.
                     reserve.make_room(self._handles.root.fd)
                 try:
-                    pending = self._owner.append(
+                    pending = self._writer.append(
                         LeaseReleased(self.id, lease.generation, lease.id), wait=False)
-                    if self._owner.state.generations[lease.generation].retired:
+                    if self._writer.state.generations[lease.generation].retired:
                         # Its removal may follow: everything under the mutex.
-                        self._owner.wait(pending)
+                        self._writer.wait(pending)
                         released()
                         return
                 except JournalError as e:
@@ -490,7 +490,7 @@ class Leases:
             # mutex, so that other threads' appends join its commit; the
             # lock goes only once the release is durable.
             try:
-                self._owner.wait(pending)
+                self._writer.wait(pending)
             except JournalError as e:
                 failed(e)
                 return
@@ -513,7 +513,7 @@ class Leases:
                     raise Unavailable(lease.path, f"lease {lease.id} was already released",
                                       "Keep files while the lease is held")
                 return artifacts.keep(
-                    self._owner, self._handles.root, fd, parts, label, manager=self.id,
+                    self._writer, self._handles.root, fd, parts, label, manager=self.id,
                     lease=lease.id, directory=lease.path, source=path, steps=self._steps,
                     broken=self._broken, log=self._log)
 
@@ -543,7 +543,7 @@ class Leases:
                 if not self.holds(lease):
                     return False
                 try:
-                    self._owner.append(
+                    self._writer.append(
                         CommandStarted(self.id, lease.generation, lease.id, pid, started))
                 except JournalError as e:
                     # The lock the command inherited still protects it.
@@ -556,7 +556,7 @@ class Leases:
 
     def holds(self, lease: Lease) -> bool:
         """Whether the journal still has *lease* held by this open manager."""
-        generation = self._owner.state.generations.get(lease.generation)
+        generation = self._writer.state.generations.get(lease.generation)
         return (generation is not None and lease.id in generation.leases
-                and not self._owner.closed)
+                and not self._writer.closed)
 

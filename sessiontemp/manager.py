@@ -24,7 +24,7 @@ of its own: the write path and the state it folds
 its leases (:mod:`sessiontemp.lease`), a named session's claim
 (:mod:`sessiontemp.sessions`), a kept file (:mod:`sessiontemp.artifacts`)
 and what it holds open (:mod:`sessiontemp.handles`).  They append through
-the writer as a :class:`~sessiontemp.writepath.Owner` and never import
+the writer as a :class:`~sessiontemp.writepath.WritePath` and never import
 the manager.
 """
 

@@ -69,7 +69,7 @@ from sessiontemp.journal.store import Pending
 from sessiontemp.space import budget, disk, reserve, usage
 from sessiontemp.space.budget import Limits
 from sessiontemp.space.usage import Usage
-from sessiontemp.writepath import Owner
+from sessiontemp.writepath import WritePath
 
 if TYPE_CHECKING:
     from sessiontemp._guards.log import BoundLogger
@@ -97,11 +97,11 @@ _warned_lock = threading.Lock()
 class Meter:
     """The measurements of manager *manager*'s current generation, and its space checks."""
 
-    def __init__(self, manager: str, owner: Owner, handles: Handles, mutex: threading.RLock,
+    def __init__(self, manager: str, writer: WritePath, handles: Handles, mutex: threading.RLock,
                  limits: Limits, log: BoundLogger, *, clock: Callable[[], float]) -> None:
         self.manager = manager
         self.limits = limits
-        self._owner = owner
+        self._writer = writer
         self._handles = handles
         self._mutex = mutex
         self._log = log
@@ -153,8 +153,8 @@ class Meter:
         """
         if not self.limits.budgeted:
             return
-        state = self._owner.state
-        me = self._owner.me
+        state = self._writer.state
+        me = self._writer.me
         if me.ended is not None or me.sealed or me.owners == 0:
             return  # refused for that under the mutex, with its own reason and fix
         current = me.current
@@ -198,7 +198,7 @@ class Meter:
             self._log.warning("space.low_disk", path=str(self.root), free=free,
                               min_free_bytes=self.floor)
             error = budget.low_disk(self.root, free, self.floor, self._largest())
-            self._refuse(SpaceRefused(self.manager, self._owner.me.current or "",
+            self._refuse(SpaceRefused(self.manager, self._writer.me.current or "",
                                       "min_free_bytes", free, self.floor))
             raise error
         # Let through: the next refusal is news again.
@@ -228,7 +228,7 @@ class Meter:
         def live() -> bool:
             if not refusal.generation:
                 return True
-            refused = self._owner.state.generations.get(refusal.generation)
+            refused = self._writer.state.generations.get(refusal.generation)
             return refused is not None and refused.removal is None
 
         if self._journal(refusal, live):
@@ -252,13 +252,13 @@ class Meter:
     def _largest(self) -> list[tuple[Path, int]]:
         """The largest live directories under the root, as last measured, largest first."""
         sizes: dict[str, int] = {}
-        for gid, generation in self._owner.state.generations.items():
+        for gid, generation in self._writer.state.generations.items():
             if generation.measured_bytes is not None:
                 sizes[gid] = generation.measured_bytes
         store = self._handles.store
         try:
             if store is not None:
-                after = max(0, self._owner.state.seq - _LOOKBACK)
+                after = max(0, self._writer.state.seq - _LOOKBACK)
                 for seq, _, kind, payload in store.rows_where(
                         after=after, kinds=[GenerationMeasured.kind]):
                     event = decode(seq, kind, payload)
@@ -290,8 +290,8 @@ class Meter:
         with self._mutex:
             if self._handles.closed:
                 return Usage(self.root)
-            current = self._owner.me.current
-            known = None if current is None else self._owner.state.generations.get(current)
+            current = self._writer.me.current
+            known = None if current is None else self._writer.state.generations.get(current)
             if current is None or known is None or not known.ready:
                 return Usage(self.root)
             name = generation_name(current)
@@ -337,7 +337,7 @@ class Meter:
 
         def live() -> bool:
             # Removed meanwhile: its last size was already said.
-            now = self._owner.state.generations.get(generation)
+            now = self._writer.state.generations.get(generation)
             return now is not None and now.ready and now.removal is None
 
         if self._journal(event, live):
@@ -351,9 +351,9 @@ class Meter:
         """
         def append() -> Pending | None:
             with self._mutex:
-                if self._owner.closed or not live():
+                if self._writer.closed or not live():
                     return None
-                return self._owner.append(event, wait=False)
+                return self._writer.append(event, wait=False)
 
         def journal() -> bool:
             # Appended and waited for with no signal handler in between:
@@ -363,7 +363,7 @@ class Meter:
             pending = append()
             if pending is None:
                 return False
-            self._owner.wait(pending)
+            self._writer.wait(pending)
             return True
 
         try:
@@ -374,10 +374,10 @@ class Meter:
 
     def _due(self) -> bool:
         """Whether the directory may have changed since the last measurement."""
-        current = self._owner.me.current
+        current = self._writer.me.current
         if current is None:
             return False
-        generation = self._owner.state.generations.get(current)
+        generation = self._writer.state.generations.get(current)
         return generation is not None and generation.ready and (
             self._active or bool(generation.leases))
 

@@ -315,7 +315,7 @@ def _read_pid(fd: int) -> int | None:
 # -- the claim: a manager's birth as a session's owner ----------------------------------
 
 
-def claim_session(claimer: WritePath, claim: Claim, window: float, found: Resumable | None, *,
+def claim_session(writer: WritePath, claim: Claim, window: float, found: Resumable | None, *,
           manager: str, root: Root, steps: Steps, log: BoundLogger,
           ) -> tuple[str, int, int] | None:
     """Journal *manager*'s birth as the owner of *claim*'s session, adopting what it can.
@@ -336,7 +336,7 @@ def claim_session(claimer: WritePath, claim: Claim, window: float, found: Resuma
             events.append(SessionAdopted(manager, claim.name, found.generation.id,
                                          found.owner.id))
     try:
-        claimer.append(*events)
+        writer.append(*events)
     except BaseException:
         if adopted is not None:
             os.close(adopted[2])
@@ -345,7 +345,7 @@ def claim_session(claimer: WritePath, claim: Claim, window: float, found: Resuma
     if adopted is not None and found is not None and found.owner is not None:
         log.info("session.resumed", session=claim.name, generation=adopted[0],
                  previous=found.owner.id,
-                 path=os.path.join(root.path, generation_name(adopted[0])), seq=claimer.state.seq)
+                 path=os.path.join(root.path, generation_name(adopted[0])), seq=writer.state.seq)
     return adopted
 
 

@@ -7,7 +7,7 @@ queues).  The writer adds what only a manager has: the step hook before
 each append, its clock, the manager's own part of the state once the state
 has let go of it, and stopping the manager when its journal breaks.
 Whatever acts for the manager (its generations, its leases, a claim, a kept
-file) appends through the same writer, as a :class:`~sessiontemp.writepath.Owner`.
+file) appends through the same writer, as a :class:`~sessiontemp.writepath.WritePath`.
 """
 
 from __future__ import annotations

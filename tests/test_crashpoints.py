@@ -944,7 +944,7 @@ def mkdir_before_journal(self: Generations) -> Made:
     root_fd = self.handles.root.fd
     self.steps.before("mkdir", name)
     os.mkdir(name, 0o700, dir_fd=root_fd)
-    self.journal.append(GenerationCreated(self.manager, generation))
+    self.writer.append(GenerationCreated(self.manager, generation))
     self.steps.before("lock", name)
     fd = lock_shared(root_fd, name)
     st = os.fstat(fd)

@@ -383,7 +383,7 @@ SETTLE = Generations.settle
 def removes_one_lease_too_early(self: Generations) -> Exception | None:
     """Removes a retired generation while one lease is still left: off by one."""
     unfinished = SETTLE(self)
-    for generation in self.journal.state.generations.values():
+    for generation in self.writer.state.generations.values():
         if (generation.manager == self.manager and generation.retired
                 and len(generation.leases) == 1 and generation.removal is None):
             shutil.rmtree(self.root / generation_name(generation.id), ignore_errors=True)
