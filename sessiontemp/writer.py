@@ -1,13 +1,14 @@
 """A manager's write path: its events to its ledger, and what the manager is in its state.
 
 The manager decides nothing here: it hands its events to :meth:`Writer.append`,
-which hands them to the manager's :class:`~journal.ledger.Ledger` (the one
-owner of the folded state: it decides with the reducer, folds ahead and
-queues).  The writer adds what only a manager has: the step hook before
+which hands them to the manager's :class:`~journal.ledger.Ledger` (where
+the folded state lives, and only there: it decides with the reducer, folds
+ahead and queues).  The writer adds what only a manager has: the step hook before
 each append, its clock, the manager's own part of the state once the state
 has let go of it, and stopping the manager when its journal breaks.
-Whatever acts for the manager (its generations, its leases, a claim, a kept
-file) appends through the same writer, as a :class:`~sessiontemp.writepath.WritePath`.
+Whatever acts for the manager (its generations, its meter, its leases, a
+claim, a kept file) appends through the same writer, which each of them
+names ``writer`` and sees as a :class:`~sessiontemp.writepath.WritePath`.
 """
 
 from __future__ import annotations
