@@ -297,6 +297,23 @@ IMPORT_ATTRS = "import attrs, sqlite3"
 IMPORT_LIBRARY = "import sessiontemp"
 IMPORT_RUN = "import sessiontemp.__main__"
 RUN = "sessiontemp run -- true"
+FLOOR = "import sqlite3; N synced commits; spawn true"
+
+# The least a plain run in this process does beyond importing sqlite3: its
+# synced commits (single rows into a WAL table, synchronous=FULL, as many as
+# a run makes) and the command's spawn and wait.
+FLOOR_CODE = """
+import os, sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("PRAGMA journal_mode=WAL")
+conn.execute("PRAGMA synchronous=FULL")
+conn.execute("CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY, kind TEXT, payload TEXT)")
+for _ in range(int(sys.argv[2])):
+    conn.execute("INSERT INTO events (kind, payload) VALUES ('kind', 'x' * 120)")
+conn.close()
+pid = os.posix_spawnp("true", ["true"], os.environ)
+os.waitpid(pid, 0)
+"""
 
 # The run's own work after its imports, timed inside the process.
 AFTER_IMPORT = r"""
@@ -310,7 +327,11 @@ t2 = time.perf_counter()
 profile = cProfile.Profile()
 profile.runcall(run_command, ["true"])
 profile.dump_stats(sys.argv[1])
-print(json.dumps({"import": t1 - t0, "run": t2 - t1}))
+from sessiontemp.journal.testing import synced_commits
+synced = []
+with synced_commits(synced.append):
+    run_command(["true"])
+print(json.dumps({"import": t1 - t0, "run": t2 - t1, "synced": len(synced)}))
 """
 
 
@@ -338,6 +359,15 @@ def p9(scratch: Path, runs: int) -> dict[str, Any]:
                 RUN: [*py, "-m", "sessiontemp", "run", "--", "true"]}
     if script():
         commands["the installed script: " + RUN] = [script(), "run", "--", "true"]
+    # The run's work after its imports, in the process (and how many synced
+    # commits it makes, for the floor below).
+    stats_file = scratch / "run.pstats"
+    done = subprocess.run([*py, "-c", AFTER_IMPORT, str(stats_file)], cwd=tmpdir, env=env,
+                          capture_output=True, text=True, check=True)
+    inside = json.loads(done.stdout.strip().splitlines()[-1])
+    stats = pstats.Stats(str(stats_file)).stats  # type: ignore[attr-defined]
+    commands[FLOOR.replace("N", str(inside["synced"]))] = [
+        *py, "-c", FLOOR_CODE, str(scratch / "floor.sqlite3"), str(inside["synced"])]
 
     def start(argv: list[str]) -> Callable[[], object]:
         return lambda: subprocess.run(argv, cwd=tmpdir, env=env, check=True,
@@ -355,12 +385,6 @@ def p9(scratch: Path, runs: int) -> dict[str, Any]:
             continue
         own, _, name = (part.strip() for part in line.removeprefix("import time:").split("|"))
         packages[package_of(name)] += int(own) / 1e3
-    # The run's work after import, in the process, and under cProfile.
-    stats_file = scratch / "run.pstats"
-    done = subprocess.run([*py, "-c", AFTER_IMPORT, str(stats_file)], cwd=tmpdir, env=env,
-                          capture_output=True, text=True, check=True)
-    inside = json.loads(done.stdout.strip().splitlines()[-1])
-    stats = pstats.Stats(str(stats_file)).stats  # type: ignore[attr-defined]
     return {"medians": medians, "packages": sorted(packages.items(), key=lambda kv: -kv[1]),
             "inside": inside, "groups": grouped(stats, 1), "top": top(stats, 1, 12)}
 
@@ -397,7 +421,8 @@ def report_p9(f: dict[str, Any], runs: int) -> None:
                    + [("all imports", f"{total:.1f}", "100%")], numeric=(1, 2))
     inside = f["inside"]
     print(f"In one process (`perf_counter`): the run's imports {inside['import'] * 1e3:.1f} ms, "
-          f"`run_command([\"true\"])` after them {inside['run'] * 1e3:.1f} ms. A second "
+          f"`run_command([\"true\"])` after them {inside['run'] * 1e3:.1f} ms, "
+          f"{inside['synced']} synced commits a run. A second "
           "`run_command` under cProfile, own time:\n")
     total = sum(us for _, us in f["groups"])
     benchlib.table(["where (own time)", "ms", "share"],
