@@ -367,7 +367,7 @@ def p9(scratch: Path, runs: int) -> dict[str, Any]:
     inside = json.loads(done.stdout.strip().splitlines()[-1])
     stats = pstats.Stats(str(stats_file)).stats  # type: ignore[attr-defined]
     commands[FLOOR.replace("N", str(inside["synced"]))] = [
-        *py, "-c", FLOOR_CODE, str(scratch / "floor.sqlite3"), str(inside["synced"])]
+        *py, "-c", FLOOR_CODE, str(scratch / "p9-floor.sqlite3"), str(inside["synced"])]
 
     def start(argv: list[str]) -> Callable[[], object]:
         return lambda: subprocess.run(argv, cwd=tmpdir, env=env, check=True,
