@@ -38,6 +38,7 @@ standard modules, never a module lying where the benchmark was run from.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -196,12 +197,7 @@ def p11(scratch: Path, rounds: int) -> dict[str, Any]:
     try:
         manager.retain()
 
-        def harness() -> None:
-            lease = manager.acquire()
-            try:
-                lease.popen(["true"]).wait()
-            finally:
-                lease.release()
+        harness = functools.partial(benchlib.harness_command, manager)
 
         def plain() -> None:
             subprocess.Popen(["true"], env=env).wait()

@@ -347,6 +347,15 @@ def lease_cycle(manager: Manager) -> None:
     manager.acquire().release()
 
 
+def harness_command(manager: Manager) -> None:
+    """A harness command: a lease, ``true`` run in its directory and waited for, then released."""
+    lease = manager.acquire()
+    try:
+        lease.popen(["true"]).wait()
+    finally:
+        lease.release()
+
+
 def count(counter: CommitCounter, manager: Manager, operation: Callable[[], object]
           ) -> tuple[int, int, int]:
     """(durable commits, relaxed commits, events) that *operation* made."""

@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import fcntl
+import functools
 import json
 import os
 import pstats
@@ -173,12 +174,7 @@ def p11(scratch: Path, rounds: int) -> dict[str, Any]:
     try:
         manager.retain()
 
-        def harness() -> None:
-            lease = manager.acquire()
-            try:
-                lease.popen(["true"]).wait()
-            finally:
-                lease.release()
+        harness = functools.partial(benchlib.harness_command, manager)
 
         def apart() -> None:
             t0 = time.perf_counter_ns()
